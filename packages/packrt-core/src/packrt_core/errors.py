@@ -1,0 +1,63 @@
+"""One exception hierarchy for packrt.
+
+Every error packrt raises on purpose derives from :class:`PackrtError` *and* from the
+builtin exception a Python user would already catch for that kind of failure, so
+``except ValueError`` keeps working and ``except packrt.errors.PackrtError`` catches
+everything packrt meant to raise.
+"""
+
+from __future__ import annotations
+
+
+class PackrtError(Exception):
+    """Base class of every error packrt raises on purpose."""
+
+
+class DTypeError(PackrtError, TypeError):
+    """A dtype is unknown, or an operation cannot produce or accept the dtype involved."""
+
+
+class DeviceError(PackrtError, ValueError):
+    """A device string is malformed, or tensors on different devices met in one operation."""
+
+
+class DeviceUnavailableError(PackrtError, RuntimeError):
+    """A device was asked for that this process cannot reach (no backend, no GPU)."""
+
+
+class ShapeError(PackrtError, ValueError):
+    """Shapes do not fit: broadcasting, matmul, reshape, an in-place write, a load."""
+
+
+class StorageFreeError(PackrtError, RuntimeError):
+    """A storage-free tensor (declared under meta init) was read or written as if it had values."""
+
+
+class DLPackError(PackrtError, TypeError):
+    """A DLPack exchange was asked for that the two sides cannot make."""
+
+
+class StateDictError(PackrtError, RuntimeError):
+    """``load_state_dict`` refused a checkpoint (keys, shapes, dtypes, storage)."""
+
+
+class ResidencyError(PackrtError, ValueError):
+    """An unknown weight residency, or a layer that cannot serve the one asked for."""
+
+
+class CheckpointError(PackrtError, ValueError):
+    """A checkpoint file or index is malformed, missing, or does not match the model."""
+
+
+__all__ = [
+    "CheckpointError",
+    "DLPackError",
+    "DTypeError",
+    "DeviceError",
+    "DeviceUnavailableError",
+    "PackrtError",
+    "ResidencyError",
+    "ShapeError",
+    "StateDictError",
+    "StorageFreeError",
+]
