@@ -29,6 +29,10 @@ class ShapeError(PackrtError, ValueError):
     """Shapes do not fit: broadcasting, matmul, reshape, an in-place write, a load."""
 
 
+class IndexingError(PackrtError, IndexError):
+    """An index or a dimension is out of range for a tensor's shape."""
+
+
 class StorageFreeError(PackrtError, RuntimeError):
     """A storage-free tensor (declared under meta init) was read or written as if it had values."""
 
@@ -55,6 +59,7 @@ __all__ = [
     "DTypeError",
     "DeviceError",
     "DeviceUnavailableError",
+    "IndexingError",
     "PackrtError",
     "ResidencyError",
     "ShapeError",

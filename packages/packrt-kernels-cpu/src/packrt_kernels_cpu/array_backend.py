@@ -146,6 +146,13 @@ class ArrayBackend:
     def where(self, cond: Array, a: Any, b: Any) -> Array:
         return self.xp.where(cond, a, b)
 
+    def take_along_axis(self, a: Array, indices: Array, axis: int) -> Array:
+        return self.xp.take_along_axis(a, indices, axis=axis)
+
+    def shares_memory(self, a: Array, b: Array) -> bool:
+        """Whether two arrays may overlap (a bounds check, not an exact answer)."""
+        return bool(self.xp.may_share_memory(a, b))
+
     # -- in-place writes -----------------------------------------------------------
     def inplace(self, op: str, dst: Array, src: Any) -> None:
         getattr(self.xp, INPLACE_OPS[op])(dst, src, out=dst, casting="same_kind")

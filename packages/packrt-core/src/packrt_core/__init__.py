@@ -1,0 +1,83 @@
+"""packrt-core: Tensor, dtypes, devices, meta init (and, as they land, Module and the layers).
+
+Users normally ``import packrt``, which re-exports these names.
+"""
+
+from packrt_core import cuda, errors
+from packrt_core.creation import (
+    arange,
+    empty,
+    from_dlpack,
+    from_numpy,
+    full,
+    get_num_threads,
+    manual_seed,
+    ones,
+    rand,
+    randn,
+    set_num_threads,
+    tensor,
+    zeros,
+)
+from packrt_core.device import Device
+from packrt_core.dtypes import (
+    DataType,
+    bfloat16,
+    bool_,
+    double,
+    dtype,
+    float16,
+    float32,
+    float64,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    long,
+    uint8,
+)
+from packrt_core.dtypes import float as float  # noqa: PLC0414 - the torch alias, re-exported
+from packrt_core.meta import meta_init
+from packrt_core.tensor import Tensor
+
+bool = bool_  # noqa: A001 - packrt.bool, as torch.bool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DataType",
+    "Device",
+    "Tensor",
+    "arange",
+    "bfloat16",
+    "bool",
+    "cuda",
+    "double",
+    "dtype",
+    "empty",
+    "errors",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "from_dlpack",
+    "from_numpy",
+    "full",
+    "get_num_threads",
+    "half",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "long",
+    "manual_seed",
+    "meta_init",
+    "ones",
+    "rand",
+    "randn",
+    "set_num_threads",
+    "tensor",
+    "uint8",
+    "zeros",
+]
