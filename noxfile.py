@@ -53,8 +53,15 @@ def build(session: nox.Session) -> None:
     shutil.rmtree(DIST, ignore_errors=True)
     for dist in PACKAGES:
         session.run(
-            "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(DIST),
-            str(ROOT / "packages" / dist), silent=True,
+            "python",
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            str(DIST),
+            str(ROOT / "packages" / dist),
+            silent=True,
         )
     session.log("wheels: " + ", ".join(sorted(p.name for p in DIST.glob("*.whl"))))
 
@@ -68,8 +75,15 @@ def tests(session: nox.Session, package: str) -> None:
     tests_dir = ROOT / "packages" / package / "tests"
     session.chdir(str(tests_dir.parent))
     session.run(
-        "python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "--import-mode=importlib",
-        "-q", *session.posargs,
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        "-q",
+        *session.posargs,
     )
 
 
@@ -95,14 +109,23 @@ def demo_smoke(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy over every package's sources and tests."""
     session.install(
-        "ruff>=0.6", "mypy>=1.11", "numpy>=2.0", "ml_dtypes>=0.5", "threadpoolctl>=3.5",
-        "safetensors>=0.4", "pytest>=8", "hypothesis>=6.120",
+        "ruff>=0.6",
+        "mypy>=1.11",
+        "numpy>=2.0",
+        "ml_dtypes>=0.5",
+        "threadpoolctl>=3.5",
+        "safetensors>=0.4",
+        "pytest>=8",
+        "hypothesis>=6.120",
     )
     sources = [str(ROOT / "packages" / d / "src") for d in PACKAGES]
     session.run("ruff", "check", "packages", "noxfile.py")
     session.run("ruff", "format", "--check", "packages", "noxfile.py")
     session.run(
-        "mypy", "--strict", "--python-version", "3.11",
+        "mypy",
+        "--strict",
+        "--python-version",
+        "3.11",
         *[arg for name in PACKAGES.values() for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )

@@ -5,6 +5,7 @@ from importlib.metadata import entry_points
 import ml_dtypes
 import numpy as np
 import pytest
+
 from packrt_kernels_cpu import BINARY_OPS, INPLACE_OPS, UNARY_OPS, CpuBackend
 
 

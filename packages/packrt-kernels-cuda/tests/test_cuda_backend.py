@@ -3,6 +3,7 @@
 from importlib.metadata import entry_points
 
 import pytest
+
 from packrt_kernels_cuda import CudaBackend
 
 

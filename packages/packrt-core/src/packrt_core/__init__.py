@@ -37,11 +37,11 @@ from packrt_core.dtypes import (
     long,
     uint8,
 )
-from packrt_core.dtypes import float as float  # noqa: PLC0414 - the torch alias, re-exported
+from packrt_core.dtypes import float as float
 from packrt_core.meta import meta_init
 from packrt_core.tensor import Tensor
 
-bool = bool_  # noqa: A001 - packrt.bool, as torch.bool
+bool = bool_
 
 __version__ = "0.1.0"
 

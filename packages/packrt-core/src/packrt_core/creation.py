@@ -23,7 +23,8 @@ from packrt_core.dtypes import (
 )
 from packrt_core.errors import DeviceUnavailableError, DLPackError, DTypeError, ShapeError
 from packrt_core.meta import declaring
-from packrt_core.tensor import Tensor, _shape_of
+from packrt_core.tensor import Tensor
+from packrt_core.tensor_ops import _shape_of
 
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cuda (pinned host memory)", 13: "cuda (managed memory)"}
 
@@ -57,7 +58,9 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
         if host.dtype == np.float64 and target is None and not isinstance(data, np.ndarray | np.generic):
             host = host.astype(np.float32)
         if host.dtype.kind in "OUSV":
-            raise DTypeError(f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers")
+            raise DTypeError(
+                f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers"
+            )
     if target is not None:
         host = host.astype(target.numpy)
     else:
@@ -76,7 +79,9 @@ def from_numpy(array: np.ndarray) -> Tensor:
 def from_dlpack(obj: Any) -> Tensor:
     """A tensor sharing the memory of any DLPack producer (a torch tensor, a numpy array...)."""
     if not hasattr(obj, "__dlpack__") or not hasattr(obj, "__dlpack_device__"):
-        raise DLPackError(f"from_dlpack expects an object with __dlpack__ and __dlpack_device__, got {type(obj).__name__}")
+        raise DLPackError(
+            f"from_dlpack expects an object with __dlpack__ and __dlpack_device__, got {type(obj).__name__}"
+        )
     dev_type, dev_index = obj.__dlpack_device__()
     name = _DLPACK_DEVICE_TYPES.get(int(dev_type), f"DLPack device type {int(dev_type)}")
     if int(dev_type) == 1:
@@ -94,9 +99,13 @@ def from_dlpack(obj: Any) -> Tensor:
         try:
             backend = dispatch.backend_for(device)
         except DeviceUnavailableError as err:
-            raise DLPackError(f"the DLPack tensor lives on {device}, which packrt cannot reach: {err}") from err
+            raise DLPackError(
+                f"the DLPack tensor lives on {device}, which packrt cannot reach: {err}"
+            ) from err
         return Tensor._make(backend.xp.from_dlpack(obj), device)
-    raise DLPackError(f"the DLPack tensor lives on {name} (index {dev_index}); packrt reaches only cpu and cuda")
+    raise DLPackError(
+        f"the DLPack tensor lives on {name} (index {dev_index}); packrt reaches only cpu and cuda"
+    )
 
 
 def _factory(size: tuple[Any, ...], dtype_: dtype, device: Any, fill: Any) -> Tensor:
@@ -137,7 +146,7 @@ def full(size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -
     """Every element ``fill_value``; without ``dtype`` a bool gives bool, an int int64, a float float32."""
     if dtype is None:
         dtype = bool_ if isinstance(fill_value, bool) else int64 if isinstance(fill_value, int) else float32
-    return _factory((size,) if not isinstance(size, int) else (size,), as_dtype(dtype), device, fill_value)
+    return _factory((size,), as_dtype(dtype), device, fill_value)
 
 
 def arange(start: Any, end: Any = None, step: Any = 1, *, dtype: Any = None, device: Any = None) -> Tensor:

@@ -51,7 +51,8 @@ def backend_for(device: Device) -> Backend:
     backend = get_backend(device.type)
     if backend is None:
         raise DeviceUnavailableError(
-            f"no packrt backend serves {device}: install packrt-kernels-{device.type} (pip install packrt[{device.type}])"
+            f"no packrt backend serves {device}: install packrt-kernels-{device.type} "
+            f"(pip install packrt[{device.type}])"
         )
     if not backend.is_available():
         raise DeviceUnavailableError(f"{device} is not available: {backend.unavailable_reason()}")

@@ -18,7 +18,7 @@ import numpy as np
 from packrt_core.errors import DTypeError
 
 
-class DataType(str, enum.Enum):
+class DataType(enum.StrEnum):
     """The canonical dtype names, as an enum (``DataType.BFLOAT16.value == "bfloat16"``)."""
 
     FLOAT16 = "float16"
@@ -85,12 +85,21 @@ int64: Final = dtype("int64", np.int64)
 bool_: Final = dtype("bool", np.bool_)
 
 half: Final = float16
-float: Final = float32  # noqa: A001 - torch's alias, which the contract's users know
+float: Final = float32
 double: Final = float64
 long: Final = int64
 
 ALL_DTYPES: Final[tuple[dtype, ...]] = (
-    float16, bfloat16, float32, float64, int8, uint8, int16, int32, int64, bool_,
+    float16,
+    bfloat16,
+    float32,
+    float64,
+    int8,
+    uint8,
+    int16,
+    int32,
+    int64,
+    bool_,
 )
 FLOATING_DTYPES: Final = tuple(d for d in ALL_DTYPES if d.is_floating_point)
 
@@ -173,7 +182,9 @@ def scalar_category(value: Any) -> int:
         return 1
     if isinstance(value, builtins.float | np.floating):
         return 2
-    raise DTypeError(f"cannot compute with a {type(value).__name__} ({value!r}): expected a tensor or a number")
+    raise DTypeError(
+        f"cannot compute with a {type(value).__name__} ({value!r}): expected a tensor or a number"
+    )
 
 
 def promote_with_scalar(t: dtype, value: Any) -> dtype:

@@ -6,6 +6,7 @@ from types import ModuleType
 from typing import Any
 
 import numpy as np
+
 from packrt_kernels_cpu import ArrayBackend
 
 

@@ -24,7 +24,11 @@ def dtype_tour(n: int) -> list[list[str]]:
     """One row per dtype: shape, bytes, whether numpy and DLPack views share memory."""
     rows = []
     for dt in _all_dtypes():
-        t = packrt.arange(n, dtype=packrt.int64).to(dt) if dt is not packrt.bool else packrt.arange(n) % 2 == 0
+        t = (
+            packrt.arange(n, dtype=packrt.int64).to(dt)
+            if dt is not packrt.bool
+            else packrt.arange(n) % 2 == 0
+        )
         view = t.numpy()
         shared = np.shares_memory(view, np.asarray(t))
         try:
@@ -33,14 +37,32 @@ def dtype_tour(n: int) -> list[list[str]]:
         except DLPackError:
             dlpack = "not exportable"
         back = packrt.from_numpy(view)
-        rows.append([dt.name, str(t.shape), str(t.nbytes), "yes" if shared else "no", dlpack,
-                     "yes" if back.data_ptr() == t.data_ptr() else "no"])
+        rows.append(
+            [
+                dt.name,
+                str(t.shape),
+                str(t.nbytes),
+                "yes" if shared else "no",
+                dlpack,
+                "yes" if back.data_ptr() == t.data_ptr() else "no",
+            ]
+        )
     return rows
 
 
 def _all_dtypes() -> list[packrt.dtype]:
-    return [packrt.float16, packrt.bfloat16, packrt.float32, packrt.float64, packrt.int8, packrt.uint8,
-            packrt.int16, packrt.int32, packrt.int64, packrt.bool]
+    return [
+        packrt.float16,
+        packrt.bfloat16,
+        packrt.float32,
+        packrt.float64,
+        packrt.int8,
+        packrt.uint8,
+        packrt.int16,
+        packrt.int32,
+        packrt.int64,
+        packrt.bool,
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,8 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_row(header[0], header[1:], widths))
     for r in rows:
         print(_row(r[0], r[1:], widths))
-    print(f"cuda available: {packrt.cuda.is_available()} ({packrt.cuda.device_count()} device(s)); "
-          f"{(time.perf_counter() - start) * 1e3:.1f} ms")
+    print(
+        f"cuda available: {packrt.cuda.is_available()} ({packrt.cuda.device_count()} device(s)); "
+        f"{(time.perf_counter() - start) * 1e3:.1f} ms"
+    )
     return 0
 
 
