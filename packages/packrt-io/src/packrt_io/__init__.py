@@ -1,0 +1,99 @@
+"""safetensors checkpoints for packrt: atomic save, validated zero-copy load.
+
+- :func:`save_file` writes packrt Tensors or numpy arrays to one safetensors file, atomically.
+- :func:`load_file` returns packrt Tensors; with ``mmap=True`` each is a copy-on-write view of the file.
+- :func:`load_arrays` is the numpy level underneath, and returns a :class:`LoadReport` with the arrays.
+- :func:`read_metadata` returns a file's ``__metadata__`` (str -> str).
+
+Every malformed file raises :class:`packrt_core.errors.CheckpointError` naming the file and tensor.
+No load path unpickles anything.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from packrt_core.errors import CheckpointError, DeviceError
+from packrt_io._dtypes import SUPPORTED_NAMES
+from packrt_io._reader import LoadReport, load_arrays, read_metadata
+from packrt_io._writer import save_arrays
+
+if TYPE_CHECKING:
+    from packrt_core import Tensor
+
+
+@runtime_checkable
+class SupportsNumpy(Protocol):
+    """Anything with a zero-copy ``numpy()`` view of its values, such as a packrt ``Tensor``."""
+
+    def numpy(self) -> np.ndarray[Any, Any]: ...
+
+
+def _as_array(key: str, value: object) -> np.ndarray[Any, Any]:
+    if isinstance(value, np.ndarray):
+        return value
+    if isinstance(value, SupportsNumpy):
+        array = value.numpy()
+        if isinstance(array, np.ndarray):
+            return array
+    raise CheckpointError(
+        f"tensor {key!r} is a {type(value).__name__}; save_file takes packrt Tensors or numpy arrays "
+        "(convert it with packrt.from_numpy or numpy.asarray first)"
+    )
+
+
+def save_file(
+    tensors: Mapping[str, SupportsNumpy | np.ndarray[Any, Any]],
+    path: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Save ``tensors`` to ``path`` as a safetensors file, atomically, with optional str metadata.
+
+    Values are packrt Tensors or numpy arrays of a supported dtype (see ``SUPPORTED_DTYPES``); they
+    are written bit-exactly. After the call either the complete new file is at ``path`` or, if it
+    failed or the process died, the previous file there is unchanged.
+    """
+    arrays = {key: _as_array(key, value) for key, value in tensors.items()}
+    save_arrays(arrays, path, metadata)
+
+
+def _check_device(device: object) -> None:
+    if str(device) != "cpu":
+        raise DeviceError(
+            f"load_file places tensors on 'cpu' only, got device {device!r}; load on cpu, then move "
+            "the tensors with .to(device)"
+        )
+
+
+def load_file(path: str | os.PathLike[str], device: object = "cpu", mmap: bool = True) -> dict[str, Tensor]:
+    """Load every tensor of a safetensors file as a packrt Tensor, keyed as in the file.
+
+    With ``mmap=True`` (the default) each Tensor's storage is a copy-on-write view of the mapped file:
+    loading reads nothing up front, and writing to a Tensor never changes the file. ``mmap=False``
+    reads each tensor into fresh memory. The file is fully validated first; a malformed one raises
+    :class:`~packrt_core.errors.CheckpointError` naming the file and tensor.
+    """
+    _check_device(device)
+    # Imported here so the numpy-level file layer never needs the Tensor machinery loaded.
+    from packrt_core import from_numpy
+
+    arrays, _report = load_arrays(path, mmap=mmap)
+    return {key: from_numpy(array) for key, array in arrays.items()}
+
+
+SUPPORTED_DTYPES: tuple[str, ...] = SUPPORTED_NAMES
+
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "LoadReport",
+    "SupportsNumpy",
+    "load_arrays",
+    "load_file",
+    "read_metadata",
+    "save_arrays",
+    "save_file",
+]

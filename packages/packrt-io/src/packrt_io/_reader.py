@@ -1,0 +1,165 @@
+"""Loading a safetensors file as numpy arrays: validated, then mapped copy-on-write.
+
+With ``mmap=True`` the file is mapped privately (``ACCESS_COPY``) and each array is a view of the
+mapping: nothing is read until it is touched, and a write to an array copies only the touched page
+in this process, so the user's file never changes. A tensor whose offset is not a multiple of its
+element size cannot be viewed safely; it is copied instead, and the copy is listed in the
+:class:`LoadReport`. With ``mmap=False`` each tensor is read into fresh memory of its own.
+
+Nothing here unpickles: headers are JSON and tensor bytes are reinterpreted, never deserialized.
+"""
+
+from __future__ import annotations
+
+import mmap as _mmap
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import safetensors
+
+from packrt_io._header import Header, TensorEntry, fail, header_length, parse_header
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a load did: whether it mapped the file, and which tensors it had to copy and why."""
+
+    path: Path
+    mapped: bool
+    tensor_count: int
+    data_bytes: int
+    metadata: dict[str, str] = field(default_factory=dict)
+    # Keys copied out of the mapping because their data offset is misaligned for their dtype.
+    unaligned_copies: tuple[str, ...] = ()
+    copied_bytes: int = 0
+
+    @property
+    def copy_count(self) -> int:
+        """How many tensors were copied instead of viewed (0 for a file packrt or safetensors wrote)."""
+        return len(self.unaligned_copies)
+
+
+def _reference_check(path: str, header: Header) -> None:
+    """Have the safetensors library validate the file too, and agree with packrt on what it holds."""
+    try:
+        with safetensors.safe_open(path, framework="numpy") as handle:
+            keys = set(handle.keys())
+            metadata = handle.metadata() or {}
+    except (safetensors.SafetensorError, OSError) as err:
+        fail(path, f"the safetensors library rejects the file ({err})")
+    if keys != {entry.key for entry in header.tensors} or metadata != header.metadata:
+        # Only possible when the file was replaced between packrt's read and the library's.
+        fail(path, "the file changed while it was being loaded", fix="load it again once writers finish")
+
+
+def _read_header(path: str, fd: int, file_size: int) -> Header:
+    prefix = os.pread(fd, 8, 0)
+    length = header_length(prefix, file_size, path)
+    raw = os.pread(fd, length, 8)
+    if len(raw) != length:
+        fail(path, f"header length {length} runs past the end of the file, which shrank while being read")
+    return parse_header(raw, file_size, path)
+
+
+def _view(buffer: Any, header: Header, entry: TensorEntry) -> np.ndarray[Any, Any]:
+    count = entry.nbytes // entry.dtype.itemsize
+    offset = header.data_start + entry.begin
+    return np.frombuffer(buffer, dtype=entry.dtype.numpy, count=count, offset=offset).reshape(entry.shape)
+
+
+def _load_mapped(
+    path: str, fd: int, header: Header
+) -> tuple[dict[str, np.ndarray[Any, Any]], list[str], int]:
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    copied: list[str] = []
+    copied_bytes = 0
+    # The mapping's start is page-aligned, so a tensor is aligned exactly when its file offset is.
+    mapping = _mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY)
+    if len(mapping) != header.data_start + header.data_bytes:
+        fail(path, "the file changed size while it was being loaded", fix="load it again once writers finish")
+    for entry in header.tensors:
+        if entry.nbytes == 0:
+            arrays[entry.key] = np.empty(entry.shape, dtype=entry.dtype.numpy)
+            continue
+        array = _view(mapping, header, entry)
+        if (header.data_start + entry.begin) % entry.dtype.itemsize:
+            array = array.copy()
+            copied.append(entry.key)
+            copied_bytes += entry.nbytes
+        arrays[entry.key] = array
+    return arrays, copied, copied_bytes
+
+
+def _load_read(path: str, fd: int, header: Header) -> dict[str, np.ndarray[Any, Any]]:
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    for entry in header.tensors:
+        array = np.empty(entry.shape, dtype=entry.dtype.numpy)
+        target = array.reshape(-1).view(np.uint8).data
+        done = 0
+        while done < entry.nbytes:
+            got = os.preadv(fd, [target[done:]], header.data_start + entry.begin + done)
+            if got == 0:
+                fail(path, "the file shrank while it was being read", key=entry.key)
+            done += got
+        arrays[entry.key] = array
+    return arrays
+
+
+def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndarray[Any, Any]], LoadReport]:
+    """Load every tensor of a safetensors file as a numpy array, with a report of how.
+
+    The file is validated completely before any array is made; any defect raises
+    :class:`~packrt_core.errors.CheckpointError` naming the file and the tensor. With ``mmap=True``
+    (the default) arrays are copy-on-write views of the file: writable, and a write never reaches the
+    file. Keys come back in data order.
+    """
+    where = os.fspath(path)
+    try:
+        fd = os.open(where, os.O_RDONLY)
+    except OSError as err:
+        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
+    try:
+        file_size = os.fstat(fd).st_size
+        header = _read_header(where, fd, file_size)
+        _reference_check(where, header)
+        copied: list[str] = []
+        copied_bytes = 0
+        if mmap:
+            arrays, copied, copied_bytes = _load_mapped(where, fd, header)
+        else:
+            arrays = _load_read(where, fd, header)
+    finally:
+        # The mapping keeps its own reference to the file, so the descriptor can go now.
+        os.close(fd)
+    report = LoadReport(
+        path=Path(where),
+        mapped=mmap,
+        tensor_count=len(arrays),
+        data_bytes=header.data_bytes,
+        metadata=dict(header.metadata),
+        unaligned_copies=tuple(copied),
+        copied_bytes=copied_bytes,
+    )
+    return arrays, report
+
+
+def read_metadata(path: PathLike) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file (empty when it has none), after full validation."""
+    where = os.fspath(path)
+    try:
+        fd = os.open(where, os.O_RDONLY)
+    except OSError as err:
+        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
+    try:
+        header = _read_header(where, fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    return dict(header.metadata)
+
+
+__all__ = ["LoadReport", "load_arrays", "read_metadata"]

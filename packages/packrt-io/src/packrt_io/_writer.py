@@ -1,0 +1,147 @@
+"""Saving numpy arrays as a safetensors file, atomically.
+
+The bytes written are exactly what the safetensors library writes for the same arrays: the 8-byte
+little-endian header length, the compact JSON header (``__metadata__`` first) padded with spaces to a
+multiple of 8, then the tensors ordered widest dtype first and by key within a dtype, so every tensor
+lands aligned. The file appears at its path only complete: it is written to a temporary file in the
+same directory, flushed and fsynced, renamed over the target, and the directory is fsynced. A writer
+killed at any point leaves the previous file at ``path`` untouched (and at worst a stray
+``.<name>.*.tmp`` file beside it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from packrt_core.errors import CheckpointError, DTypeError
+from packrt_io._dtypes import SUPPORTED_NAMES, FileDType, for_array_dtype
+from packrt_io._header import METADATA_KEY, PREFIX_BYTES
+
+# Called with (temporary path, final path) after the temporary file is complete and fsynced and just
+# before it is renamed over the final path. Tests set it to stop a writer at that exact moment.
+before_replace: Callable[[Path, Path], None] | None = None
+
+_CHUNK = 64 << 20  # write large tensors in pieces so no single write call holds gigabytes
+
+
+def _prepare(key: object, array: np.ndarray[Any, Any]) -> tuple[FileDType, np.ndarray[Any, Any]]:
+    if not isinstance(key, str):
+        raise CheckpointError(f"tensor keys must be strings, found {type(key).__name__} {key!r}")
+    if key == METADATA_KEY:
+        raise CheckpointError(f"{METADATA_KEY!r} is reserved for metadata and cannot name a tensor")
+    file_dtype = for_array_dtype(array.dtype)
+    if file_dtype is None:
+        raise DTypeError(
+            f"tensor {key!r} has dtype {array.dtype} which safetensors cannot store bit-exactly "
+            f"(savable: {', '.join(SUPPORTED_NAMES)}); cast it to one of those first"
+        )
+    if array.dtype.byteorder == ">":
+        array = array.byteswap().view(array.dtype.newbyteorder("<"))
+    # Views with strides (a transpose, a slice) are written in C order; contiguous arrays are not copied.
+    # (np.ascontiguousarray is avoided: it turns a 0-d array into shape (1,).)
+    return file_dtype, array if array.flags.c_contiguous else array.copy(order="C")
+
+
+def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise CheckpointError(f"metadata must be a mapping of str -> str, found {type(metadata).__name__}")
+    for name, value in metadata.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise CheckpointError(
+                f"metadata entry {name!r}: {value!r} is not str -> str; safetensors metadata holds "
+                "strings only (serialize other values, e.g. with json.dumps)"
+            )
+    return dict(metadata)
+
+
+def encode(
+    arrays: Mapping[str, np.ndarray[Any, Any]], metadata: Mapping[str, str] | None = None
+) -> tuple[bytes, list[np.ndarray[Any, Any]]]:
+    """The prefix + padded header bytes for ``arrays``, and the arrays in the order their data follows."""
+    checked_metadata = _check_metadata(metadata)
+    prepared = [(key, *_prepare(key, array)) for key, array in arrays.items()]
+    prepared.sort(key=lambda item: (-item[1].rank, item[0]))
+    header: dict[str, Any] = {}
+    if checked_metadata:
+        # Sorted so the same input always gives the same bytes (the library's own order is a hash order).
+        header[METADATA_KEY] = dict(sorted(checked_metadata.items()))
+    offset = 0
+    for key, file_dtype, array in prepared:
+        header[key] = {
+            "dtype": file_dtype.name,
+            "shape": list(array.shape),
+            "data_offsets": [offset, offset + array.nbytes],
+        }
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(PREFIX_BYTES, "little") + text, [array for _, _, array in prepared]
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    for start in range(0, len(data), _CHUNK):
+        piece = data[start : start + _CHUNK]
+        while piece:
+            written = os.write(fd, piece)
+            piece = piece[written:]
+
+
+def _fsync_directory(directory: Path) -> None:
+    # The rename is only durable once the directory entry is; some filesystems refuse directory fsync.
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def save_arrays(
+    arrays: Mapping[str, np.ndarray[Any, Any]],
+    path: str | os.PathLike[str],
+    metadata: Mapping[str, str] | None = None,
+) -> None:
+    """Write ``arrays`` (and str -> str ``metadata``) to ``path`` as safetensors, atomically.
+
+    Either the whole new file is at ``path`` afterwards or, if this call fails or the process dies,
+    whatever was there before still is. Every dtype in the load table is written bit-exactly.
+    """
+    target = Path(os.fspath(path))
+    prefix_and_header, ordered = encode(arrays, metadata)
+    directory = target.parent
+    temporary = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # O_EXCL: never write through a name someone else created; mode 0o666 lets the umask decide, as for
+    # any ordinary new file.
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        try:
+            _write_all(fd, memoryview(prefix_and_header))
+            for array in ordered:
+                if array.nbytes:
+                    _write_all(fd, array.reshape(-1).view(np.uint8).data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if before_replace is not None:
+            before_replace(temporary, target)
+        os.replace(temporary, target)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    _fsync_directory(directory)
+
+
+__all__ = ["before_replace", "encode", "save_arrays"]
