@@ -38,7 +38,7 @@ PACKAGES: dict[str, str] = {
     "packrt": "packrt",
 }
 # Packages whose tests compare against torch (PACKRT_REQUIRE_TORCH=1 makes its absence fail).
-NEEDS_TORCH = {"packrt-core", "packrt-io", "packrt"}
+NEEDS_TORCH = {"packrt-kernels-cpu", "packrt-core", "packrt-io", "packrt"}
 
 
 def _install_from_dist(session: nox.Session, *requirements: str) -> None:

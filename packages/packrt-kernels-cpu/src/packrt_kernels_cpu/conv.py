@@ -1,0 +1,185 @@
+"""2-D convolution (cross-correlation, NCHW) as im2col + GEMM, with torch's argument semantics.
+
+``stride``, ``dilation`` take an int or an (h, w) pair; ``padding`` takes an int, an (h, w)
+pair, or the strings "valid" (none) and "same" (output size = input size; stride 1 only;
+an odd total goes to the bottom/right, as torch does). ``groups`` splits the channels into
+independent convolutions. Input is (N, C, H, W) or unbatched (C, H, W).
+
+im2col gathers, for every kernel tap, one strided view of the padded input, so the column
+matrix costs ``C * kh * kw * OH * OW`` elements per image and the product is one batched
+GEMM per group. The loop runs over the taps only (9 for a 3x3 kernel), never over pixels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from packrt_kernels_cpu.namespace import (
+    Array,
+    array_namespace,
+    compute_dtype,
+    require_float,
+    require_ndim,
+    require_same_dtype,
+    require_shape,
+)
+
+IntPair = int | Sequence[int]
+Padding = int | Sequence[int] | str
+
+
+def _pair(value: IntPair, name: str, minimum: int) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(p, int | np.integer) for p in pair):
+        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+    if min(pair) < minimum:
+        raise ValueError(f"{name} must be >= {minimum} in both dims, got {value!r}")
+    return int(pair[0]), int(pair[1])
+
+
+@dataclass(frozen=True)
+class Conv2dGeometry:
+    """Everything about a convolution except the data: kernel size, stride, padding, dilation, groups.
+
+    ``padding`` is explicit per side: (top, bottom, left, right).
+    """
+
+    kernel_size: tuple[int, int]
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+    groups: int
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        """(OH, OW) for an input of ``height`` x ``width``; ValueError when either would be < 1."""
+        top, bottom, left, right = self.padding
+        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
+        oh = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
+        ow = (width + left + right - dw * (kw - 1) - 1) // sw + 1
+        if oh < 1 or ow < 1:
+            raise ValueError(
+                f"conv2d output would be {oh}x{ow}: the input {height}x{width} (padded by {self.padding}) "
+                f"is smaller than the dilated kernel {dh * (kh - 1) + 1}x{dw * (kw - 1) + 1}; "
+                f"pad the input or use a smaller kernel/dilation"
+            )
+        return oh, ow
+
+
+def conv2d_geometry(
+    kernel_size: tuple[int, int],
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Conv2dGeometry:
+    """Validate the convolution arguments once (ValueError naming the bad one) and resolve padding."""
+    sh, sw = _pair(stride, "stride", 1)
+    dh, dw = _pair(dilation, "dilation", 1)
+    if not isinstance(groups, int | np.integer) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    kh, kw = kernel_size
+    if isinstance(padding, str):
+        if padding == "valid":
+            pads = (0, 0, 0, 0)
+        elif padding == "same":
+            if (sh, sw) != (1, 1):
+                raise ValueError(f"padding='same' needs stride 1, got stride {(sh, sw)}")
+            th, tw = dh * (kh - 1), dw * (kw - 1)
+            pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
+        else:
+            raise ValueError(f"padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+    else:
+        ph, pw = _pair(padding, "padding", 0)
+        pads = (ph, ph, pw, pw)
+    return Conv2dGeometry((int(kh), int(kw)), (sh, sw), pads, (dh, dw), int(groups))
+
+
+def check_conv2d_input(x: Array, in_channels: int, geometry: Conv2dGeometry) -> None:
+    """ValueError when ``x`` is not (N, C, H, W)/(C, H, W) with C = ``in_channels``."""
+    require_ndim(x, (3, 4), "x", "(N, C, H, W) or (C, H, W)")
+    channels = x.shape[-3]
+    if channels != in_channels:
+        raise ValueError(
+            f"x has {channels} channels (shape {tuple(x.shape)}) but the weight expects "
+            f"in_channels = weight.shape[1] * groups = {in_channels // geometry.groups} * {geometry.groups} "
+            f"= {in_channels}"
+        )
+
+
+def im2col(x: Array, geometry: Conv2dGeometry) -> tuple[Array, int, int]:
+    """Columns (N, C * kh * kw, OH * OW) of an (N, C, H, W) array, plus (OH, OW).
+
+    The column index runs over (channel, kernel row, kernel col), matching a weight reshaped
+    from (O, C, kh, kw) to (O, C * kh * kw).
+    """
+    xp = array_namespace(x)
+    n, c, h, w = (int(s) for s in x.shape)
+    oh, ow = geometry.output_size(h, w)
+    top, bottom, left, right = geometry.padding
+    if any(geometry.padding):
+        x = xp.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
+    cols = xp.empty((n, c, kh, kw, oh, ow), dtype=x.dtype)
+    for i in range(kh):
+        r0 = i * dh
+        for j in range(kw):
+            c0 = j * dw
+            cols[:, :, i, j] = x[:, :, r0 : r0 + sh * (oh - 1) + 1 : sh, c0 : c0 + sw * (ow - 1) + 1 : sw]
+    return cols.reshape(n, c * kh * kw, oh * ow), oh, ow
+
+
+def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeometry) -> Array:
+    """The convolution proper, on arrays already in the compute dtype and already validated.
+
+    ``w_groups`` is the im2col-ready weight (groups, out/groups, in/groups * kh * kw); ``b`` is
+    (out,) or None. Returns (N, out, OH, OW) in the compute dtype.
+    """
+    g, og, k = (int(s) for s in w_groups.shape)
+    cols, oh, ow = im2col(x, geometry)
+    n = cols.shape[0]
+    cols = cols.reshape(n, g, k, oh * ow)
+    out = (w_groups @ cols).reshape(n, g * og, oh, ow)  # (1?, G, Og, K) @ (N, G, K, P) -> (N, G, Og, P)
+    if b is not None:
+        out += b.reshape(1, -1, 1, 1)
+    return out
+
+
+def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any], ref: str) -> None:
+    """ValueError/TypeError for a weight that is not (out, in/groups, kh, kw) or a bias not (out,).
+
+    ``dt`` is the dtype both must have, taken from the argument named ``ref``.
+    """
+    require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
+    require_same_dtype(dt, w, "weight", ref)
+    require_same_dtype(dt, b, "bias", ref)
+    if w.shape[0] % groups:
+        raise ValueError(f"weight's out_channels={w.shape[0]} must be divisible by groups={groups}")
+    require_shape(b, (w.shape[0],), "bias")
+
+
+def conv2d(
+    x: Array,
+    w: Array,
+    b: Array | None = None,
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Array:
+    """torch.nn.functional.conv2d on arrays: (N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW)."""
+    dt = require_float(x, "x")
+    require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
+    geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
+    check_conv2d_weight(w, b, geometry.groups, dt, "x")
+    check_conv2d_input(x, int(w.shape[1]) * geometry.groups, geometry)
+    cd = compute_dtype(dt)
+    w_groups = w.astype(cd, copy=False).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
+    bc = None if b is None else b.astype(cd, copy=False)
+    batched = x.ndim == 4
+    xc = x.astype(cd, copy=False)
+    out = conv2d_gemm(xc if batched else xc[None], w_groups, bc, geometry)
+    return (out if batched else out[0]).astype(dt, copy=False)

@@ -1,0 +1,193 @@
+"""Packed weights: the serving form a layer's bound object owns, built once, read by every forward.
+
+Layouts (what the pack holds, and why):
+
+- ``PackedLinear``: ``W^T`` as a contiguous (in, out) array in the compute dtype, so a forward
+  is ``x @ Wt`` in one GEMM with no per-call copy or conversion. Half weights are upcast to
+  float32 here, once: the pack is then twice the declared bytes, but each call saves
+  converting the whole weight.
+- ``PackedConv2d``: the weight reshaped to (groups, out/groups, in/groups * kh * kw), the
+  im2col-ready matrix per group, in the compute dtype, with the geometry validated once.
+- ``PackedEmbedding``: the table itself, contiguous, in its declared dtype. A gather does no
+  arithmetic, so an upcast would only double the bytes and add a down-cast per call.
+
+Every pack's ``unpack()`` rebuilds the declared weight (dtype and shape) bit for bit: the
+half-to-float32 upcast is exact, so rounding back reproduces the original values.
+``linear_borrowed`` is the no-pack alternative: it computes from the declared weight each
+call (no extra resident bytes; half weights pay a conversion per call).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from packrt_kernels_cpu.conv import (
+    Conv2dGeometry,
+    IntPair,
+    Padding,
+    check_conv2d_input,
+    check_conv2d_weight,
+    conv2d_gemm,
+    conv2d_geometry,
+)
+from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
+from packrt_kernels_cpu.namespace import (
+    Array,
+    array_namespace,
+    compute_dtype,
+    require_float,
+    require_ndim,
+)
+
+
+def _owned(a: Array, dtype: np.dtype[Any]) -> Array:
+    """A contiguous array in ``dtype`` that shares no memory with ``a`` (the pack owns its bytes)."""
+    xp = array_namespace(a)
+    return xp.ascontiguousarray(a.astype(dtype, copy=True))
+
+
+def _check_x_dtype(x: Array, declared: np.dtype[Any], what: str) -> None:
+    dt = require_float(x, "x")
+    if dt != declared:
+        raise TypeError(
+            f"x has dtype {dt.name} but the {what} was packed from {declared.name} weights; "
+            f"cast x to {declared.name} (or repack the weights in {dt.name})"
+        )
+
+
+class PackedLinear:
+    """A linear layer's weight (and bias) as a contiguous (in, out) matrix in the compute dtype."""
+
+    def __init__(self, wt: Array, b: Array | None, dtype: np.dtype[Any]) -> None:
+        self.wt = wt
+        self.b = b
+        self.dtype = dtype
+        self.in_features, self.out_features = (int(s) for s in wt.shape)
+
+    def forward(self, x: Array) -> Array:
+        """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
+        _check_x_dtype(x, self.dtype, "linear pack")
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"x's last dimension must equal in_features={self.in_features}, "
+                f"got x of shape {tuple(x.shape)}"
+            )
+        out = gemm_rows(x.astype(self.wt.dtype, copy=False), self.wt)
+        if self.b is not None:
+            out += self.b
+        return out.astype(self.dtype, copy=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pack keeps resident (weight plus bias)."""
+        return int(self.wt.nbytes) + (0 if self.b is None else int(self.b.nbytes))
+
+    def unpack(self) -> tuple[Array, Array | None]:
+        """(weight (out, in), bias) in the declared dtype, new arrays equal bit for bit to those packed."""
+        w = _owned(self.wt.T, self.dtype)
+        return w, None if self.b is None else _owned(self.b, self.dtype)
+
+
+def pack_linear(w: Array, b: Array | None = None) -> PackedLinear:
+    """Pack a (out_features, in_features) weight and optional (out_features,) bias for serving."""
+    dt = require_float(w, "weight")
+    require_ndim(w, 2, "weight", "(out_features, in_features)")
+    check_linear_args(w[:1], w, b)  # one row of w is a well-formed x: reuses the shape/dtype checks
+    cd = compute_dtype(dt)
+    return PackedLinear(_owned(w.T, cd), None if b is None else _owned(b, cd), dt)
+
+
+def linear_borrowed(x: Array, w: Array, b: Array | None = None) -> Array:
+    """``linear`` straight from the declared (possibly memory-mapped) weight, keeping no copy of it.
+
+    float32/float64: zero extra bytes (BLAS reads ``w`` transposed in place). float16/bfloat16:
+    the weight is converted to float32 for the duration of the call and then freed.
+    """
+    return linear(x, w, b)
+
+
+class PackedConv2d:
+    """A conv2d weight as (groups, out/groups, in/groups * kh * kw) in the compute dtype, plus geometry."""
+
+    def __init__(
+        self,
+        w_groups: Array,
+        b: Array | None,
+        dtype: np.dtype[Any],
+        shape: tuple[int, ...],
+        geometry: Conv2dGeometry,
+    ) -> None:
+        self.w_groups = w_groups
+        self.b = b
+        self.dtype = dtype
+        self.weight_shape = shape
+        self.geometry = geometry
+
+    def forward(self, x: Array) -> Array:
+        """The convolution of ``x`` (N, C, H, W) or (C, H, W); same result as ``conv2d``."""
+        _check_x_dtype(x, self.dtype, "conv2d pack")
+        check_conv2d_input(x, self.weight_shape[1] * self.geometry.groups, self.geometry)
+        xc = x.astype(self.w_groups.dtype, copy=False)
+        batched = x.ndim == 4
+        out = conv2d_gemm(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
+        return (out if batched else out[0]).astype(self.dtype, copy=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pack keeps resident (weight plus bias)."""
+        return int(self.w_groups.nbytes) + (0 if self.b is None else int(self.b.nbytes))
+
+    def unpack(self) -> tuple[Array, Array | None]:
+        """(weight (out, in/groups, kh, kw), bias) in the declared dtype, bit for bit as packed."""
+        w = _owned(self.w_groups.reshape(self.weight_shape), self.dtype)
+        return w, None if self.b is None else _owned(self.b, self.dtype)
+
+
+def pack_conv2d(
+    w: Array,
+    b: Array | None = None,
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> PackedConv2d:
+    """Pack a conv2d weight (out, in/groups, kh, kw) and bias, validating the geometry once."""
+    dt = require_float(w, "weight")
+    require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
+    geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
+    check_conv2d_weight(w, b, geometry.groups, dt, "weight")
+    cd = compute_dtype(dt)
+    w_groups = _owned(w, cd).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
+    return PackedConv2d(
+        w_groups, None if b is None else _owned(b, cd), dt, tuple(int(s) for s in w.shape), geometry
+    )
+
+
+class PackedEmbedding:
+    """An embedding table, contiguous and owned, in its declared dtype."""
+
+    def __init__(self, table: Array) -> None:
+        self.table = table
+        self.dtype = np.dtype(table.dtype)
+
+    def forward(self, ids: Array) -> Array:
+        """Rows for integer ``ids``; IndexError naming the first id outside the table."""
+        return embedding(ids, self.table)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pack keeps resident (the table)."""
+        return int(self.table.nbytes)
+
+    def unpack(self) -> Array:
+        """The table as declared, a new array equal bit for bit to the one packed."""
+        return self.table.copy()
+
+
+def pack_embedding(table: Array) -> PackedEmbedding:
+    """Pack a (num_embeddings, embedding_dim) table (a contiguous copy; no dtype change)."""
+    dt = require_float(table, "table")
+    require_ndim(table, 2, "table", "(num_embeddings, embedding_dim)")
+    return PackedEmbedding(_owned(table, dt))

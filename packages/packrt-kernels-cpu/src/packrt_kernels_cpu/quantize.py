@@ -1,0 +1,148 @@
+"""Weight-only int8 quantization: symmetric, one scale per output channel (row of the weight).
+
+``q = round(w / scale)`` in [-127, 127] with ``scale = max|w_row| / 127`` (float32), so every
+weight is recovered within half a step: ``|w - q * scale| <= scale / 2`` (-128 is never used,
+which keeps the range symmetric and negation exact). A row of zeros gets scale 1 and q 0, so
+nothing ever divides by zero.
+
+``PackedQuantizedLinear`` keeps the int8 matrix resident (1 byte per weight, a quarter of
+float32) and keeps activations in floating point: ``x @ (q * s)^T == (x @ q^T) * s``, so the
+scale is applied to the (batch, out) product rather than to the (out, in) weight. The int8
+rows are converted to the compute dtype block by block during the forward, so the scratch
+never exceeds ``scratch_bytes`` however large the layer; that is the trade-off taken here:
+a per-call conversion (elementwise, memory-bound, about the cost of one matrix-vector
+product) instead of a resident float32 copy that would undo the 4x saving.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from packrt_kernels_cpu.namespace import (
+    FLOAT32,
+    FLOAT64,
+    Array,
+    array_namespace,
+    compute_dtype,
+    require_float,
+    require_ndim,
+    require_shape,
+)
+
+QMAX = 127
+DEFAULT_SCRATCH_BYTES = 4 << 20  # per-forward ceiling for the converted int8 rows
+_INT8 = np.dtype(np.int8)
+
+
+def quantize_per_channel(w: Array) -> tuple[Array, Array]:
+    """(q int8 of w's shape, scale float32 of shape (w.shape[0],)) for a float weight of rank >= 2.
+
+    Rows are axis 0 (a linear's out_features, a conv's out_channels); the max runs over the
+    rest. Raises ValueError when ``w`` holds NaN or infinity (no scale can represent them).
+    """
+    require_float(w, "weight")
+    require_ndim(w, (2, 3, 4, 5), "weight", "(out, ...)")
+    xp = array_namespace(w)
+    w64 = w.astype(FLOAT64)
+    finite = xp.isfinite(w64)
+    if not bool(xp.all(finite)):
+        bad = int(xp.argwhere(~finite)[0][0])
+        raise ValueError(
+            f"weight has {int(xp.sum(~finite))} non-finite values (first in row {bad}); "
+            f"int8 quantization needs finite weights"
+        )
+    reduce_axes = tuple(range(1, w.ndim))
+    amax = xp.max(xp.abs(w64), axis=reduce_axes) if w.size else xp.zeros(w.shape[0])
+    scale = (amax / QMAX).astype(FLOAT32)
+    # Zero rows (and rows so small that amax/127 underflows float32) get scale 1: q is 0 there.
+    scale = xp.where(scale > 0, scale, FLOAT32.type(1.0))
+    per_row = scale.astype(FLOAT64).reshape((-1,) + (1,) * len(reduce_axes))
+    q = xp.clip(xp.rint(w64 / per_row), -QMAX, QMAX).astype(_INT8)
+    return q, scale
+
+
+def _check_q_scale(q: Array, scale: Array) -> None:
+    if np.dtype(q.dtype) != _INT8:
+        raise TypeError(f"q must be int8, got {np.dtype(q.dtype).name}")
+    if np.dtype(scale.dtype) != FLOAT32:
+        raise TypeError(f"scale must be float32, got {np.dtype(scale.dtype).name}")
+    if q.ndim < 1:
+        raise ValueError(f"q must have at least one dim (rows first), got shape {tuple(q.shape)}")
+    require_shape(scale, (q.shape[0],), "scale")
+
+
+def dequantize(q: Array, scale: Array) -> Array:
+    """``q * scale`` per row, as float32 of q's shape."""
+    _check_q_scale(q, scale)
+    return q.astype(FLOAT32) * scale.reshape((-1,) + (1,) * (q.ndim - 1))
+
+
+class PackedQuantizedLinear:
+    """An int8 (out, in) weight with per-row float32 scales and an optional float bias."""
+
+    def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int) -> None:
+        self.q = q
+        self.scale = scale
+        self.b = b
+        self.out_features, self.in_features = (int(s) for s in q.shape)
+        self.scratch_bytes = scratch_bytes
+
+    def block_rows(self, dtype: np.dtype[Any]) -> int:
+        """Rows of q converted at a time so the converted block fits ``scratch_bytes``."""
+        per_row = max(1, self.in_features * np.dtype(dtype).itemsize)
+        return max(1, min(self.out_features, self.scratch_bytes // per_row))
+
+    def forward(self, x: Array) -> Array:
+        """``(x @ q^T) * scale + b`` for float ``x`` (..., in_features), returned in x's dtype."""
+        dt = require_float(x, "x")
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(
+                f"x's last dimension must equal in_features={self.in_features}, "
+                f"got x of shape {tuple(x.shape)}"
+            )
+        xp = array_namespace(x)
+        cd = compute_dtype(dt)
+        lead = tuple(x.shape[:-1])
+        x2 = x.astype(cd, copy=False).reshape(-1, self.in_features)
+        out = xp.empty((x2.shape[0], self.out_features), dtype=cd)
+        step = self.block_rows(cd)
+        for r0 in range(0, self.out_features, step):
+            r1 = min(r0 + step, self.out_features)
+            out[:, r0:r1] = x2 @ self.q[r0:r1].astype(cd).T
+        out *= self.scale.astype(cd, copy=False)
+        if self.b is not None:
+            out += self.b.astype(cd, copy=False)
+        return out.reshape((*lead, self.out_features)).astype(dt, copy=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes kept resident: int8 weight, float32 scales, bias. Scratch is per call, not counted."""
+        return int(self.q.nbytes) + int(self.scale.nbytes) + (0 if self.b is None else int(self.b.nbytes))
+
+    def unpack(self) -> tuple[Array, Array, Array | None]:
+        """(q, scale, bias) exactly as packed, as new arrays."""
+        return self.q.copy(), self.scale.copy(), None if self.b is None else self.b.copy()
+
+
+def pack_quantized_linear(
+    q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
+) -> PackedQuantizedLinear:
+    """Pack ``quantize_per_channel``'s output for a linear layer (q (out, in), scale (out,), bias (out,)).
+
+    Raises TypeError for a q that is not int8 or a scale that is not float32, ValueError for
+    shapes that disagree or a scale that is not finite and positive.
+    """
+    _check_q_scale(q, scale)
+    require_ndim(q, 2, "q", "(out_features, in_features)")
+    xp = array_namespace(q, scale)
+    if not bool(xp.all(xp.isfinite(scale) & (scale > 0))):
+        raise ValueError("scale must be finite and > 0 in every row (quantize_per_channel never yields 0)")
+    if b is not None:
+        require_float(b, "bias")
+        require_shape(b, (q.shape[0],), "bias")
+    if scratch_bytes < 1:
+        raise ValueError(f"scratch_bytes must be >= 1, got {scratch_bytes}")
+    owned_b = None if b is None else xp.ascontiguousarray(b.copy())
+    return PackedQuantizedLinear(xp.ascontiguousarray(q.copy()), scale.copy(), owned_b, scratch_bytes)

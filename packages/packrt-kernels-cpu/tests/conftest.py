@@ -1,0 +1,72 @@
+"""Shared fixtures: a seeded generator and the torch reference (a skip without torch, a failure in CI)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from packrt_kernels_cpu.tolerance import tolerance
+
+
+def load_torch() -> ModuleType:
+    """torch, or a skip when it is missing; PACKRT_REQUIRE_TORCH=1 turns the skip into a failure."""
+    try:
+        return importlib.import_module("torch")
+    except ImportError as err:
+        if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":
+            pytest.fail(f"PACKRT_REQUIRE_TORCH=1 but torch cannot be imported: {err}")
+        pytest.skip("torch is not installed (set PACKRT_REQUIRE_TORCH=1 to make this a failure)")
+
+
+class TorchRef:
+    """Moves arrays to torch and back (bfloat16 by bit view) and compares with the tolerance table."""
+
+    def __init__(self, torch: ModuleType) -> None:
+        self.torch = torch
+        self.F: Any = importlib.import_module("torch.nn.functional")
+
+    def t(self, a: np.ndarray) -> Any:
+        if a.dtype == np.dtype(ml_dtypes.bfloat16):
+            return self.torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(self.torch.bfloat16)
+        return self.torch.from_numpy(np.ascontiguousarray(a))
+
+    def n(self, t: Any) -> np.ndarray:
+        if t.dtype == self.torch.bfloat16:
+            return np.asarray(t.contiguous().view(self.torch.int16).numpy()).view(ml_dtypes.bfloat16)
+        return np.asarray(t.numpy())
+
+    def check(self, actual: np.ndarray, expected: Any, scale: float = 1.0) -> None:
+        """``actual`` has torch's dtype and shape and agrees within the tolerance table (times ``scale``)."""
+        want = self.n(expected)
+        assert actual.dtype == want.dtype
+        assert actual.shape == want.shape
+        rtol, atol = tolerance(actual.dtype)
+        np.testing.assert_allclose(
+            actual.astype(np.float64), want.astype(np.float64), rtol=rtol * scale, atol=atol * scale
+        )
+
+
+@pytest.fixture(scope="session")
+def ref() -> TorchRef:
+    return TorchRef(load_torch())
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(20261130)
+
+
+def randn(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, scale: float = 1.0) -> np.ndarray:
+    return (rng.standard_normal(shape) * scale).astype(dtype)
+
+
+@pytest.fixture(scope="session")
+def make() -> Any:
+    """``make(rng, shape, dtype, scale=1.0)``: normal samples rounded once to ``dtype``."""
+    return randn

@@ -1,0 +1,146 @@
+"""conv2d (im2col + GEMM) agrees with torch for any geometry and names the argument that is wrong."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+
+DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")  # torch's own note
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "geometry",
+    [
+        {},
+        {"stride": 2, "padding": 1},
+        {"stride": (1, 2), "padding": (2, 0), "dilation": (2, 1)},
+        {"groups": 2, "padding": "same"},
+        {"groups": 4, "padding": "valid", "dilation": 2},
+    ],
+)
+def test_conv2d_matches_torch(ref: Any, make: Any, rng: Any, dtype: Any, geometry: dict[str, Any]) -> None:
+    groups = geometry.get("groups", 1)
+    x = make(rng, (2, 4, 9, 10), dtype)
+    w = make(rng, (8, 4 // groups, 3, 2), dtype, 0.3)
+    b = make(rng, (8,), dtype)
+    want = ref.F.conv2d(ref.t(x), ref.t(w), ref.t(b), **geometry)
+    ref.check(conv2d(x, w, b, **geometry), want)
+
+
+def test_unbatched_input_gives_unbatched_output(ref: Any, make: Any, rng: Any) -> None:
+    x, w = make(rng, (3, 6, 6), np.float32), make(rng, (5, 3, 3, 3), np.float32)
+    out = conv2d(x, w, padding=1)
+    assert out.shape == (5, 6, 6)
+    ref.check(out, ref.F.conv2d(ref.t(x), ref.t(w), padding=1))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 2),
+    groups=st.integers(1, 3),
+    cin_per=st.integers(1, 3),
+    cout_per=st.integers(1, 3),
+    kh=st.integers(1, 4),
+    kw=st.integers(1, 4),
+    sh=st.integers(1, 3),
+    sw=st.integers(1, 3),
+    ph=st.integers(0, 2),
+    pw=st.integers(0, 2),
+    dh=st.integers(1, 3),
+    dw=st.integers(1, 3),
+    extra_h=st.integers(0, 6),
+    extra_w=st.integers(0, 6),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_conv2d_geometry_property_against_torch(
+    ref: Any,
+    n: int,
+    groups: int,
+    cin_per: int,
+    cout_per: int,
+    kh: int,
+    kw: int,
+    sh: int,
+    sw: int,
+    ph: int,
+    pw: int,
+    dh: int,
+    dw: int,
+    extra_h: int,
+    extra_w: int,
+    bias: bool,
+    seed: int,
+) -> None:
+    r = np.random.default_rng(seed)
+    # smallest input the dilated kernel fits into, plus some slack
+    h = max(1, dh * (kh - 1) + 1 - 2 * ph) + extra_h
+    w_ = max(1, dw * (kw - 1) + 1 - 2 * pw) + extra_w
+    x = r.standard_normal((n, groups * cin_per, h, w_)).astype(np.float32)
+    w = r.standard_normal((groups * cout_per, cin_per, kh, kw)).astype(np.float32)
+    b = r.standard_normal(groups * cout_per).astype(np.float32) if bias else None
+    kwargs = {"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw), "groups": groups}
+    want = ref.F.conv2d(ref.t(x), ref.t(w), None if b is None else ref.t(b), **kwargs)
+    ref.check(conv2d(x, w, b, **kwargs), want)
+
+
+def test_conv2d_names_channels_versus_groups() -> None:
+    x = np.zeros((1, 5, 4, 4), np.float32)
+    w = np.zeros((4, 2, 3, 3), np.float32)
+    with pytest.raises(
+        ValueError, match=r"x has 5 channels .* in_channels = weight.shape\[1\] \* groups = 2 \* 2 = 4"
+    ):
+        conv2d(x, w, groups=2)
+    with pytest.raises(ValueError, match="weight's out_channels=4 must be divisible by groups=3"):
+        conv2d(np.zeros((1, 6, 4, 4), np.float32), w, groups=3)
+
+
+def test_conv2d_names_a_bad_weight_bias_or_input_rank() -> None:
+    x = np.zeros((1, 2, 4, 4), np.float32)
+    with pytest.raises(
+        ValueError, match=r"weight must be 4-D \(out_channels, in_channels / groups, kh, kw\)"
+    ):
+        conv2d(x, np.zeros((4, 2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"bias must have shape \(4,\), got \(3,\)"):
+        conv2d(x, np.zeros((4, 2, 3, 3), np.float32), np.zeros(3, np.float32))
+    with pytest.raises(
+        ValueError, match=r"x must be 3 or 4-D \(N, C, H, W\) or \(C, H, W\), got shape \(2, 4\)"
+    ):
+        conv2d(np.zeros((2, 4), np.float32), np.zeros((4, 2, 3, 3), np.float32))
+    with pytest.raises(TypeError, match="weight has dtype float64 but x has float32"):
+        conv2d(x, np.zeros((4, 2, 3, 3)))
+
+
+def test_conv2d_names_an_input_smaller_than_the_kernel() -> None:
+    with pytest.raises(ValueError, match=r"conv2d output would be 0x0: the input 2x2 .* dilated kernel 3x3"):
+        conv2d(np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 3, 3), np.float32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"stride": 0}, "stride must be >= 1 in both dims, got 0"),
+        ({"dilation": (1, 2, 3)}, r"dilation must be an int or a pair of ints, got \(1, 2, 3\)"),
+        ({"padding": -1}, "padding must be >= 0 in both dims, got -1"),
+        ({"padding": "full"}, "padding must be an int, a pair, 'valid' or 'same', got 'full'"),
+        ({"padding": "same", "stride": 2}, r"padding='same' needs stride 1, got stride \(2, 2\)"),
+        ({"groups": 0}, "groups must be a positive int, got 0"),
+    ],
+)
+def test_geometry_arguments_are_validated_by_name(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        conv2d_geometry((3, 3), **kwargs)
+
+
+def test_same_padding_puts_the_odd_pixel_at_the_bottom_right() -> None:
+    assert conv2d_geometry((4, 3), padding="same").padding == (1, 2, 1, 1)
+    assert conv2d_geometry((2, 2), padding="same", dilation=3).padding == (1, 2, 1, 2)

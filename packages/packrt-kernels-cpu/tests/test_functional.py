@@ -1,0 +1,184 @@
+"""Functional kernels agree with torch.nn.functional within the tolerance table, and refuse bad input."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from packrt_kernels_cpu.functional import (
+    embedding,
+    gelu,
+    layer_norm,
+    linear,
+    relu,
+    rms_norm,
+    sigmoid,
+    silu,
+    softmax,
+)
+from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, tolerance
+
+DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def test_tolerance_table_covers_every_float_dtype_and_names_the_gap() -> None:
+    assert set(KERNEL_TOLERANCES) == {"float64", "float32", "float16", "bfloat16"}
+    assert tolerance(np.float16) == KERNEL_TOLERANCES["float16"]
+    with pytest.raises(KeyError, match="no kernel tolerance for dtype int32"):
+        tolerance(np.int32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_matches_torch_and_keeps_the_input_dtype(
+    ref: Any, make: Any, rng: Any, dtype: Any, bias: bool
+) -> None:
+    x = make(rng, (2, 3, 16), dtype)
+    w = make(rng, (5, 16), dtype, 0.25)
+    b = make(rng, (5,), dtype) if bias else None
+    expected = ref.F.linear(ref.t(x), ref.t(w), None if b is None else ref.t(b))
+    ref.check(linear(x, w, b), expected)
+
+
+def test_linear_names_in_features_when_x_has_the_wrong_last_dim() -> None:
+    x = np.zeros((2, 7), np.float32)
+    w = np.zeros((3, 8), np.float32)
+    with pytest.raises(ValueError, match=r"in_features=8, got x of shape \(2, 7\)"):
+        linear(x, w)
+
+
+def test_linear_names_the_bias_shape_it_expected() -> None:
+    with pytest.raises(ValueError, match=r"bias must have shape \(3,\), got \(4,\)"):
+        linear(np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(4, np.float32))
+
+
+def test_linear_refuses_mixed_dtypes_and_non_float_input() -> None:
+    with pytest.raises(TypeError, match="weight has dtype float64 but x has float32"):
+        linear(np.zeros((1, 2), np.float32), np.zeros((3, 2), np.float64))
+    with pytest.raises(TypeError, match="x has dtype int64; expected one of"):
+        linear(np.zeros((1, 2), np.int64), np.zeros((3, 2), np.int64))
+    with pytest.raises(ValueError, match=r"weight must be 2-D \(out_features, in_features\)"):
+        linear(np.zeros((1, 2), np.float32), np.zeros(2, np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_embedding_gathers_the_rows_torch_gathers(ref: Any, make: Any, rng: Any, dtype: Any) -> None:
+    table = make(rng, (10, 4), dtype)
+    ids = rng.integers(0, 10, size=(3, 5))
+    ref.check(embedding(ids, table), ref.F.embedding(ref.t(ids), ref.t(table)), scale=0.0)
+
+
+@pytest.mark.parametrize("bad", [10, -1])
+def test_embedding_names_the_out_of_range_id_and_the_table_size(bad: int) -> None:
+    table = np.zeros((10, 4), np.float32)
+    ids = np.array([[1, 2], [bad, 3]])
+    with pytest.raises(IndexError, match=rf"embedding id {bad} at position \(1, 0\) .* table of 10 rows"):
+        embedding(ids, table)
+
+
+def test_embedding_refuses_float_ids_and_non_matrix_tables() -> None:
+    with pytest.raises(TypeError, match="ids must be an integer array, got dtype float32"):
+        embedding(np.zeros(2, np.float32), np.zeros((3, 4), np.float32))
+    with pytest.raises(ValueError, match=r"table must be 2-D"):
+        embedding(np.zeros(2, np.int64), np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_matches_torch(ref: Any, make: Any, rng: Any, dtype: Any, affine: bool) -> None:
+    x = make(rng, (2, 3, 4, 8), dtype, 3.0)
+    w = make(rng, (4, 8), dtype) if affine else None
+    b = make(rng, (4, 8), dtype) if affine else None
+    expected = ref.F.layer_norm(
+        ref.t(x), (4, 8), None if w is None else ref.t(w), None if b is None else ref.t(b)
+    )
+    ref.check(layer_norm(x, (4, 8), w, b), expected)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("eps", [None, 1e-3])
+def test_rms_norm_matches_torch_including_its_default_eps(
+    ref: Any, make: Any, rng: Any, dtype: Any, eps: float | None
+) -> None:
+    x = make(rng, (3, 6), dtype, 1e-3)  # tiny inputs make eps matter
+    w = make(rng, (6,), dtype)
+    ref.check(rms_norm(x, 6, w, eps), ref.F.rms_norm(ref.t(x), (6,), ref.t(w), eps))
+
+
+def test_norms_name_the_normalized_shape_that_does_not_fit() -> None:
+    x = np.zeros((2, 5), np.float32)
+    with pytest.raises(
+        ValueError, match=r"layer_norm: x's trailing dimensions must equal normalized_shape=\(4,\)"
+    ):
+        layer_norm(x, 4)
+    with pytest.raises(ValueError, match=r"rms_norm: .*normalized_shape=\(5, 5\), got x of shape \(5,\)"):
+        rms_norm(np.zeros(5, np.float32), (5, 5))
+    with pytest.raises(ValueError, match=r"weight must have shape \(5,\), got \(4,\)"):
+        layer_norm(x, 5, np.ones(4, np.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["relu", "silu", "sigmoid", "gelu", "gelu_tanh"])
+def test_activations_match_torch(ref: Any, make: Any, rng: Any, dtype: Any, name: str) -> None:
+    x = make(rng, (4, 64), dtype, 4.0)
+    x[0, :4] = np.array([-30.0, -12.0, 0.0, 30.0]).astype(dtype)  # tails and the kink
+    tx = ref.t(x)
+    got, want = {
+        "relu": (lambda: relu(x), lambda: ref.F.relu(tx)),
+        "silu": (lambda: silu(x), lambda: ref.F.silu(tx)),
+        "sigmoid": (lambda: sigmoid(x), lambda: ref.torch.sigmoid(tx)),
+        "gelu": (lambda: gelu(x), lambda: ref.F.gelu(tx)),
+        "gelu_tanh": (lambda: gelu(x, approximate="tanh"), lambda: ref.F.gelu(tx, approximate="tanh")),
+    }[name]
+    ref.check(got(), want())
+
+
+def test_activations_do_not_warn_on_extreme_inputs() -> None:
+    x = np.array([-1e4, -100.0, 100.0, 1e4], np.float32)
+    with np.errstate(over="raise", divide="raise", invalid="raise"):  # numpy warns on these by default
+        assert np.isfinite(silu(x)).all()
+        assert np.isfinite(gelu(x)).all()
+        out = sigmoid(x)
+    np.testing.assert_array_equal(out[[0, 2, 3]], [0.0, 1.0, 1.0])
+    assert 0.0 < out[1] < 1e-40  # exp(-100) survives as a float32 subnormal, not as an overflow
+
+
+def test_relu_keeps_nan_and_dtype() -> None:
+    out = relu(np.array([np.nan, -1.0, 2.0], BF16))
+    assert out.dtype == BF16
+    np.testing.assert_array_equal(out.astype(np.float32), [np.nan, 0.0, 2.0])
+
+
+def test_gelu_names_the_approximations_it_knows() -> None:
+    with pytest.raises(ValueError, match="gelu approximate must be 'none' or 'tanh', got 'erf'"):
+        gelu(np.zeros(2, np.float32), approximate="erf")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_softmax_matches_torch_on_every_dim(ref: Any, make: Any, rng: Any, dtype: Any, dim: int) -> None:
+    x = make(rng, (3, 5, 7), dtype, 5.0)
+    ref.check(softmax(x, dim), ref.F.softmax(ref.t(x), dim))
+
+
+def test_softmax_rows_sum_to_one_even_for_huge_logits() -> None:
+    x = np.array([[1e30, 1e30, -1e30], [1000.0, 999.0, 998.0]], np.float32)
+    out = softmax(x, -1)
+    np.testing.assert_allclose(out.sum(axis=-1), 1.0, rtol=1e-6)
+    np.testing.assert_allclose(out[0], [0.5, 0.5, 0.0])
+
+
+def test_softmax_of_an_all_masked_row_is_nan_like_torch() -> None:
+    out = softmax(np.array([[-np.inf, -np.inf], [0.0, -np.inf]], np.float32), -1)
+    assert np.isnan(out[0]).all()
+    np.testing.assert_array_equal(out[1], [1.0, 0.0])
+
+
+def test_softmax_names_a_dim_out_of_range() -> None:
+    with pytest.raises(IndexError, match=r"dim=2 is out of range for a 2-D array \(expected -2 to 1\)"):
+        softmax(np.zeros((2, 2), np.float32), 2)
+    np.testing.assert_array_equal(softmax(np.array(3.0, np.float32), 0), 1.0)
