@@ -109,8 +109,8 @@ def demo_smoke(session: nox.Session) -> None:
 def lint(session: nox.Session) -> None:
     """ruff and mypy over every package's sources and tests."""
     session.install(
-        "ruff>=0.6",
-        "mypy>=1.11",
+        "ruff==0.17.6",
+        "mypy==2.4.1",
         "numpy>=2.0",
         "ml_dtypes>=0.5",
         "threadpoolctl>=3.5",

@@ -56,9 +56,7 @@ def test_cuda_reports_unavailable_without_a_gpu() -> None:
 def test_asking_for_a_cuda_tensor_without_a_gpu_says_what_is_missing() -> None:
     if prt.cuda.is_available():
         pytest.skip("a GPU answered")
-    with pytest.raises(
-        DeviceUnavailableError, match=r"(cuda:0 is not available|no packrt backend serves cuda:0)"
-    ):
+    with pytest.raises(DeviceUnavailableError, match=r"(cuda:0 is not available|no packrt backend serves cuda:0)"):
         prt.zeros(2, device="cuda")
     with pytest.raises(DeviceUnavailableError, match="cuda:0"):
         prt.tensor([1.0]).cuda()

@@ -67,9 +67,7 @@ def test_a_device_type_without_a_backend_says_what_to_install() -> None:
         original = dispatch._discover
         dispatch._discover = lambda device_type: None  # type: ignore[assignment]
         try:
-            with pytest.raises(
-                DeviceUnavailableError, match=r"no packrt backend serves cuda:0.*packrt\[cuda\]"
-            ):
+            with pytest.raises(DeviceUnavailableError, match=r"no packrt backend serves cuda:0.*packrt\[cuda\]"):
                 dispatch.backend_for(prt.Device("cuda"))
         finally:
             dispatch._discover = original  # type: ignore[assignment]

@@ -54,9 +54,7 @@ def test_dtype_errors_are_packrt_errors_and_type_errors() -> None:
 
 
 def test_a_non_dtype_object_is_refused_with_what_was_expected() -> None:
-    with pytest.raises(
-        DTypeError, match="expected a packrt dtype, a DataType, a dtype name or a numpy dtype"
-    ):
+    with pytest.raises(DTypeError, match="expected a packrt dtype, a DataType, a dtype name or a numpy dtype"):
         as_dtype(object())
 
 

@@ -26,9 +26,7 @@ def broadcastable_pairs(draw: Any) -> tuple[np.ndarray, np.ndarray]:
     shapes = draw(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=4))
     elements = st.floats(-100, 100, width=32)
     a = draw(hnp.arrays(np.float32, shapes.input_shapes[0], elements=elements))
-    b = draw(
-        hnp.arrays(np.float32, shapes.input_shapes[1], elements=elements.filter(lambda x: abs(x) > 1e-3))
-    )
+    b = draw(hnp.arrays(np.float32, shapes.input_shapes[1], elements=elements.filter(lambda x: abs(x) > 1e-3)))
     return a, b
 
 
@@ -96,9 +94,7 @@ def test_shapes_that_do_not_broadcast_are_a_shape_error() -> None:
         prt.zeros(2, 3) + prt.zeros(4)
 
 
-@given(
-    m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), batch=st.sampled_from([(), (2,), (3, 1)])
-)
+@given(m=st.integers(1, 5), k=st.integers(1, 5), n=st.integers(1, 5), batch=st.sampled_from([(), (2,), (3, 1)]))
 def test_matmul_matches_numpy(m: int, k: int, n: int, batch: tuple[int, ...]) -> None:
     rng = np.random.default_rng(m * 100 + k * 10 + n)
     a = rng.standard_normal((*batch, m, k)).astype(np.float32)

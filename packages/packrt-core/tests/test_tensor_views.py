@@ -48,9 +48,7 @@ def test_view_refuses_a_layout_that_needs_a_copy() -> None:
 
 
 def test_reshape_to_a_different_size_names_both() -> None:
-    with pytest.raises(
-        ShapeError, match=r"cannot reshape a tensor of shape \(2, 3\) \(6 elements\) into \(4, 2\)"
-    ):
+    with pytest.raises(ShapeError, match=r"cannot reshape a tensor of shape \(2, 3\) \(6 elements\) into \(4, 2\)"):
         prt.zeros(2, 3).reshape(4, 2)
 
 
@@ -129,9 +127,7 @@ def test_copy_converts_dtype_and_broadcasts() -> None:
     t = prt.zeros(2, 2, dtype=prt.float16)
     t.copy_(prt.tensor([1, 2]))
     assert t.tolist() == [[1.0, 2.0], [1.0, 2.0]] and t.dtype is prt.float16 and t._version == 1
-    with pytest.raises(
-        ShapeError, match=r"copy_ needs a source that broadcasts to \(2, 2\), got shape \(3,\)"
-    ):
+    with pytest.raises(ShapeError, match=r"copy_ needs a source that broadcasts to \(2, 2\), got shape \(3,\)"):
         t.copy_(prt.zeros(3))
 
 

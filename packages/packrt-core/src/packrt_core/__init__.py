@@ -1,9 +1,9 @@
-"""packrt-core: Tensor, dtypes, devices, meta init (and, as they land, Module and the layers).
+"""packrt-core: Tensor, dtypes, devices, meta init, Module and the containers (layers as they land).
 
 Users normally ``import packrt``, which re-exports these names.
 """
 
-from packrt_core import cuda, errors
+from packrt_core import cuda, errors, nn
 from packrt_core.creation import (
     arange,
     empty,
@@ -39,6 +39,7 @@ from packrt_core.dtypes import (
 )
 from packrt_core.dtypes import float as float
 from packrt_core.meta import meta_init
+from packrt_core.revision import contract_revision, current_revision
 from packrt_core.tensor import Tensor
 
 bool = bool_
@@ -52,6 +53,8 @@ __all__ = [
     "arange",
     "bfloat16",
     "bool",
+    "contract_revision",
+    "current_revision",
     "cuda",
     "double",
     "dtype",
@@ -73,6 +76,7 @@ __all__ = [
     "long",
     "manual_seed",
     "meta_init",
+    "nn",
     "ones",
     "rand",
     "randn",

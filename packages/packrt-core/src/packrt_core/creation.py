@@ -58,9 +58,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
         if host.dtype == np.float64 and target is None and not isinstance(data, np.ndarray | np.generic):
             host = host.astype(np.float32)
         if host.dtype.kind in "OUSV":
-            raise DTypeError(
-                f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers"
-            )
+            raise DTypeError(f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers")
     if target is not None:
         host = host.astype(target.numpy)
     else:
@@ -99,13 +97,9 @@ def from_dlpack(obj: Any) -> Tensor:
         try:
             backend = dispatch.backend_for(device)
         except DeviceUnavailableError as err:
-            raise DLPackError(
-                f"the DLPack tensor lives on {device}, which packrt cannot reach: {err}"
-            ) from err
+            raise DLPackError(f"the DLPack tensor lives on {device}, which packrt cannot reach: {err}") from err
         return Tensor._make(backend.xp.from_dlpack(obj), device)
-    raise DLPackError(
-        f"the DLPack tensor lives on {name} (index {dev_index}); packrt reaches only cpu and cuda"
-    )
+    raise DLPackError(f"the DLPack tensor lives on {name} (index {dev_index}); packrt reaches only cpu and cuda")
 
 
 def _factory(size: tuple[Any, ...], dtype_: dtype, device: Any, fill: Any) -> Tensor:

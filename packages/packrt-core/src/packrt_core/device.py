@@ -31,9 +31,7 @@ class Device:
         elif isinstance(spec, str):
             dev_type, dev_index = _parse(spec, index)
         else:
-            raise DeviceError(
-                f"cannot read {spec!r} as a device: expected a Device or a string like 'cuda:0'"
-            )
+            raise DeviceError(f"cannot read {spec!r} as a device: expected a Device or a string like 'cuda:0'")
         object.__setattr__(self, "type", dev_type)
         object.__setattr__(self, "index", dev_index)
 
@@ -56,9 +54,7 @@ class Device:
 
     def __repr__(self) -> str:
         return (
-            f"device(type={self.type!r})"
-            if self.index is None
-            else f"device(type={self.type!r}, index={self.index})"
+            f"device(type={self.type!r})" if self.index is None else f"device(type={self.type!r}, index={self.index})"
         )
 
     def __reduce__(self) -> tuple[Any, tuple[str]]:
@@ -71,9 +67,7 @@ def _parse(spec: str, index: int | None) -> tuple[str, int | None]:
         raise DeviceError(f"malformed device string {spec!r}: expected 'cpu', 'cuda' or 'cuda:<index>'")
     dev_type = match["type"]
     if dev_type not in _KNOWN_TYPES:
-        raise DeviceError(
-            f"unknown device type {dev_type!r} in {spec!r}: expected one of {', '.join(_KNOWN_TYPES)}"
-        )
+        raise DeviceError(f"unknown device type {dev_type!r} in {spec!r}: expected one of {', '.join(_KNOWN_TYPES)}")
     parsed = int(match["index"]) if match["index"] is not None else None
     if parsed is not None and index is not None:
         raise DeviceError(f"Device({spec!r}, {index}) gives the index twice")

@@ -148,8 +148,7 @@ def from_numpy_dtype(np_dtype: np.dtype[Any]) -> dtype:
     found = _BY_NUMPY.get(np_dtype)
     if found is None:
         raise DTypeError(
-            f"numpy dtype {np_dtype} has no packrt counterpart: packrt holds "
-            f"{', '.join(d.name for d in ALL_DTYPES)}"
+            f"numpy dtype {np_dtype} has no packrt counterpart: packrt holds {', '.join(d.name for d in ALL_DTYPES)}"
         )
     return found
 
@@ -182,9 +181,7 @@ def scalar_category(value: Any) -> int:
         return 1
     if isinstance(value, builtins.float | np.floating):
         return 2
-    raise DTypeError(
-        f"cannot compute with a {type(value).__name__} ({value!r}): expected a tensor or a number"
-    )
+    raise DTypeError(f"cannot compute with a {type(value).__name__} ({value!r}): expected a tensor or a number")
 
 
 def promote_with_scalar(t: dtype, value: Any) -> dtype:

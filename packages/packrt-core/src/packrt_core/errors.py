@@ -41,6 +41,21 @@ class DLPackError(PackrtError, TypeError):
     """A DLPack exchange was asked for that the two sides cannot make."""
 
 
+class RegistrationError(PackrtError, KeyError):
+    """A parameter, buffer or child name is malformed or taken by another kind of attribute."""
+
+    def __str__(self) -> str:  # KeyError would print the message quoted
+        return str(self.args[0]) if self.args else ""
+
+
+class ModuleInitError(PackrtError, AttributeError):
+    """A module was used before ``super().__init__()`` ran in its ``__init__``."""
+
+
+class ModulePathError(PackrtError, AttributeError):
+    """A dotted path (``get_submodule("encoder.layers.3")``) names nothing, or the wrong kind of thing."""
+
+
 class StateDictError(PackrtError, RuntimeError):
     """``load_state_dict`` refused a checkpoint (keys, shapes, dtypes, storage)."""
 
@@ -60,6 +75,9 @@ __all__ = [
     "DeviceError",
     "DeviceUnavailableError",
     "IndexingError",
+    "ModuleInitError",
+    "ModulePathError",
+    "RegistrationError",
     "PackrtError",
     "ResidencyError",
     "ShapeError",

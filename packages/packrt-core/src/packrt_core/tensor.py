@@ -250,9 +250,7 @@ class Tensor(TensorOps):
                     "bfloat16 tensors cannot leave through DLPack: numpy (packrt's CPU storage) cannot "
                     "export bfloat16; convert first with .float(), or share through .numpy()"
                 ) from err
-            raise DLPackError(
-                f"DLPack export of a {self._dtype.name} tensor on {self._device} failed: {err}"
-            ) from err
+            raise DLPackError(f"DLPack export of a {self._dtype.name} tensor on {self._device} failed: {err}") from err
 
     def __dlpack_device__(self) -> tuple[int, int]:
         if self._data is not None:
@@ -264,9 +262,7 @@ class Tensor(TensorOps):
 
     def item(self) -> Any:
         if self.numel() != 1:
-            raise ShapeError(
-                f"item() needs a tensor with exactly one element, this one has shape {self._shape}"
-            )
+            raise ShapeError(f"item() needs a tensor with exactly one element, this one has shape {self._shape}")
         return self._backend.to_host(self._array()).reshape(()).item()
 
     def __len__(self) -> int:
@@ -282,9 +278,7 @@ class Tensor(TensorOps):
 
     def __bool__(self) -> bool:
         if self.numel() != 1:
-            raise ShapeError(
-                f"the truth value of a tensor of shape {self._shape} is ambiguous: use .any() or .all()"
-            )
+            raise ShapeError(f"the truth value of a tensor of shape {self._shape} is ambiguous: use .any() or .all()")
         return bool(self.item())
 
     def __float__(self) -> float:
@@ -444,16 +438,12 @@ class Tensor(TensorOps):
         target = list(_shape_of(sizes))
         offset = len(target) - self.ndim
         if offset < 0:
-            raise ShapeError(
-                f"expand{tuple(target)} has fewer dimensions than the tensor's shape {self._shape}"
-            )
+            raise ShapeError(f"expand{tuple(target)} has fewer dimensions than the tensor's shape {self._shape}")
         for i, s in enumerate(self._shape):
             if target[offset + i] == -1:
                 target[offset + i] = s
             elif s != 1 and s != target[offset + i]:
-                raise ShapeError(
-                    f"cannot expand shape {self._shape} to {tuple(target)}: dimension {i} has size {s}"
-                )
+                raise ShapeError(f"cannot expand shape {self._shape} to {tuple(target)}: dimension {i} has size {s}")
         out = self._backend.xp.broadcast_to(data, tuple(target))
         return Tensor._make(out, self._device, self._dtype, self._lineage)
 
@@ -465,9 +455,7 @@ class Tensor(TensorOps):
         for item in items:
             if isinstance(item, Tensor):
                 if item._device != self._device:
-                    raise DeviceError(
-                        f"index tensor is on {item._device}, the indexed tensor on {self._device}"
-                    )
+                    raise DeviceError(f"index tensor is on {item._device}, the indexed tensor on {self._device}")
                 converted.append(item._array())
                 basic = False
             elif item is None or item is Ellipsis or isinstance(item, int | slice | np.integer):
@@ -485,9 +473,7 @@ class Tensor(TensorOps):
         try:
             out = data[idx]
         except IndexError as err:
-            raise IndexingError(
-                f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}"
-            ) from err
+            raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
         return Tensor._make(out, self._device, self._dtype, self._lineage if basic else None)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -497,13 +483,10 @@ class Tensor(TensorOps):
         try:
             self._backend.setitem(data, idx, src)
         except IndexError as err:
-            raise IndexingError(
-                f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}"
-            ) from err
+            raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
         except ValueError as err:
             raise ShapeError(
-                f"cannot assign a value of shape {np.shape(src)} to tensor{list(self._shape)}"
-                f"[{index!r}]: {err}"
+                f"cannot assign a value of shape {np.shape(src)} to tensor{list(self._shape)}[{index!r}]: {err}"
             ) from err
         self._bump()
 

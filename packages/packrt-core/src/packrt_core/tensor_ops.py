@@ -86,9 +86,7 @@ class TensorOps:
         """The array or Python number ``other`` contributes, on this tensor's device."""
         if isinstance(other, TensorOps):
             if other._device != self._device:
-                raise DeviceError(
-                    f"{what}: tensors on {self._device} and {other._device} cannot meet; move one first"
-                )
+                raise DeviceError(f"{what}: tensors on {self._device} and {other._device} cannot meet; move one first")
             return other._array()
         if isinstance(other, _NUMBER):
             return other
@@ -102,9 +100,7 @@ class TensorOps:
             other = self._wrap(other)
         if isinstance(other, TensorOps):
             if other._device != self._device:
-                raise DeviceError(
-                    f"{op}: tensors on {self._device} and {other._device} cannot meet; move one first"
-                )
+                raise DeviceError(f"{op}: tensors on {self._device} and {other._device} cannot meet; move one first")
             b = other._array()
             target = promote_types(self._dtype, other._dtype)
             if other._dtype is not target:
@@ -290,9 +286,7 @@ class TensorOps:
             raise ShapeError(f"argmax() of an empty tensor (shape {self._shape}) has no value")
         if dim is None:
             return self._wrap(self._backend.reduce("argmax", data.reshape(-1), 0, False).astype(np.int64))
-        return self._wrap(
-            self._backend.reduce("argmax", data, _dim(dim, self.ndim), keepdim).astype(np.int64)
-        )
+        return self._wrap(self._backend.reduce("argmax", data, _dim(dim, self.ndim), keepdim).astype(np.int64))
 
     def any(self) -> Tensor:
         return self._wrap(self._backend.reduce("any", self._array(), None, False))

@@ -64,10 +64,7 @@ def call_with_hooks(
         output = forward(*args, **kwargs)
         for entry in forward_entries:
             done += 1
-            if entry.with_kwargs:
-                result = entry.hook(module, args, kwargs, output)
-            else:
-                result = entry.hook(module, args, output)
+            result = entry.hook(module, args, kwargs, output) if entry.with_kwargs else entry.hook(module, args, output)
             if result is not None:
                 output = result
         return output
@@ -101,9 +98,7 @@ def _run_while_unwinding(
         _unwinding.error = outer
 
 
-def _split_args_kwargs(
-    result: object, entry: HookEntry, module: object
-) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _split_args_kwargs(result: object, entry: HookEntry, module: object) -> tuple[tuple[Any, ...], dict[str, Any]]:
     if (
         isinstance(result, tuple)
         and len(result) == 2

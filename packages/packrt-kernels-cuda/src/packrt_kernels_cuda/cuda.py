@@ -66,7 +66,7 @@ class CudaBackend(ArrayBackend):
             return self.xp.arange(start, stop, step, dtype=dtype)
 
     def to_host(self, a: Any) -> np.ndarray:
-        return self.xp.asnumpy(a)
+        return np.asarray(self.xp.asnumpy(a))
 
     def from_host(self, a: np.ndarray, index: int = 0) -> Any:
         with self._on(index):

@@ -1,14 +1,90 @@
 """packrt: a small inference runtime with a documented Module contract.
 
-This meta-package re-exports the public API of the packrt distributions under one name.
+This meta-package re-exports the public API of the packrt distributions under one name:
+tensors and dtypes from packrt-core at the top level, and the submodules ``packrt.nn``,
+``packrt.hooks``, ``packrt.errors`` and ``packrt.cuda``.
 """
 
-from packrt import cuda as cuda
-from packrt import errors as errors
-from packrt_core import *  # noqa: F403 - the meta-package's job is to re-export
-from packrt_core import __all__ as _core_all
-from packrt_core import bool as bool
-from packrt_core import float as float
+from packrt import cuda, errors, hooks, nn
+from packrt_core import (
+    DataType,
+    Device,
+    Tensor,
+    arange,
+    bfloat16,
+    contract_revision,
+    current_revision,
+    double,
+    dtype,
+    empty,
+    float16,
+    float32,
+    float64,
+    from_dlpack,
+    from_numpy,
+    full,
+    get_num_threads,
+    half,
+    int8,
+    int16,
+    int32,
+    int64,
+    long,
+    manual_seed,
+    meta_init,
+    ones,
+    rand,
+    randn,
+    set_num_threads,
+    tensor,
+    uint8,
+    zeros,
+)
+from packrt_core import (
+    bool as bool,
+)
+from packrt_core import (
+    float as float,
+)
 
 __version__ = "0.1.0"
-__all__ = [*_core_all]
+__all__ = [
+    "cuda",
+    "errors",
+    "hooks",
+    "nn",
+    "arange",
+    "bfloat16",
+    "bool",
+    "contract_revision",
+    "current_revision",
+    "DataType",
+    "Device",
+    "double",
+    "dtype",
+    "empty",
+    "float",
+    "float16",
+    "float32",
+    "float64",
+    "from_dlpack",
+    "from_numpy",
+    "full",
+    "get_num_threads",
+    "half",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
+    "long",
+    "manual_seed",
+    "meta_init",
+    "ones",
+    "rand",
+    "randn",
+    "set_num_threads",
+    "Tensor",
+    "tensor",
+    "uint8",
+    "zeros",
+]

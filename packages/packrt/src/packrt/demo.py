@@ -24,11 +24,7 @@ def dtype_tour(n: int) -> list[list[str]]:
     """One row per dtype: shape, bytes, whether numpy and DLPack views share memory."""
     rows = []
     for dt in _all_dtypes():
-        t = (
-            packrt.arange(n, dtype=packrt.int64).to(dt)
-            if dt is not packrt.bool
-            else packrt.arange(n) % 2 == 0
-        )
+        t = packrt.arange(n, dtype=packrt.int64).to(dt) if dt is not packrt.bool else packrt.arange(n) % 2 == 0
         view = t.numpy()
         shared = np.shares_memory(view, np.asarray(t))
         try:
