@@ -45,9 +45,7 @@ class FakeModule:
         with_kwargs: bool = False,
         always_call: bool = False,
     ) -> RemovableHandle:
-        return self._forward_hooks.add(
-            hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call
-        )
+        return self._forward_hooks.add(hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not (self._forward_pre_hooks or self._forward_hooks):

@@ -65,10 +65,7 @@ def test_a_call_that_raises_is_recorded_with_its_error() -> None:
     with trace_shapes(net) as trace, pytest.raises(ValueError, match="forward failed on purpose"):
         net(np.ones(3))
     assert [r.error for r in trace.records] == ["ValueError: forward failed on purpose"] * 2
-    assert (
-        str(trace).splitlines()[1]
-        == "  bad (Raises): (float64[3],) -> raised ValueError: forward failed on purpose"
-    )
+    assert str(trace).splitlines()[1] == "  bad (Raises): (float64[3],) -> raised ValueError: forward failed on purpose"
 
 
 def test_str_of_the_trace_is_the_indented_call_tree_and_clear_empties_it() -> None:

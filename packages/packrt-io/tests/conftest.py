@@ -59,9 +59,7 @@ def as_bytes() -> Callable[[np.ndarray[Any, Any]], bytes]:
     return raw_bytes
 
 
-def sample_array(
-    dtype: np.dtype[Any], shape: tuple[int, ...] = (3, 5), seed: int = 0
-) -> np.ndarray[Any, Any]:
+def sample_array(dtype: np.dtype[Any], shape: tuple[int, ...] = (3, 5), seed: int = 0) -> np.ndarray[Any, Any]:
     """Random bit patterns of ``dtype`` (for floats: NaN payloads, infinities, -0.0, subnormals too)."""
     rng = np.random.default_rng(seed)
     count = int(np.prod(shape))
@@ -120,3 +118,107 @@ def torch() -> ModuleType:
             pytest.fail("torch is required (PACKRT_REQUIRE_TORCH=1) but cannot be imported")
         pytest.skip("torch is not installed")
     return torch_module
+
+
+class IncompatibleKeys:
+    """What a fake load returns, shaped like the contract's ``_IncompatibleKeys``."""
+
+    def __init__(self, missing_keys: list[str], unexpected_keys: list[str]) -> None:
+        self.missing_keys = missing_keys
+        self.unexpected_keys = unexpected_keys
+
+
+class FakeModule:
+    """A flat stand-in for ``packrt.nn.Module``'s state contract, for checkpoint tests.
+
+    ``tensors`` maps dotted names to packrt Tensors; ``ties`` adds alias -> name slots that hold the
+    same object; ``extra`` maps a module path ('' for the root) to its extra state. state_dict lists a
+    tied tensor once (under its first name); load_state_dict is transactional and binds the incoming
+    objects with ``assign=True``, so one object under two keys becomes a tie.
+    """
+
+    def __init__(
+        self,
+        tensors: dict[str, Any],
+        ties: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        self.slots: dict[str, Any] = dict(tensors)
+        for alias, primary in (ties or {}).items():
+            self.slots[alias] = self.slots[primary]
+        self.extra: dict[str, Any] = dict(extra or {})
+        self.load_calls: list[dict[str, Any]] = []
+
+    @staticmethod
+    def _extra_key(path: str) -> str:
+        return f"{path}._extra_state" if path else "_extra_state"
+
+    def state_dict(
+        self, *, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = {} if destination is None else destination
+        seen: set[int] = set()
+        for name, tensor in self.slots.items():
+            if id(tensor) not in seen:
+                seen.add(id(tensor))
+                out[prefix + name] = tensor
+        for path, value in self.extra.items():
+            out[prefix + self._extra_key(path)] = value
+        return out
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Any:
+        seen: set[int] = set()
+        for name, tensor in self.slots.items():
+            if remove_duplicate and id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+            yield prefix + name, tensor
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True) -> Any:
+        yield from ()
+
+    def load_state_dict(
+        self,
+        state_dict: Any,
+        strict: bool = True,
+        assign: bool = False,
+        *,
+        pack: bool = False,
+        weight_residency: Any = None,
+    ) -> IncompatibleKeys:
+        from packrt_core.errors import StateDictError
+
+        self.load_calls.append({"strict": strict, "assign": assign, "pack": pack, "weight_residency": weight_residency})
+        own = self.state_dict()
+        accepted = set(self.slots) | set(own)
+        missing = [key for key in own if key not in state_dict]
+        unexpected = sorted(key for key in state_dict if key not in accepted)
+        if strict and (missing or unexpected):
+            raise StateDictError(f"missing keys {missing}, unexpected keys {unexpected}")
+        for key, value in state_dict.items():
+            if key in self.slots and tuple(value.shape) != tuple(self.slots[key].shape):
+                raise StateDictError(
+                    f"size mismatch for {key!r}: checkpoint {tuple(value.shape)}, module {tuple(self.slots[key].shape)}"
+                )
+        # Validated: now commit.
+        for path in list(self.extra):
+            if self._extra_key(path) in state_dict:
+                self.extra[path] = state_dict[self._extra_key(path)]
+        for name in list(self.slots):
+            if name not in state_dict:
+                continue
+            if assign:
+                old = self.slots[name]
+                for other, tensor in self.slots.items():
+                    if tensor is old and other not in state_dict:
+                        self.slots[other] = state_dict[name]
+                self.slots[name] = state_dict[name]
+            else:
+                self.slots[name].numpy()[...] = state_dict[name].numpy()
+        return IncompatibleKeys(missing, unexpected)
+
+
+@pytest.fixture
+def fake_module() -> type[FakeModule]:
+    """The FakeModule class (a stand-in for packrt.nn.Module's state contract)."""
+    return FakeModule

@@ -74,9 +74,7 @@ def test_a_header_that_is_not_utf8_is_refused(write_raw: RawWriter) -> None:
     ],
     ids=["cut-json", "nan-constant", "array", "string", "leading-space", "empty", "deep-nesting"],
 )
-def test_a_header_that_is_not_a_json_object_is_refused(
-    write_raw: RawWriter, header: bytes, pattern: str
-) -> None:
+def test_a_header_that_is_not_a_json_object_is_refused(write_raw: RawWriter, header: bytes, pattern: str) -> None:
     _refused(write_raw(header, pad=header != b""), pattern)
 
 
@@ -188,9 +186,7 @@ def test_truncated_data_names_the_tensor_that_runs_off_the_end(tmp_path: Path) -
     ],
     ids=["integer", "array-value", "null-value", "array", "string"],
 )
-def test_metadata_that_is_not_string_to_string_is_refused(
-    write_raw: RawWriter, metadata: Any, pattern: str
-) -> None:
+def test_metadata_that_is_not_string_to_string_is_refused(write_raw: RawWriter, metadata: Any, pattern: str) -> None:
     path = write_raw({"__metadata__": metadata})
     _refused(path, re.escape(pattern))
     with pytest.raises(CheckpointError, match="metadata"):

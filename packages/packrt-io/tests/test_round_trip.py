@@ -44,9 +44,7 @@ def test_every_supported_dtype_round_trips_bit_exactly(
 
 def test_float_nan_payloads_and_negative_zero_survive(tmp_path: Path, as_bytes: AsBytes) -> None:
     patterns = {
-        "f64": np.array([0x8000000000000000, 0x7FF0000000000001, 0xFFF8000000001234], np.uint64).view(
-            np.float64
-        ),
+        "f64": np.array([0x8000000000000000, 0x7FF0000000000001, 0xFFF8000000001234], np.uint64).view(np.float64),
         "f32": np.array([0x80000000, 0x7F800001, 0xFFC01234], np.uint32).view(np.float32),
         "f16": np.array([0x8000, 0x7C01, 0xFE34], np.uint16).view(np.float16),
         "bf16": np.array([0x8000, 0x7F81, 0xFFC3], np.uint16).view(ml_dtypes.bfloat16),
@@ -68,10 +66,7 @@ def test_float_nan_payloads_and_negative_zero_survive(tmp_path: Path, as_bytes: 
 def test_save_writes_the_same_bytes_as_the_safetensors_library(
     tmp_path: Path, file_dtypes: dict[str, np.dtype[Any]], sample: Sample
 ) -> None:
-    arrays = {
-        f"k{i:02d}_{name}": sample(dtype, (2, 3), seed=i)
-        for i, (name, dtype) in enumerate(file_dtypes.items())
-    }
+    arrays = {f"k{i:02d}_{name}": sample(dtype, (2, 3), seed=i) for i, (name, dtype) in enumerate(file_dtypes.items())}
     arrays["scalar"] = np.array(2.5, np.float32)
     arrays["empty"] = np.zeros((0, 4), np.int16)
     path = tmp_path / "same.safetensors"

@@ -24,13 +24,9 @@ from packrt_io import _writer
     [np.zeros(2, np.complex64), np.zeros(2, np.longdouble), np.array(["a"]), np.array([object()])],
     ids=["complex64", "longdouble", "str", "object"],
 )
-def test_a_dtype_the_format_cannot_hold_is_refused_by_name(
-    tmp_path: Path, array: np.ndarray[Any, Any]
-) -> None:
+def test_a_dtype_the_format_cannot_hold_is_refused_by_name(tmp_path: Path, array: np.ndarray[Any, Any]) -> None:
     path = tmp_path / "bad.safetensors"
-    with pytest.raises(
-        DTypeError, match=f"tensor 'x' has dtype {array.dtype} which safetensors cannot store"
-    ):
+    with pytest.raises(DTypeError, match=f"tensor 'x' has dtype {array.dtype} which safetensors cannot store"):
         packrt_io.save_file({"x": array}, path)
     assert not path.exists()
     assert list(tmp_path.iterdir()) == []
@@ -58,9 +54,7 @@ def test_metadata_must_map_strings_to_strings(tmp_path: Path, metadata: Any, pat
 
 
 def test_values_must_be_arrays_or_tensors(tmp_path: Path) -> None:
-    with pytest.raises(
-        CheckpointError, match="tensor 'w' is a list; save_file takes packrt Tensors or numpy"
-    ):
+    with pytest.raises(CheckpointError, match="tensor 'w' is a list; save_file takes packrt Tensors or numpy"):
         packrt_io.save_file({"w": [1.0, 2.0]}, tmp_path / "list.safetensors")  # type: ignore[dict-item]
 
 

@@ -37,9 +37,7 @@ def test_a_torch_written_file_loads_with_identical_values(
     generator = torch.Generator().manual_seed(0)
     tensors = {}
     for name, attr in _TORCH_NAMES.items():
-        raw = torch.randint(
-            0, 256, (3, 4 * file_dtypes[name].itemsize), generator=generator, dtype=torch.uint8
-        )
+        raw = torch.randint(0, 256, (3, 4 * file_dtypes[name].itemsize), generator=generator, dtype=torch.uint8)
         tensors[f"t_{name}"] = (raw % 2).bool() if name == "BOOL" else raw.view(getattr(torch, attr))
     tensors["scalar"] = torch.tensor(1.25)
     path = tmp_path / "torch.safetensors"

@@ -43,19 +43,32 @@ _DLPACK_DEVICE = {"cpu": 1, "cuda": 2}
 
 
 class _Lineage:
-    """The version counter a tensor shares with its views."""
+    """The version counter a tensor shares with its views.
 
-    __slots__ = ("__weakref__", "version")
+    An in-place write runs inside ``with lineage:``, which counts it as in progress and bumps
+    the version when it ends; a layer building a pack from the storage checks both (a
+    seqlock) so it never packs half of an edit.
+    """
+
+    __slots__ = ("__weakref__", "version", "writers")
 
     def __init__(self) -> None:
         self.version = 0
+        self.writers = 0
+
+    def __enter__(self) -> None:
+        self.writers += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.writers -= 1
+        self.version += 1
 
 
 class Tensor(TensorOps):
     """An n-dimensional array on a device. Make one with ``packrt.tensor``, the factory
     functions or ``packrt.from_numpy``; ``Tensor(t)`` shares ``t``'s storage."""
 
-    __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_lineage", "_shape")
+    __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_lineage", "_shape", "_source")
     __array_ufunc__ = None  # ndarray <op> Tensor defers to the Tensor's reflected op
 
     _data: Any
@@ -63,6 +76,7 @@ class Tensor(TensorOps):
     _dtype: DType
     _lineage: _Lineage
     _shape: tuple[int, ...]
+    _source: Any  # holds the values while a layer's pack stands in for dropped raw storage
 
     def __init__(self, data: Any) -> None:
         if isinstance(data, Tensor):
@@ -89,6 +103,7 @@ class Tensor(TensorOps):
         obj._dtype = dtype_ if dtype_ is not None else from_numpy_dtype(data.dtype)
         obj._lineage = lineage if lineage is not None else _Lineage()
         obj._shape = tuple(data.shape) if data is not None else (shape or ())
+        obj._source = None
         return obj
 
     def _adopt(self, other: Tensor) -> None:
@@ -97,6 +112,7 @@ class Tensor(TensorOps):
         self._dtype = other._dtype
         self._lineage = other._lineage
         self._shape = other._shape
+        self._source = other._source
 
     def _wrap(self, data: Any) -> Tensor:
         """A new tensor (own lineage) on this tensor's device."""
@@ -116,6 +132,7 @@ class Tensor(TensorOps):
         self._dtype = from_numpy_dtype(data.dtype)
         self._shape = tuple(data.shape)
         self._lineage = _Lineage()
+        self._source = None
 
     def _declare(self, shape: tuple[int, ...], dtype_: DType, device: Device) -> None:
         """Make this object storage-free with the given geometry (a new lineage)."""
@@ -124,6 +141,21 @@ class Tensor(TensorOps):
         self._dtype = dtype_
         self._device = device
         self._lineage = _Lineage()
+        self._source = None
+
+    def _drop(self, source: Any) -> None:
+        """Release this tensor's storage while ``source.rebuild()`` can give its values back
+        (a layer packed under ``packed`` residency). Reads rebuild; an in-place write
+        restores the storage first. Neither counts as a write."""
+        self._data = None
+        self._source = source
+
+    def _restore(self) -> Any:
+        """Bring dropped storage back (a no-op when the tensor holds its storage)."""
+        if self._data is None and self._source is not None:
+            self._data = self._source.rebuild()
+            self._source = None
+        return self._data
 
     # -- storage ---------------------------------------------------------------------
     @property
@@ -134,6 +166,8 @@ class Tensor(TensorOps):
         """The storage, or StorageFreeError when there is none to read."""
         data = self._data
         if data is None:
+            if self._source is not None:
+                return self._source.rebuild()
             raise StorageFreeError(
                 f"cannot read a storage-free tensor (shape {self._shape}, {self._dtype.name}, declared under "
                 "meta_init): give it values with load_state_dict(..., assign=True) or storage with to_empty()"
@@ -141,7 +175,7 @@ class Tensor(TensorOps):
         return data
 
     def _writable(self, what: str) -> Any:
-        data = self._data
+        data = self._data if self._source is None else self._restore()
         if data is None:
             raise StorageFreeError(
                 f"{what} cannot write into a storage-free tensor (shape {self._shape}, {self._dtype.name}): "
@@ -154,9 +188,6 @@ class Tensor(TensorOps):
             )
         return data
 
-    def _bump(self) -> None:
-        self._lineage.version += 1
-
     @property
     def _version(self) -> int:
         """How many in-place writes this tensor's lineage has seen."""
@@ -165,11 +196,11 @@ class Tensor(TensorOps):
     @property
     def has_storage(self) -> bool:
         """False for a storage-free tensor declared under meta init."""
-        return self._data is not None
+        return self._data is not None or self._source is not None
 
     @property
     def storage_nbytes(self) -> int:
-        """Bytes of storage this tensor holds: 0 when storage-free."""
+        """Bytes of storage this tensor holds: 0 when storage-free (or while a pack holds its values)."""
         return 0 if self._data is None else int(self._data.nbytes)
 
     # -- geometry ----------------------------------------------------------------------
@@ -304,9 +335,9 @@ class Tensor(TensorOps):
     def _placed(self, device: Device, dtype_: DType) -> Any:
         """This tensor's storage converted to ``dtype_`` on ``device``: always new storage
         (None for a storage-free tensor, which re-declares there)."""
-        data = self._data
-        if data is None:
+        if not self.has_storage:
             return None
+        data = self._array()
         src = self._backend
         if device == self._device:
             return src.astype(data, dtype_.numpy) if dtype_ is not self._dtype else src.copy(data)
@@ -338,12 +369,15 @@ class Tensor(TensorOps):
 
     def clone(self) -> Tensor:
         """A copy with its own storage and lineage (storage-free stays storage-free)."""
-        if self._data is None:
+        if not self.has_storage:
             return Tensor._make(None, self._device, self._dtype, shape=self._shape)
-        return self._wrap(self._backend.copy(self._data))
+        return self._wrap(self._backend.copy(self._array()))
 
     def detach(self) -> Tensor:
-        """A plain tensor sharing this one's storage and lineage."""
+        """A plain tensor sharing this one's storage and lineage (while a pack holds the values,
+        a tensor rebuilt from it, sharing nothing)."""
+        if self._data is None and self._source is not None:
+            return self._wrap(self._array())
         return Tensor._make(self._data, self._device, self._dtype, self._lineage, self._shape)
 
     def contiguous(self) -> Tensor:
@@ -355,8 +389,9 @@ class Tensor(TensorOps):
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        data = None if self._data is None else self._backend.copy(self._data)
+        data = self._backend.copy(self._array()) if self.has_storage else None
         new._data = data
+        new._source = None
         new._device = self._device
         new._dtype = self._dtype
         new._shape = self._shape
@@ -481,28 +516,29 @@ class Tensor(TensorOps):
         idx, _ = self._index(index)
         src = self._operand(value, "index assignment")
         try:
-            self._backend.setitem(data, idx, src)
+            with self._lineage:
+                self._backend.setitem(data, idx, src)
         except IndexError as err:
             raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
         except ValueError as err:
             raise ShapeError(
                 f"cannot assign a value of shape {np.shape(src)} to tensor{list(self._shape)}[{index!r}]: {err}"
             ) from err
-        self._bump()
 
     # -- repr ------------------------------------------------------------------------------
     def __repr__(self) -> str:
         extras = []
-        if self._data is None:
+        free = not self.has_storage
+        if free:
             body = "..."
             extras.append(f"size={self._shape}")
         else:
-            host = self._backend.to_host(self._data)
+            host = self._backend.to_host(self._array())
             body = np.array2string(host, separator=", ", prefix="tensor(", threshold=1000)
         if self._device != CPU:
             extras.append(f"device='{self._device}'")
-        if self._dtype not in _DEFAULT_SHOWN or (self._data is None and self._dtype is not float32):
+        if self._dtype not in _DEFAULT_SHOWN or (free and self._dtype is not float32):
             extras.append(f"dtype={self._dtype!r}")
-        if self._data is None:
+        if free:
             extras.append("storage_free=True")
         return "tensor(" + ", ".join([body, *extras]) + ")"

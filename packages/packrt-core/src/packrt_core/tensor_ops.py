@@ -27,7 +27,7 @@ from packrt_core.dtypes import (
 from packrt_core.errors import DeviceError, DTypeError, IndexingError, ShapeError
 
 if TYPE_CHECKING:
-    from packrt_core.tensor import Tensor
+    from packrt_core.tensor import Tensor, _Lineage
 
 _NUMBER = (int, float, bool, np.number, np.bool_)
 _COMPARISONS = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
@@ -78,7 +78,11 @@ class TensorOps:
         def numel(self) -> int: ...
         def _array(self) -> Any: ...
         def _writable(self, what: str) -> Any: ...
-        def _bump(self) -> None: ...
+
+        _lineage: _Lineage
+
+        @property
+        def has_storage(self) -> bool: ...
         def _wrap(self, data: Any) -> Tensor: ...
 
     # -- arithmetic ------------------------------------------------------------------------
@@ -323,8 +327,8 @@ class TensorOps:
             src = self._backend.binary("mul", src, alpha)
         if src_dtype is not None and src_dtype is not self._dtype:
             src = src.astype(self._dtype.numpy)  # same category: meet in the destination's dtype
-        self._backend.inplace(op, dst, src)
-        self._bump()
+        with self._lineage:
+            self._backend.inplace(op, dst, src)
         return self
 
     def add_(self, other: Any, *, alpha: Any = None) -> Self:
@@ -352,15 +356,16 @@ class TensorOps:
         shape = np.shape(values)
         if shape != self._shape and not _broadcasts_to(shape, self._shape):
             raise ShapeError(f"copy_ needs a source that broadcasts to {self._shape}, got shape {shape}")
-        self._backend.copy_into(dst, values)
-        self._bump()
+        with self._lineage:
+            self._backend.copy_into(dst, values)
         return self
 
     def fill_(self, value: Any) -> Self:
         """Set every element to ``value`` (a no-op on a storage-free tensor: nothing to fill)."""
-        if self._data is not None:
-            self._backend.fill(self._writable("fill_"), value)
-            self._bump()
+        if self.has_storage:
+            dst = self._writable("fill_")
+            with self._lineage:
+                self._backend.fill(dst, value)
         return self
 
     def zero_(self) -> Self:
@@ -375,12 +380,13 @@ class TensorOps:
         return self._random_("uniform", a, b)
 
     def _random_(self, kind: str, a: float, b: float) -> Self:
-        if self._data is None:
+        if not self.has_storage:
             return self
         if not self._dtype.is_floating_point:
             raise DTypeError(f"{kind}_ needs a floating-point tensor, this one is {self._dtype.name}")
-        self._backend.random_(kind, self._writable(f"{kind}_"), a, b)
-        self._bump()
+        dst = self._writable(f"{kind}_")
+        with self._lineage:
+            self._backend.random_(kind, dst, a, b)
         return self
 
 

@@ -61,9 +61,7 @@ def walk_modules(root: ModuleTree) -> list[tuple[str, HookableModule]]:
     return found
 
 
-def pick_modules(
-    modules: list[tuple[str, HookableModule]], names: list[str]
-) -> list[tuple[str, HookableModule]]:
+def pick_modules(modules: list[tuple[str, HookableModule]], names: list[str]) -> list[tuple[str, HookableModule]]:
     """The modules at the dotted ``names``, in the order given.
 
     Raises :class:`UnknownModuleError` naming the first unknown path and the closest known ones.
@@ -80,8 +78,7 @@ def pick_modules(
                 else f"known paths start with {', '.join(repr(n) for n in known[:5]) or 'nothing'}"
             )
             raise UnknownModuleError(
-                f"no module at path {name!r} in this model; {hint} "
-                "(use the dotted names that named_modules() yields)"
+                f"no module at path {name!r} in this model; {hint} (use the dotted names that named_modules() yields)"
             )
         picked.append((name, by_name[name]))
     return picked

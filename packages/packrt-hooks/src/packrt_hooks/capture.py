@@ -82,9 +82,7 @@ def capture(
     """
     wanted = [names] if isinstance(names, str) else list(dict.fromkeys(names))
     if not wanted:
-        raise ValueError(
-            "capture() needs at least one module path; pass the dotted names whose outputs to record"
-        )
+        raise ValueError("capture() needs at least one module path; pass the dotted names whose outputs to record")
     chosen = pick_modules(walk_modules(module), wanted)
     result = Capture(wanted, transform)
     try:

@@ -89,15 +89,11 @@ def _error(
     args: Any,
 ) -> NonFiniteError:
     nan_count, inf_count, size = counts
-    found = " and ".join(
-        text for text, n in ((f"{nan_count} NaN", nan_count), (f"{inf_count} Inf", inf_count)) if n
-    )
+    found = " and ".join(text for text, n in ((f"{nan_count} NaN", nan_count), (f"{inf_count} Inf", inf_count)) if n)
     where = location
     if hasattr(leaf, "shape"):
         where += f" ({dtype_name(leaf.dtype)}, shape {tuple(leaf.shape)})"
-    inputs_bad = any(
-        (c := count_nonfinite(x)) is not None and (c[0] or c[1]) for _, x in iter_leaves(args, "args")
-    )
+    inputs_bad = any((c := count_nonfinite(x)) is not None and (c[0] or c[1]) for _, x in iter_leaves(args, "args"))
     cause = (
         "Its inputs already held non-finite values, so look at what the model was given."
         if inputs_bad

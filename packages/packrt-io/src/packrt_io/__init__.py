@@ -4,6 +4,10 @@
 - :func:`load_file` returns packrt Tensors; with ``mmap=True`` each is a copy-on-write view of the file.
 - :func:`load_arrays` is the numpy level underneath, and returns a :class:`LoadReport` with the arrays.
 - :func:`read_metadata` returns a file's ``__metadata__`` (str -> str).
+- :func:`save_checkpoint` / :func:`load_checkpoint` move a module's whole state (ties, extra state,
+  metadata) to and from one file or Hugging Face style shards with an index.
+- :func:`inspect_checkpoint` reads a checkpoint's layout from its headers alone; :func:`check_checkpoint`
+  compares it with a module's keys, shapes and dtypes without reading tensor data.
 
 Every malformed file raises :class:`packrt_core.errors.CheckpointError` naming the file and tensor.
 No load path unpickles anything.
@@ -13,37 +17,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from packrt_core.errors import CheckpointError, DeviceError
+from packrt_core.errors import DeviceError
+from packrt_io._arrays import SupportsNumpy, as_array
+from packrt_io._check import CheckReport, Mismatch, check_checkpoint
+from packrt_io._checkpoint import (
+    CheckpointModule,
+    load_checkpoint,
+    load_checkpoint_arrays,
+    save_checkpoint,
+)
 from packrt_io._dtypes import SUPPORTED_NAMES
+from packrt_io._layout import CheckpointInfo, TensorInfo, inspect_checkpoint
 from packrt_io._reader import LoadReport, load_arrays, read_metadata
+from packrt_io._sharding import parse_size
 from packrt_io._writer import save_arrays
 
 if TYPE_CHECKING:
     from packrt_core import Tensor
-
-
-@runtime_checkable
-class SupportsNumpy(Protocol):
-    """Anything with a zero-copy ``numpy()`` view of its values, such as a packrt ``Tensor``."""
-
-    def numpy(self) -> np.ndarray[Any, Any]: ...
-
-
-def _as_array(key: str, value: object) -> np.ndarray[Any, Any]:
-    if isinstance(value, np.ndarray):
-        return value
-    if isinstance(value, SupportsNumpy):
-        array = value.numpy()
-        if isinstance(array, np.ndarray):
-            return array
-    raise CheckpointError(
-        f"tensor {key!r} is a {type(value).__name__}; save_file takes packrt Tensors or numpy arrays "
-        "(convert it with packrt.from_numpy or numpy.asarray first)"
-    )
 
 
 def save_file(
@@ -57,7 +51,7 @@ def save_file(
     are written bit-exactly. After the call either the complete new file is at ``path`` or, if it
     failed or the process died, the previous file there is unchanged.
     """
-    arrays = {key: _as_array(key, value) for key, value in tensors.items()}
+    arrays = {key: as_array(key, value) for key, value in tensors.items()}
     save_arrays(arrays, path, metadata)
 
 
@@ -89,11 +83,22 @@ SUPPORTED_DTYPES: tuple[str, ...] = SUPPORTED_NAMES
 
 __all__ = [
     "SUPPORTED_DTYPES",
+    "CheckReport",
+    "CheckpointInfo",
+    "CheckpointModule",
     "LoadReport",
+    "Mismatch",
     "SupportsNumpy",
+    "TensorInfo",
+    "check_checkpoint",
+    "inspect_checkpoint",
     "load_arrays",
+    "load_checkpoint",
+    "load_checkpoint_arrays",
     "load_file",
+    "parse_size",
     "read_metadata",
     "save_arrays",
+    "save_checkpoint",
     "save_file",
 ]

@@ -118,8 +118,7 @@ def _metadata(value: Any, path: str) -> dict[str, str]:
         if not isinstance(item, str):
             fail(
                 path,
-                f"{METADATA_KEY} entry {name!r} holds {_json_type(item)} {item!r}; metadata values "
-                "must be strings",
+                f"{METADATA_KEY} entry {name!r} holds {_json_type(item)} {item!r}; metadata values must be strings",
             )
     return dict(value)
 
@@ -158,9 +157,7 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
     if not isinstance(shape, list) or not all(_is_count(dim) for dim in shape):
         fail(path, f"shape must be an array of non-negative integers, found {shape!r}", key=key)
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
-        fail(
-            path, f"data_offsets must be [begin, end] with non-negative integers, found {offsets!r}", key=key
-        )
+        fail(path, f"data_offsets must be [begin, end] with non-negative integers, found {offsets!r}", key=key)
     begin, end = offsets
     if end < begin:
         fail(path, f"data_offsets [{begin}, {end}] are reversed: end must not precede begin", key=key)
@@ -168,8 +165,7 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
     if end - begin != needed:
         fail(
             path,
-            f"shape {shape} of {dtype_name} needs {needed} bytes but data_offsets [{begin}, {end}] span "
-            f"{end - begin}",
+            f"shape {shape} of {dtype_name} needs {needed} bytes but data_offsets [{begin}, {end}] span {end - begin}",
             key=key,
         )
     return TensorEntry(key, dtype, tuple(shape), begin, end)
@@ -182,8 +178,7 @@ def _check_tiling(entries: list[TensorEntry], data_bytes: int, path: str) -> Non
         if entry.begin < cursor:
             fail(
                 path,
-                f"data_offsets [{entry.begin}, {entry.end}] overlap tensor {previous!r}, which ends at "
-                f"{cursor}",
+                f"data_offsets [{entry.begin}, {entry.end}] overlap tensor {previous!r}, which ends at {cursor}",
                 key=entry.key,
             )
         if entry.begin > cursor:

@@ -72,9 +72,7 @@ def _view(buffer: Any, header: Header, entry: TensorEntry) -> np.ndarray[Any, An
     return np.frombuffer(buffer, dtype=entry.dtype.numpy, count=count, offset=offset).reshape(entry.shape)
 
 
-def _load_mapped(
-    path: str, fd: int, header: Header
-) -> tuple[dict[str, np.ndarray[Any, Any]], list[str], int]:
+def _load_mapped(path: str, fd: int, header: Header) -> tuple[dict[str, np.ndarray[Any, Any]], list[str], int]:
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     copied: list[str] = []
     copied_bytes = 0

@@ -1,14 +1,20 @@
-"""packrt.nn: Module, Parameter, Buffer and the containers (layers land with the layers issue)."""
+"""packrt.nn: Module, Parameter, Buffer, the containers, the layers and residency."""
 
 from packrt_core.nn.containers import Identity, ModuleDict, ModuleList, Sequential
+from packrt_core.nn.linear import Linear
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.nn.residency import BoundLayer, BoundWeights, MemoryReport, free_memory_override, memory_report
 from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
 
 __all__ = [
     "WEIGHT_RESIDENCIES",
     "Buffer",
+    "BoundLayer",
+    "BoundWeights",
     "Identity",
+    "Linear",
+    "MemoryReport",
     "LoadResult",
     "Module",
     "ModuleDict",
@@ -16,4 +22,6 @@ __all__ = [
     "Parameter",
     "Sequential",
     "_IncompatibleKeys",
+    "free_memory_override",
+    "memory_report",
 ]

@@ -1,0 +1,261 @@
+"""``load_checkpoint`` / ``save_checkpoint``: a module's whole state to and from safetensors.
+
+A checkpoint holds every tensor of ``module.state_dict()`` once. What is not a tensor travels in the
+``__metadata__`` as JSON strings, never pickled: ``packrt.ties`` maps each other name of a tied tensor
+to the name it was saved under, and ``packrt.extra_state.<module path>`` holds a module's
+``get_extra_state()``. On load the tie's names receive the same Tensor object, so
+``load_state_dict(assign=True)`` makes them one shared Parameter again, and each extra state value is
+handed back under ``<module path>._extra_state``. The load itself is the module's transactional
+``load_state_dict``: a missing key under ``strict`` or a shape that does not fit raises its
+StateDictError and leaves the module as it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from packrt_core.errors import CheckpointError, DTypeError, PackrtError
+from packrt_io._arrays import as_array
+from packrt_io._layout import (
+    EXTRA_STATE_PREFIX,
+    RESERVED_PREFIX,
+    TIES_KEY,
+    CheckpointInfo,
+    PathLike,
+    inspect_checkpoint,
+)
+from packrt_io._reader import LoadReport, load_arrays
+from packrt_io._sharding import target_for, write_checkpoint
+
+EXTRA_STATE_SUFFIX = "_extra_state"
+
+
+class CheckpointModule(Protocol):
+    """The part of the Module contract checkpoints use (``packrt.nn.Module`` provides all of it)."""
+
+    def state_dict(
+        self, *, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]: ...
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]: ...
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]: ...
+
+    def load_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        *,
+        pack: bool = False,
+        weight_residency: Any = None,
+    ) -> Any: ...
+
+
+# -- progress ----------------------------------------------------------------------------------------
+
+
+def _stderr_is_terminal() -> bool:
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def open_progress(progress: bool | None, total: int, description: str) -> Any:
+    """A tqdm bar of ``total`` bytes, or None for quiet.
+
+    ``progress=None`` shows one only when stderr is a terminal; ``True`` shows one wherever stderr goes;
+    ``False`` never does. Without tqdm installed (the ``progress`` extra) loads are always quiet.
+    """
+    if progress is False or (progress is None and not _stderr_is_terminal()):
+        return None
+    try:
+        tqdm_module = importlib.import_module("tqdm")
+    except ImportError:
+        return None
+    return tqdm_module.tqdm(total=total, desc=description, unit="B", unit_scale=True, leave=False)
+
+
+# -- loading -----------------------------------------------------------------------------------------
+
+
+def load_checkpoint_arrays(
+    path: PathLike, *, mmap: bool = True, progress: bool | None = None
+) -> tuple[dict[str, np.ndarray[Any, Any]], CheckpointInfo, tuple[LoadReport, ...]]:
+    """Every tensor of a checkpoint (file, index or directory) as numpy arrays, with its layout.
+
+    All headers are validated, and every shard checked against the index, before any data is mapped.
+    Returns the arrays (copy-on-write views with ``mmap=True``), the layout, and one LoadReport a file.
+    """
+    info = inspect_checkpoint(path)
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    reports: list[LoadReport] = []
+    bar = open_progress(progress, info.total_bytes, f"loading {info.path.name}")
+    try:
+        for shard in info.shards:
+            shard_arrays, report = load_arrays(shard, mmap=mmap)
+            arrays.update(shard_arrays)
+            reports.append(report)
+            if bar is not None:
+                bar.update(report.data_bytes)
+    finally:
+        if bar is not None:
+            bar.close()
+    return arrays, info, tuple(reports)
+
+
+def _as_tensor(info: CheckpointInfo, key: str, array: np.ndarray[Any, Any]) -> Any:
+    from packrt_core import from_numpy
+
+    try:
+        return from_numpy(array)
+    except DTypeError as err:
+        raise DTypeError(
+            f"checkpoint {str(info.path)!r}, tensor {key!r}: {err}; load it with packrt_io.load_arrays "
+            "to read it as numpy"
+        ) from err
+
+
+def load_checkpoint(
+    module: CheckpointModule,
+    path: PathLike,
+    *,
+    strict: bool = True,
+    assign: bool = True,
+    pack: bool = False,
+    weight_residency: str | None = None,
+    progress: bool | None = None,
+) -> Any:
+    """Load a checkpoint (file, index, or directory holding either) into ``module``; return its result.
+
+    The tensors are copy-on-write views of the mapped files; with ``assign=True`` (the default) the
+    module binds them without copying. Ties come back as one tensor under every name, extra state as
+    the JSON value saved. The file layer is validated first (CheckpointError); then ``strict``,
+    ``assign``, ``pack`` and ``weight_residency`` go to ``module.load_state_dict``, whose
+    ``_IncompatibleKeys`` is returned and whose StateDictError leaves the module unchanged.
+    """
+    arrays, info, _reports = load_checkpoint_arrays(path, progress=progress)
+    state: dict[str, Any] = {key: _as_tensor(info, key, array) for key, array in arrays.items()}
+    for alias, primary in info.ties().items():
+        state[alias] = state[primary]
+    state.update(info.extra_state())
+    return module.load_state_dict(state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency)
+
+
+# -- saving ------------------------------------------------------------------------------------------
+
+
+def _module_path(key: str) -> str:
+    return key[: -len(EXTRA_STATE_SUFFIX)].rstrip(".")
+
+
+def _is_extra_state(key: str) -> bool:
+    return key == EXTRA_STATE_SUFFIX or key.endswith("." + EXTRA_STATE_SUFFIX)
+
+
+def _encode_extra_state(module_path: str, value: Any) -> str:
+    try:
+        return json.dumps(value, allow_nan=False, sort_keys=True, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError) as err:
+        shown = repr(module_path) if module_path else "'' (the root module)"
+        raise TypeError(
+            f"extra state of module {shown} is a {type(value).__name__} that is not JSON ({err}); "
+            "checkpoints carry extra state as JSON only (no pickle): return dicts, lists, strings, "
+            "finite numbers, booleans or None from get_extra_state"
+        ) from err
+
+
+def _tensor_array(key: str, value: Any) -> np.ndarray[Any, Any]:
+    if getattr(value, "has_storage", True) is False:
+        raise CheckpointError(
+            f"tensor {key!r} has no storage (declared under meta_init and never loaded), so there is "
+            "nothing to save; load or initialize its values first"
+        )
+    try:
+        return as_array(key, value)
+    except PackrtError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"tensor {key!r} could not be read for saving ({err})") from err
+
+
+def _named_tensors(module: CheckpointModule) -> Iterator[tuple[str, Any]]:
+    yield from module.named_parameters(remove_duplicate=False)
+    yield from module.named_buffers(remove_duplicate=False)
+
+
+def _user_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
+    merged = {"format": "pt"}
+    for name, value in (metadata or {}).items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise CheckpointError(
+                f"metadata entry {name!r}: {value!r} is not str -> str; serialize other values first "
+                "(for example with json.dumps)"
+            )
+        if name.startswith(RESERVED_PREFIX):
+            raise CheckpointError(
+                f"metadata key {name!r} uses the prefix {RESERVED_PREFIX!r}, which packrt reserves for "
+                "ties and extra state; choose another name"
+            )
+        merged[name] = value
+    return merged
+
+
+def save_checkpoint(
+    module: CheckpointModule,
+    path: PathLike,
+    *,
+    max_shard_size: int | str | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> Path:
+    """Save ``module.state_dict()`` to ``path`` and return the file (or index) to load it from.
+
+    ``path`` is a ``.safetensors`` file, an ``.index.json``, or a directory (``model.safetensors``
+    inside). With ``max_shard_size`` (bytes, or ``"500MB"``, ``"2GiB"``) a larger state is split into
+    ``<stem>-00001-of-0000N.safetensors`` shards plus an index, written last. A tensor tied under
+    several names is saved once; extra state must be JSON (TypeError naming the module otherwise).
+    ``metadata`` (str -> str, ``format`` defaults to ``"pt"``) is stored in every file written.
+    """
+    user_metadata = _user_metadata(metadata)
+    state = module.state_dict(keep_vars=True)
+    arrays: dict[str, np.ndarray[Any, Any]] = {}
+    extra: dict[str, str] = {}
+    saved_as: dict[int, str] = {}
+    ties: dict[str, str] = {}
+    for key, value in state.items():
+        if _is_extra_state(key):
+            module_path = _module_path(key)
+            extra[EXTRA_STATE_PREFIX + module_path] = _encode_extra_state(module_path, value)
+        elif id(value) in saved_as:
+            ties[key] = saved_as[id(value)]
+        else:
+            arrays[key] = _tensor_array(key, value)
+            saved_as[id(value)] = key
+    for name, tensor in _named_tensors(module):
+        if name not in state and id(tensor) in saved_as:
+            ties[name] = saved_as[id(tensor)]
+    checkpoint_metadata = {**user_metadata, **extra}
+    if ties:
+        checkpoint_metadata[TIES_KEY] = json.dumps(dict(sorted(ties.items())), separators=(",", ":"))
+    return write_checkpoint(arrays, target_for(path), checkpoint_metadata, max_shard_size)
+
+
+__all__ = [
+    "CheckpointModule",
+    "load_checkpoint",
+    "load_checkpoint_arrays",
+    "open_progress",
+    "save_checkpoint",
+]

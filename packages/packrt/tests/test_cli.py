@@ -1,0 +1,222 @@
+"""``packrt inspect`` and ``packrt check``: what they print, and their exit codes (0 ok, 1 differs, 2 error)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import packrt.io
+from packrt.cli import main
+
+_MODELS = textwrap.dedent(
+    """
+    import packrt_core as p
+    from packrt_core import nn
+
+    class Block(nn.Module):
+        def __init__(self, width):
+            super().__init__()
+            self.weight = nn.Parameter(p.zeros(width, 4))
+            self.bias = nn.Parameter(p.zeros(4))
+
+    class Net(nn.Module):
+        def __init__(self, width=3):
+            super().__init__()
+            self.embed = Block(width)
+            self.head = Block(width)
+            self.head.weight = self.embed.weight
+
+    BUILT = []
+
+    def build():
+        net = Net()
+        BUILT.append(net.embed.weight.has_storage)
+        return net
+
+    def wide():
+        return Net(width=5)
+
+    def broken():
+        raise RuntimeError("no such config")
+
+    NOT_CALLABLE = 3
+    """
+)
+
+
+@pytest.fixture
+def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Importable module name of a small model file; its factories build packrt.nn modules."""
+    name = f"cli_models_{os.getpid()}_{tmp_path.name}".replace("-", "_")
+    (tmp_path / f"{name}.py").write_text(_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def _save(path: Path, arrays: dict[str, np.ndarray[Any, Any]], **metadata: str) -> Path:
+    packrt.io.save_file(arrays, path, metadata=metadata or None)
+    return path
+
+
+def _net_arrays(width: int = 3) -> dict[str, np.ndarray[Any, Any]]:
+    return {
+        "embed.weight": np.ones((width, 4), np.float32),
+        "embed.bias": np.zeros(4, np.float32),
+        "head.bias": np.zeros(4, np.float32),
+    }
+
+
+def test_the_io_module_re_exports_packrt_io() -> None:
+    import packrt_io
+
+    assert packrt.io.__all__ == packrt_io.__all__
+    assert packrt.io.load_checkpoint is packrt_io.load_checkpoint
+
+
+def test_inspect_prints_an_aligned_table_with_metadata(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _save(
+        tmp_path / "m.safetensors",
+        {"a.long_name": np.zeros((2, 3), np.float16), "b": np.zeros(10, np.int64)},
+        note="hello",
+    )
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint: {path} (single file)" in out
+    assert "tensors: 2, 92 bytes" in out
+    lines = out.splitlines()
+    table = lines[lines.index("name         dtype  shape   bytes") :][:3]
+    assert table == [
+        "name         dtype  shape   bytes",
+        "a.long_name  F16    [2, 3]     12",
+        "b            I64    [10]       80",
+    ]
+    assert "  note  hello" in lines
+
+
+def test_inspect_shows_the_shard_map_of_a_sharded_checkpoint(
+    tmp_path: Path, models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = __import__(models)
+    index = packrt.io.save_checkpoint(module.Net(), tmp_path / "ckpt", max_shard_size=40)
+    assert main(["inspect", str(tmp_path / "ckpt")]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint: {index} (sharded, 2 shards)" in out
+    assert "embed.weight  F32    [3, 4]     48  model-00001-of-00002.safetensors" in out
+    assert "  model-00002-of-00002.safetensors  2 tensors  32 bytes" in out
+    assert '  packrt.ties     {"head.weight":"embed.weight"}' in out.splitlines()
+    assert "  total_size      80" in out.splitlines()
+
+
+def test_inspect_reads_no_tensor_data(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A header that promises more data than exists would fail any read of that data; inspect only
+    # needs the header, but the header is still validated, so this must be refused, not read.
+    path = _save(tmp_path / "m.safetensors", {"w": np.zeros(4, np.float32)})
+    path.write_bytes(path.read_bytes()[:-1])
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("packrt inspect: error: checkpoint '")
+    assert "truncated" in err
+
+
+def test_check_reports_a_match_with_exit_0(tmp_path: Path, models: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _save(tmp_path / "m.safetensors", _net_arrays())
+    assert main(["check", str(path), "--model", f"{models}:build"]) == 0
+    out = capsys.readouterr().out
+    assert out.rstrip().endswith("result: match")
+    # The model was built under meta_init: its weights had no storage.
+    assert __import__(models).BUILT == [False]
+
+
+def test_check_accepts_the_second_name_of_a_tie_the_model_holds(
+    tmp_path: Path, models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _save(tmp_path / "m.safetensors", {**_net_arrays(), "head.weight": np.ones((3, 4), np.float32)})
+    assert main(["check", str(path), "--model", f"{models}:build"]) == 0
+    assert "result: match" in capsys.readouterr().out
+
+
+def test_check_lists_missing_unexpected_and_mismatched_keys_with_exit_1(
+    tmp_path: Path, models: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    arrays = _net_arrays()
+    del arrays["head.bias"]
+    arrays["embed.bias"] = np.zeros(4, np.float16)
+    arrays["stray"] = np.zeros(1, np.int8)
+    path = _save(tmp_path / "m.safetensors", arrays)
+    assert main(["check", str(path), "--model", f"{models}:wide"]) == 1
+    out = capsys.readouterr().out
+    assert "missing keys (in the model, not in the checkpoint): 1\n  head.bias\n" in out
+    assert "unexpected keys (in the checkpoint, not in the model): 1\n  stray\n" in out
+    assert "mismatched tensors: 2\n" in out
+    assert "  embed.weight: model F32 [5, 4], checkpoint F32 [3, 4]\n" in out
+    assert "  embed.bias: model F32 [4], checkpoint F16 [4]\n" in out
+    assert out.rstrip().endswith("result: MISMATCH")
+
+
+@pytest.mark.parametrize(
+    ("argv", "pattern"),
+    [
+        (["check", "{path}", "--model", "nocolon"], "--model 'nocolon' must be 'module:factory'"),
+        (["check", "{path}", "--model", "no_such_module_xyz:f"], "cannot import module 'no_such_module_xyz'"),
+        (["check", "{path}", "--model", "{models}:missing"], "has no 'missing'"),
+        (["check", "{path}", "--model", "{models}:NOT_CALLABLE"], "'NOT_CALLABLE' is a int, not a callable"),
+        (["check", "{path}", "--model", "{models}:broken"], "building the model failed: RuntimeError"),
+        (["check", "{dir}", "--model", "{models}:build"], "holds no checkpoint: looked for 'model.safetensors'"),
+        (["inspect", "{dir}/nope.safetensors"], "nope.safetensors': cannot be opened"),
+    ],
+    ids=["no-colon", "no-module", "no-attribute", "not-callable", "factory-raises", "empty-dir", "no-file"],
+)
+def test_usage_and_file_errors_exit_2_with_the_reason_on_stderr(
+    tmp_path: Path, models: str, capsys: pytest.CaptureFixture[str], argv: list[str], pattern: str
+) -> None:
+    path = _save(tmp_path / "m.safetensors", _net_arrays())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    filled = [arg.format(path=path, models=models, dir=empty) for arg in argv]
+    assert main(filled) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert pattern in captured.err
+    assert captured.err.startswith(f"packrt {argv[0]}: error: ")
+
+
+@pytest.mark.parametrize("argv", [[], ["frobnicate"], ["check", "x.safetensors"]], ids=["none", "unknown", "no-model"])
+def test_a_malformed_command_line_exits_2_with_usage(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert main(argv) == 2
+    assert "usage: packrt" in capsys.readouterr().err
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    assert "inspect" in capsys.readouterr().out
+
+
+def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
+    path = _save(tmp_path / "m.safetensors", {"w": np.zeros(2, np.float32)}, format="pt")
+    result = subprocess.run(
+        [sys.executable, "-m", "packrt.cli", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "w     F32    [2]        8" in result.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "packrt.cli", "inspect", str(tmp_path / "none.safetensors")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert missing.returncode == 2
+    assert "none.safetensors': cannot be opened" in missing.stderr
+    assert json.loads(json.dumps(result.stdout))  # plain text, nothing binary
