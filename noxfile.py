@@ -4,6 +4,8 @@
     nox -t ci            what CI runs: build, per-package tests, demo smoke, lint
     nox -s tests         each package installed alone from its wheel, then its tests
     nox -s lint          ruff and mypy over every package
+    nox -s conformance   the conformance suite against packrt (both revisions) and torch
+    nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
 
 Hypothesis loads its built-in "ci" profile (derandomized, no deadline) whenever CI=true,
 which is how CI runs, so runs there reproduce exactly.
@@ -26,6 +28,8 @@ nox.options.reuse_venv = "no"
 
 ROOT = Path(__file__).parent
 DIST = ROOT / "dist"
+REPORTS = ROOT / "reports"
+CONFORMANCE = ROOT / "conformance"
 TORCH = "torch==2.13.0"
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
@@ -118,14 +122,87 @@ def lint(session: nox.Session) -> None:
         "pytest>=8",
         "hypothesis>=6.120",
     )
-    sources = [str(ROOT / "packages" / d / "src") for d in PACKAGES]
-    session.run("ruff", "check", "packages", "noxfile.py")
-    session.run("ruff", "format", "--check", "packages", "noxfile.py")
+    sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(CONFORMANCE / "src")]
+    linted = ["packages", "conformance", "benchmarks", "noxfile.py"]
+    session.run("ruff", "check", *linted)
+    session.run("ruff", "format", "--check", *linted)
     session.run(
         "mypy",
         "--strict",
         "--python-version",
         "3.11",
-        *[arg for name in PACKAGES.values() for arg in ("-p", name)],
+        *[arg for name in [*PACKAGES.values(), "packrt_conformance"] for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )
+
+
+@nox.session(tags=["ci"])
+def conformance_check(session: nox.Session) -> None:
+    """Every clause has a test, every test names known clauses, no clause ID repeats."""
+    session.install(str(CONFORMANCE))
+    session.run("python", "-m", "packrt_conformance.check")
+
+
+@nox.session(tags=["ci"], requires=["build"])
+@nox.parametrize("impl", ["packrt", "torch"])
+def conformance(session: nox.Session, impl: str) -> None:
+    """The suite against one implementation, each in its own venv, writing JSON and markdown reports.
+
+    packrt is held to both revisions with an empty expectation file; torch to revision 2 with
+    its expectation file, and the suite's own tests run beside it.
+    """
+    REPORTS.mkdir(exist_ok=True)
+    if impl == "packrt":
+        _install_from_dist(session, "packrt-conformance", "packrt")
+    else:
+        _install_from_dist(session, "packrt-conformance[torch]", TORCH)
+    session.chdir(str(CONFORMANCE))
+    expectations = f"expectations/{impl}.txt"
+    for revision in (2, 1) if impl == "packrt" else (2,):
+        stem = REPORTS / f"conformance-{impl}-rev{revision}"
+        session.run(
+            "packrt-conformance",
+            "--impl",
+            impl,
+            "--revision",
+            str(revision),
+            "--expectations",
+            expectations,
+            "--report-json",
+            f"{stem}.json",
+            "--report-md",
+            f"{stem}.md",
+            "-q",
+            *session.posargs,
+        )
+    if impl == "torch":
+        session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "--import-mode=importlib", "-q")
+
+
+@nox.session(requires=["build"])
+def benchmarks(session: nox.Session) -> None:
+    """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
+
+    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only: they pin an older
+    OpenBLAS kernel that slows a current numpy (the run records which kernel ran). Both sides
+    get one thread unless overridden: ``nox -s benchmarks -- --bench-threads=2 -k matmul``.
+    """
+    _install_from_dist(session, "packrt-core", TORCH, "pytest>=8", "pytest-benchmark>=4.0", "threadpoolctl>=3.5")
+    out = ROOT / ".benchmarks"
+    out.mkdir(exist_ok=True)
+    results = out / "latest.json"
+    unset_openblas: dict[str, str | None] = {"OPENBLAS_CORETYPE": None, "OPENBLAS_L2_SIZE": None}
+    session.chdir(str(ROOT))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "benchmarks",
+        "-p",
+        "no:cacheprovider",
+        "--bench-threads=1",
+        f"--benchmark-json={results}",
+        *session.posargs,
+        env=unset_openblas,
+    )
+    session.run("python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md"))

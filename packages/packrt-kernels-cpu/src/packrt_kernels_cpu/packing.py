@@ -45,7 +45,7 @@ from packrt_kernels_cpu.namespace import (
 def _owned(a: Array, dtype: np.dtype[Any]) -> Array:
     """A contiguous array in ``dtype`` that shares no memory with ``a`` (the pack owns its bytes)."""
     xp = array_namespace(a)
-    return xp.ascontiguousarray(a.astype(dtype, copy=True))
+    return xp.array(a, dtype=dtype, order="C", copy=True)  # one copy, whatever the layout of ``a``
 
 
 def _check_x_dtype(x: Array, declared: np.dtype[Any], what: str) -> None:
@@ -71,8 +71,7 @@ class PackedLinear:
         _check_x_dtype(x, self.dtype, "linear pack")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
-                f"x's last dimension must equal in_features={self.in_features}, "
-                f"got x of shape {tuple(x.shape)}"
+                f"x's last dimension must equal in_features={self.in_features}, got x of shape {tuple(x.shape)}"
             )
         out = gemm_rows(x.astype(self.wt.dtype, copy=False), self.wt)
         if self.b is not None:
@@ -160,9 +159,7 @@ def pack_conv2d(
     check_conv2d_weight(w, b, geometry.groups, dt, "weight")
     cd = compute_dtype(dt)
     w_groups = _owned(w, cd).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
-    return PackedConv2d(
-        w_groups, None if b is None else _owned(b, cd), dt, tuple(int(s) for s in w.shape), geometry
-    )
+    return PackedConv2d(w_groups, None if b is None else _owned(b, cd), dt, tuple(int(s) for s in w.shape), geometry)
 
 
 class PackedEmbedding:

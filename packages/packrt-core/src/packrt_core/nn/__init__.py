@@ -1,13 +1,25 @@
 """packrt.nn: Module, Parameter, Buffer, the containers, the layers and residency."""
 
+from packrt_core.nn import functional
+from packrt_core.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax
 from packrt_core.nn.containers import Identity, ModuleDict, ModuleList, Sequential
 from packrt_core.nn.linear import Linear
 from packrt_core.nn.module import Module
+from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.residency import BoundLayer, BoundWeights, MemoryReport, free_memory_override, memory_report
 from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
 
 __all__ = [
+    "GELU",
+    "Dropout",
+    "LayerNorm",
+    "RMSNorm",
+    "ReLU",
+    "SiLU",
+    "Sigmoid",
+    "Softmax",
+    "functional",
     "WEIGHT_RESIDENCIES",
     "Buffer",
     "BoundLayer",

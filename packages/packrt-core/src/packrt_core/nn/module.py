@@ -157,11 +157,11 @@ class Module(StateDictMethods, PlacementMethods):
         params = d.get("_parameters")
         if isinstance(value, Parameter):
             self._require_init("parameter", name)
-            self._forget(name)
+            self._forget(name, keep="_parameters")
             self.register_parameter(name, value)
         elif isinstance(value, Module):
             self._require_init("child module", name)
-            self._forget(name)
+            self._forget(name, keep="_modules")
             self.add_module(name, value)
         elif params is not None and name in params:
             if value is not None:
@@ -187,16 +187,19 @@ class Module(StateDictMethods, PlacementMethods):
                 d["_buffers"][name] = value
         elif isinstance(value, Buffer):
             self._require_init("buffer", name)
-            self._forget(name)
+            self._forget(name, keep="_buffers")
             self.register_buffer(name, value)
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str) -> None:
+    def _forget(self, name: str, keep: str) -> None:
+        """Unfile ``name`` from every other place, so re-assigning keeps its registration slot."""
         self.__dict__.pop(name, None)
         for registry in _REGISTRIES:
-            getattr(self, registry).pop(name, None)
-        self._non_persistent.discard(name)
+            if registry != keep:
+                getattr(self, registry).pop(name, None)
+        if keep != "_buffers":
+            self._non_persistent.discard(name)
 
     def __getattr__(self, name: str) -> Any:
         d = self.__dict__

@@ -1,0 +1,114 @@
+"""Session set-up for the benchmark suites: the machine facts every ratio depends on.
+
+The BLAS that actually runs decides most of the matmul ratios, so it is recorded twice: in
+the JSON's ``machine_info`` (``threadpool_info`` in full, thread counts, the OPENBLAS_*
+overrides seen) and, briefly, in each benchmark's ``extra_info["blas"]``. ``nox -s
+benchmarks`` unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE for its own run: they pin an
+older kernel on this machine and would make numpy (and packrt, which runs on numpy) look slow.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+import threadpoolctl  # type: ignore[import-untyped]
+
+OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+
+
+@functools.cache
+def blas_summary() -> str:
+    """One line naming each BLAS numpy loaded: library, version, kernel (architecture), threading layer."""
+    parts = []
+    for pool in threadpoolctl.threadpool_info():
+        if pool.get("user_api") != "blas":
+            continue
+        arch = pool.get("architecture", "?")
+        parts.append(f"{pool['internal_api']} {pool.get('version')} {arch} ({pool.get('threading_layer')})")
+    return "; ".join(parts) or "no BLAS found"
+
+
+def _torch_or_none() -> Any:
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _torch_facts() -> dict[str, Any]:
+    torch = _torch_or_none()
+    if torch is None:
+        return {"torch": None}
+    return {
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    np.ones((2, 2)) @ np.ones((2, 2))  # make sure the BLAS is loaded before it is described
+    machine_info["cpu_count"] = os.cpu_count()
+    machine_info["platform"] = platform.platform()
+    machine_info["numpy"] = np.__version__
+    machine_info["blas"] = blas_summary()
+    machine_info["bench_threads"] = config.getoption("--bench-threads") or os.cpu_count()
+    machine_info["threadpool_info"] = threadpoolctl.threadpool_info()
+    machine_info["openblas_overrides"] = {k: os.environ[k] for k in OPENBLAS_OVERRIDES if k in os.environ}
+    machine_info.update(_torch_facts())
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    set_vars = [f"{k}={os.environ[k]}" for k in OPENBLAS_OVERRIDES if k in os.environ]
+    lines = [f"blas: {blas_summary()}"]
+    if set_vars:
+        lines.append(
+            f"warning: {' '.join(set_vars)} pins an older OpenBLAS kernel; numpy ratios are pessimistic "
+            f"(nox -s benchmarks unsets them for its run)"
+        )
+    return lines
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--bench-threads",
+        type=int,
+        default=None,
+        help="cap numpy's BLAS pool and torch's intra-op threads at N for the whole run (default: "
+        "leave both at their own default, one per core); 1 gives steadier ratios on a busy machine",
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _thread_cap(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Apply --bench-threads to both sides alike, so a ratio never compares 1 thread with 2."""
+    n = request.config.getoption("--bench-threads")
+    if n is None:
+        yield
+        return
+    if n < 1:
+        raise pytest.UsageError(f"--bench-threads must be >= 1, got {n}")
+    torch = _torch_or_none()
+    old = torch.get_num_threads() if torch else None
+    if torch:
+        torch.set_num_threads(n)
+    with threadpoolctl.threadpool_limits(limits=n):
+        yield
+    if torch and old:
+        torch.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True)
+def _record_blas(request: pytest.FixtureRequest) -> None:
+    """Stamp the BLAS line on every benchmark that ran, so a single JSON entry is self-describing."""
+    if "benchmark" in request.fixturenames:
+        extra = request.getfixturevalue("benchmark").extra_info
+        extra["blas"] = blas_summary()
+        extra["threads"] = request.config.getoption("--bench-threads") or os.cpu_count()

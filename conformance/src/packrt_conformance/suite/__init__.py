@@ -1,0 +1,1 @@
+"""The conformance tests, written only against the adapter (the ``impl`` fixture)."""

@@ -1,0 +1,159 @@
+"""Forward hooks and pre-hooks: call shapes, replacement, order, prepend, always_call, removal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from packrt_conformance.adapter import Adapter
+from packrt_conformance.suite._support import forward_module, raising_module
+
+
+@pytest.mark.clause("forward.call-runs-hooks")
+def test_hooks_run_around_a_call_but_not_a_direct_forward(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    m.register_forward_pre_hook(lambda mod, args: log.append("pre"))
+    m.register_forward_hook(lambda mod, args, out: log.append("post"))
+    assert m(1) == 10
+    assert log == ["pre", "post"]
+    assert m.forward(2) == 20
+    assert log == ["pre", "post"], "calling forward directly must not run the hooks"
+
+
+@pytest.mark.clause("register_forward_hook.runs-after-forward")
+def test_forward_hook_sees_module_args_tuple_and_output(impl: Adapter) -> None:
+    m = forward_module(impl)
+    seen: list[Any] = []
+    m.register_forward_hook(lambda mod, args, out: seen.append((mod, args, out, list(mod.calls))))
+    m(3, 4)
+    assert seen == [(m, (3, 4), 34, [(3, 4)])]
+
+
+@pytest.mark.clause("register_forward_hook.none-keeps-output")
+def test_forward_hook_returning_none_keeps_output(impl: Adapter) -> None:
+    m = forward_module(impl)
+    m.register_forward_hook(lambda mod, args, out: None)
+    assert m(2) == 20
+
+
+@pytest.mark.clause("register_forward_hook.value-replaces-output")
+def test_forward_hook_value_replaces_output_for_later_hooks_too(impl: Adapter) -> None:
+    m = forward_module(impl)
+    later: list[Any] = []
+    m.register_forward_hook(lambda mod, args, out: out + 1)
+    m.register_forward_hook(lambda mod, args, out: later.append(out))
+    assert m(2) == 21
+    assert later == [21]
+
+
+@pytest.mark.clause("register_forward_hook.with-kwargs")
+def test_forward_hook_with_kwargs_receives_the_keywords(impl: Adapter) -> None:
+    m = forward_module(impl)
+    seen: list[Any] = []
+    m.register_forward_hook(lambda mod, args, kwargs, out: seen.append((args, kwargs, out)), with_kwargs=True)
+    m(1, y=5)
+    assert seen == [((1,), {"y": 5}, 15)]
+
+
+@pytest.mark.clause("register_forward_hook.registration-order", "register_forward_hook.prepend")
+def test_forward_hooks_run_in_order_and_prepend_goes_first(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    m.register_forward_hook(lambda mod, a, o: log.append("first"))
+    m.register_forward_hook(lambda mod, a, o: log.append("second"))
+    m.register_forward_hook(lambda mod, a, o: log.append("prepended"), prepend=True)
+    m(1)
+    assert log == ["prepended", "first", "second"]
+
+
+@pytest.mark.clause("register_forward_hook.always-call")
+def test_always_call_hook_runs_when_forward_raises(impl: Adapter) -> None:
+    m = raising_module(impl)
+    seen: list[Any] = []
+    skipped: list[Any] = []
+    m.register_forward_hook(lambda mod, args, out: seen.append(out), always_call=True)
+    m.register_forward_hook(lambda mod, args, out: skipped.append(out))
+    with pytest.raises(ValueError, match="forward failed on purpose"):
+        m(1)
+    assert seen == [None]
+    assert skipped == []
+
+
+@pytest.mark.clause("register_forward_hook.handle-remove")
+def test_removed_forward_hook_no_longer_runs(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[int] = []
+    handle = m.register_forward_hook(lambda mod, a, o: log.append(o))
+    m(1)
+    handle.remove()
+    m(2)
+    assert log == [10]
+
+
+@pytest.mark.clause("register_forward_pre_hook.runs-before-forward")
+def test_pre_hook_sees_module_and_args_before_forward(impl: Adapter) -> None:
+    m = forward_module(impl)
+    seen: list[Any] = []
+    m.register_forward_pre_hook(lambda mod, args: seen.append((mod, args, list(mod.calls))))
+    m(3, 4)
+    assert seen == [(m, (3, 4), [])]
+
+
+@pytest.mark.clause("register_forward_pre_hook.none-keeps-args")
+def test_pre_hook_returning_none_keeps_arguments(impl: Adapter) -> None:
+    m = forward_module(impl)
+    m.register_forward_pre_hook(lambda mod, args: None)
+    assert m(3, 4) == 34
+
+
+@pytest.mark.clause("register_forward_pre_hook.value-replaces-args")
+def test_pre_hook_tuple_replaces_arguments(impl: Adapter) -> None:
+    m = forward_module(impl)
+    m.register_forward_pre_hook(lambda mod, args: (args[0] + 1, 7))
+    assert m(3, 4) == 47
+
+
+@pytest.mark.clause("register_forward_pre_hook.single-value-wrapped")
+def test_pre_hook_single_value_becomes_the_only_argument(impl: Adapter) -> None:
+    m = forward_module(impl)
+    m.register_forward_pre_hook(lambda mod, args: 9)
+    assert m(3, 4) == 90
+    assert m.calls == [(9, 0)]
+
+
+@pytest.mark.clause("register_forward_pre_hook.with-kwargs")
+def test_pre_hook_with_kwargs_replaces_args_and_kwargs(impl: Adapter) -> None:
+    m = forward_module(impl)
+    seen: list[Any] = []
+
+    def hook(mod: Any, args: Any, kwargs: Any) -> Any:
+        seen.append((args, dict(kwargs)))
+        return (2,), {"y": 3}
+
+    m.register_forward_pre_hook(hook, with_kwargs=True)
+    assert m(1, y=5) == 23
+    assert seen == [((1,), {"y": 5})]
+
+
+@pytest.mark.clause("register_forward_pre_hook.registration-order", "register_forward_pre_hook.prepend")
+def test_pre_hooks_run_in_order_and_prepend_goes_first(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    m.register_forward_pre_hook(lambda mod, a: log.append("first"))
+    m.register_forward_pre_hook(lambda mod, a: log.append("second"))
+    m.register_forward_pre_hook(lambda mod, a: log.append("prepended"), prepend=True)
+    m(1)
+    assert log == ["prepended", "first", "second"]
+
+
+@pytest.mark.clause("register_forward_pre_hook.handle-remove")
+def test_removed_pre_hook_no_longer_runs(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[Any] = []
+    handle = m.register_forward_pre_hook(lambda mod, a: log.append(a))
+    m(1)
+    handle.remove()
+    m(2)
+    assert log == [(1,)]

@@ -1,0 +1,207 @@
+"""load_state_dict: binding by name, copy versus assign, strictness, ties, failed loads."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from packrt_conformance.adapter import Adapter
+from packrt_conformance.suite._support import tied_tree, values_equal
+
+W = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+B = [0.5, -0.5, 1.5]
+
+
+def _model(impl: Adapter) -> Any:
+    root = impl.nn.Module()
+    root.proj = impl.linear(2, 3)
+    root.gain = impl.parameter([1.0])
+    return root
+
+
+def _checkpoint(impl: Adapter) -> dict[str, Any]:
+    return {"proj.weight": impl.tensor(W), "proj.bias": impl.tensor(B), "gain": impl.tensor([2.0])}
+
+
+@pytest.mark.clause("load_state_dict.binds-by-dotted-name")
+def test_each_value_lands_in_the_tensor_its_key_names(impl: Adapter) -> None:
+    m = _model(impl)
+    m.load_state_dict(_checkpoint(impl))
+    assert values_equal(impl, m.proj.weight, W)
+    assert values_equal(impl, m.proj.bias, B)
+    assert values_equal(impl, m.gain, [2.0])
+
+
+@pytest.mark.clause("load_state_dict.returns-accounting")
+def test_exact_load_returns_empty_accounting(impl: Adapter) -> None:
+    result = _model(impl).load_state_dict(_checkpoint(impl))
+    assert list(result.missing_keys) == []
+    assert list(result.unexpected_keys) == []
+
+
+@pytest.mark.clause("load_state_dict.copy.keeps-objects")
+def test_default_load_copies_into_the_existing_parameters(impl: Adapter) -> None:
+    m = _model(impl)
+    weight = m.proj.weight
+    ckpt = _checkpoint(impl)
+    m.load_state_dict(ckpt)
+    assert m.proj.weight is weight
+    assert not impl.shares_storage(m.proj.weight, ckpt["proj.weight"])
+
+
+@pytest.mark.clause("load_state_dict.copy.dtype-converts")
+def test_copied_value_takes_the_slot_dtype(impl: Adapter) -> None:
+    m = _model(impl)
+    ckpt = _checkpoint(impl)
+    ckpt["proj.weight"] = impl.tensor(W, "float64")
+    m.load_state_dict(ckpt)
+    assert impl.dtype_name(m.proj.weight) == "float32"
+    assert values_equal(impl, m.proj.weight, W)
+
+
+# The pages name no exception type for a failed copy; either builtin a user would expect is accepted.
+@pytest.mark.clause("load_state_dict.copy.shape-mismatch-raises")
+@pytest.mark.parametrize("strict", [True, False])
+def test_shape_mismatch_raises_whatever_strict_says(impl: Adapter, strict: bool) -> None:
+    ckpt = _checkpoint(impl)
+    ckpt["proj.weight"] = impl.tensor([[1.0, 2.0]])
+    with pytest.raises((RuntimeError, ValueError), match=r"proj\.weight"):
+        _model(impl).load_state_dict(ckpt, strict=strict)
+
+
+@pytest.mark.clause("load_state_dict.copy.storage-free-raises")
+@pytest.mark.parametrize("strict", [True, False])
+def test_copy_into_storage_free_slot_raises_pointing_to_assign(impl: Adapter, strict: bool) -> None:
+    with impl.meta_init():
+        m = _model(impl)
+    with pytest.raises(Exception, match=r"assign=True"):
+        m.load_state_dict(_checkpoint(impl), strict=strict)
+
+
+@pytest.mark.clause("load_state_dict.assign.binds-incoming")
+def test_assign_binds_the_incoming_tensor_without_copying(impl: Adapter) -> None:
+    m = _model(impl)
+    ckpt = _checkpoint(impl)
+    m.load_state_dict(ckpt, assign=True)
+    assert impl.shares_storage(m.proj.weight, ckpt["proj.weight"])
+    assert isinstance(m.proj.weight, impl.nn.Parameter)
+
+
+@pytest.mark.clause("load_state_dict.assign.meta-init")
+def test_meta_init_module_receives_values_through_assign(impl: Adapter) -> None:
+    with impl.meta_init():
+        m = _model(impl)
+    assert not impl.has_storage(m.proj.weight)
+    m.load_state_dict(_checkpoint(impl), assign=True)
+    assert impl.has_storage(m.proj.weight)
+    assert values_equal(impl, m.proj.weight, W)
+    assert values_equal(impl, m.gain, [2.0])
+
+
+@pytest.mark.clause("load_state_dict.assign.incoming-dtype")
+def test_assign_takes_the_incoming_dtype(impl: Adapter) -> None:
+    m = _model(impl)
+    ckpt = _checkpoint(impl)
+    ckpt["proj.weight"] = impl.tensor(W, "float16")
+    m.load_state_dict(ckpt, assign=True)
+    assert impl.dtype_name(m.proj.weight) == "float16"
+
+
+@pytest.mark.clause("load_state_dict.assign.shape-mismatch-raises")
+def test_assign_still_requires_matching_shapes(impl: Adapter) -> None:
+    ckpt = _checkpoint(impl)
+    ckpt["proj.bias"] = impl.tensor([1.0])
+    with pytest.raises((RuntimeError, ValueError), match=r"proj\.bias"):
+        _model(impl).load_state_dict(ckpt, assign=True)
+
+
+@pytest.mark.clause("load_state_dict.assign.tied-weight")
+def test_one_tensor_under_two_keys_becomes_one_shared_parameter(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    root.a = impl.linear(2, 2, bias=False)
+    root.b = impl.linear(2, 2, bias=False)
+    shared = impl.tensor([[1.0, 0.0], [0.0, 1.0]])
+    root.load_state_dict({"a.weight": shared, "b.weight": shared}, assign=True)
+    assert root.a.weight is root.b.weight
+    assert impl.shares_storage(root.a.weight, shared)
+
+
+@pytest.mark.clause("load_state_dict.strict.raises")
+def test_strict_load_with_key_mismatch_raises(impl: Adapter) -> None:
+    ckpt = _checkpoint(impl)
+    del ckpt["gain"]
+    with pytest.raises(Exception, match=r"gain"):
+        _model(impl).load_state_dict(ckpt)
+
+
+@pytest.mark.clause("load_state_dict.strict.runtime-error-lists-keys")
+def test_strict_refusal_is_runtime_error_naming_every_key(impl: Adapter) -> None:
+    ckpt = _checkpoint(impl)
+    del ckpt["gain"]
+    ckpt["stray.one"] = impl.tensor([1.0])
+    ckpt["stray.two"] = impl.tensor([1.0])
+    with pytest.raises(RuntimeError, match=r"gain") as info:
+        _model(impl).load_state_dict(ckpt, strict=True)
+    for key in ("stray.one", "stray.two"):
+        assert re.search(re.escape(key), str(info.value)), f"message does not name {key}: {info.value}"
+
+
+@pytest.mark.clause("load_state_dict.strict-false.reports")
+@given(extra=st.lists(st.from_regex(r"x[a-z]{1,5}(\.[a-z]{1,4})?", fullmatch=True), unique=True, max_size=4))
+def test_non_strict_load_reports_keys_and_loads_the_rest(impl: Adapter, extra: list[str]) -> None:
+    ckpt = _checkpoint(impl)
+    del ckpt["gain"]
+    for key in extra:
+        ckpt[key] = impl.tensor([0.0])
+    m = _model(impl)
+    result = m.load_state_dict(ckpt, strict=False)
+    assert list(result.missing_keys) == ["gain"]
+    assert sorted(result.unexpected_keys) == sorted(extra)
+    assert values_equal(impl, m.proj.weight, W)
+
+
+@pytest.mark.clause("load_state_dict.tie.second-name-accepted")
+def test_tied_module_loads_from_first_name_alone_and_accepts_both(impl: Adapter) -> None:
+    src = tied_tree(impl)
+    only_first = {
+        "a.weight": impl.tensor(np.eye(2)),
+        "a.bias": impl.tensor([1.0, 2.0]),
+        "b.bias": impl.tensor([3.0, 4.0]),
+    }
+    dst = tied_tree(impl)
+    result = dst.load_state_dict(only_first)
+    assert list(result.missing_keys) == []
+    assert values_equal(impl, dst.b.weight, np.eye(2))
+    both = dict(only_first, **{"b.weight": only_first["a.weight"]})
+    result = src.load_state_dict(both)
+    assert list(result.unexpected_keys) == []
+
+
+@pytest.mark.clause("load_state_dict.tie.conflicting-values-raise")
+def test_two_names_of_a_tie_with_different_values_fail_naming_both(impl: Adapter) -> None:
+    ckpt = {
+        "a.weight": impl.tensor(np.eye(2)),
+        "a.bias": impl.tensor([0.0, 0.0]),
+        "b.weight": impl.tensor(2 * np.eye(2)),
+        "b.bias": impl.tensor([0.0, 0.0]),
+    }
+    with pytest.raises(Exception, match=r"a\.weight") as info:
+        tied_tree(impl).load_state_dict(ckpt)
+    assert "b.weight" in str(info.value)
+
+
+@pytest.mark.clause("load_state_dict.failed-load-leaves-module-unchanged")
+def test_failed_load_changes_nothing(impl: Adapter) -> None:
+    m = _model(impl)
+    before = {k: impl.to_numpy(v) for k, v in m.state_dict().items()}
+    ckpt = _checkpoint(impl)
+    ckpt["proj.bias"] = impl.tensor([1.0])  # fails after proj.weight could have been copied
+    with pytest.raises((RuntimeError, ValueError), match=r"proj\.bias"):
+        m.load_state_dict(ckpt)
+    for key, value in m.state_dict().items():
+        assert np.array_equal(impl.to_numpy(value), before[key]), f"{key} changed by a failed load"

@@ -1,0 +1,138 @@
+"""Packing and weight residency (packrt's additions): pack timing, checkpoint handles, state_dict.
+
+These clauses need the 'packing' / 'residency' capabilities; an implementation without them
+(PyTorch) skips them with that reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from packrt_conformance.adapter import Adapter
+from packrt_conformance.suite._support import values_equal
+
+W = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+B = np.array([0.5, -0.5, 1.5])
+X = np.array([[1.0, -2.0]])
+
+
+def _loaded(impl: Adapter, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+    layer = impl.linear(2, 3)
+    ckpt = {"weight": impl.tensor(W), "bias": impl.tensor(B)}
+    layer.load_state_dict(ckpt, assign=True, **kwargs)
+    return layer, ckpt
+
+
+def _out(impl: Adapter, layer: Any) -> Any:
+    return impl.to_numpy(layer(impl.tensor(X)))
+
+
+def _expect(weight: Any = W, bias: Any = B) -> Any:
+    return X @ np.asarray(weight).T + np.asarray(bias)
+
+
+@pytest.mark.clause("load_state_dict.pack.eager")
+def test_pack_true_packs_at_the_end_of_the_load(impl: Adapter) -> None:
+    lazy, _ = _loaded(impl)
+    assert not impl.is_packed(lazy), "without pack=True the layer packs on its first forward"
+    eager, _ = _loaded(impl, pack=True)
+    assert impl.is_packed(eager)
+    np.testing.assert_allclose(_out(impl, eager), _expect(), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.pack.handle-live-until-pack")
+def test_checkpoint_handle_write_before_pack_is_seen(impl: Adapter) -> None:
+    layer, ckpt = _loaded(impl)
+    impl.write_(ckpt["weight"], 2 * W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=2 * W), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.pack.handle-write-after-pack-unseen")
+def test_checkpoint_handle_write_after_pack_is_silent(impl: Adapter) -> None:
+    layer, ckpt = _loaded(impl, pack=True)
+    first = _out(impl, layer)
+    impl.write_(ckpt["weight"], 2 * W)  # neither refused ...
+    np.testing.assert_allclose(_out(impl, layer), first, rtol=1e-6)  # ... nor seen
+
+
+@pytest.mark.clause("load_state_dict.pack.edit-through-parameter-repacks")
+def test_edit_through_the_parameter_after_pack_is_seen(impl: Adapter) -> None:
+    layer, _ = _loaded(impl, pack=True)
+    _out(impl, layer)
+    impl.write_(layer.bias, B + 1.0)
+    np.testing.assert_allclose(_out(impl, layer), _expect(bias=B + 1.0), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.residency.borrowed-live-handle")
+def test_borrowed_residency_keeps_the_checkpoint_live(impl: Adapter) -> None:
+    layer, ckpt = _loaded(impl, weight_residency="borrowed")
+    _out(impl, layer)
+    assert not impl.is_packed(layer)
+    impl.write_(ckpt["weight"], 3 * W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=3 * W), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.residency.packed-single-copy")
+def test_packed_residency_holds_one_copy_and_reads_back(impl: Adapter) -> None:
+    layer, _ = _loaded(impl, weight_residency="packed")
+    np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+    raw_bytes = (W.size + B.size) * 4
+    assert impl.resident_bytes(layer) <= raw_bytes, "packed residency must drop the raw weight"
+    assert values_equal(impl, layer.weight, W)
+
+
+@pytest.mark.clause("load_state_dict.residency.auto")
+def test_auto_residency_packs_a_small_layer(impl: Adapter) -> None:
+    layer, _ = _loaded(impl, weight_residency="auto")
+    np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+    assert impl.is_packed(layer)
+
+
+@pytest.mark.clause("load_state_dict.residency.per-call")
+def test_per_call_residency_keeps_no_serving_form(impl: Adapter) -> None:
+    layer, _ = _loaded(impl, weight_residency="per_call")
+    for _ in range(2):
+        np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+        assert not impl.is_packed(layer)
+
+
+@pytest.mark.clause("load_state_dict.residency.none-keeps-default")
+def test_no_residency_keeps_the_layer_default(impl: Adapter) -> None:
+    layer, _ = _loaded(impl, weight_residency=None)
+    np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.residency.plain-parameters-ignore")
+def test_loose_parameters_ignore_residency(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    root.gain = impl.parameter([1.0, 1.0])
+    root.load_state_dict({"gain": impl.tensor([4.0, 5.0])}, weight_residency="packed")
+    assert values_equal(impl, root.gain, [4.0, 5.0])
+
+
+@pytest.mark.clause("initialize.packs-eagerly")
+def test_initialize_packs_every_bound_weight(impl: Adapter) -> None:
+    layer, _ = _loaded(impl)
+    assert layer.initialize() is layer
+    assert impl.is_packed(layer)
+
+
+@pytest.mark.clause("state_dict.complete-after-forward")
+def test_state_dict_after_forward_is_complete(impl: Adapter) -> None:
+    layer, _ = _loaded(impl)
+    _out(impl, layer)
+    sd = layer.state_dict()
+    assert list(sd) == ["weight", "bias"]
+    assert values_equal(impl, sd["weight"], W)
+    assert values_equal(impl, sd["bias"], B)
+
+
+@pytest.mark.clause("state_dict.drops-packed-entries")
+def test_revision_1_state_dict_omits_packed_entries(impl: Adapter) -> None:
+    layer, _ = _loaded(impl)
+    _out(impl, layer)
+    assert impl.is_packed(layer)
+    assert "weight" not in layer.state_dict()

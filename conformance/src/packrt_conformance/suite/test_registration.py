@@ -1,0 +1,166 @@
+"""Registration: attribute assignment, add_module / register_*, empty slots, buffers' persistence."""
+
+from __future__ import annotations
+
+import pytest
+
+from packrt_conformance.adapter import Adapter
+from packrt_conformance.suite._support import forward_module, names
+
+
+@pytest.mark.clause("init.empty-registries")
+def test_fresh_module_has_empty_registries(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    assert list(m.parameters()) == []
+    assert list(m.buffers()) == []
+    assert list(m.children()) == []
+    assert m.state_dict() == {}
+
+
+@pytest.mark.clause("module.register.child-by-assignment")
+def test_assigning_a_module_registers_a_child(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    child = impl.nn.Module()
+    m.body = child
+    assert list(m.named_children()) == [("body", child)]
+    assert m.body is child
+
+
+@pytest.mark.clause("module.register.parameter-by-assignment")
+def test_assigning_a_parameter_registers_it(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    p = impl.parameter([1.0, 2.0])
+    m.weight = p
+    assert [(n, t is p) for n, t in m.named_parameters()] == [("weight", True)]
+    assert m.weight is p
+
+
+@pytest.mark.clause("module.register.buffer-by-assignment")
+def test_assigning_a_buffer_object_registers_a_buffer(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.table = impl.buffer([1.0, 2.0])
+    assert names(m.named_buffers()) == ["table"]
+    assert list(m.parameters()) == []
+
+
+@pytest.mark.clause("module.call.runs-forward")
+def test_calling_the_module_runs_forward_with_the_call_arguments(impl: Adapter) -> None:
+    m = forward_module(impl)
+    assert m(3, y=4) == 34
+    assert m(5) == 50
+    assert m.calls == [(3, 4), (5, 0)]
+
+
+@pytest.mark.clause("add_module.registers-child")
+def test_add_module_files_a_child_readable_as_attribute(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    child = impl.nn.Module()
+    assert m.add_module("head", child) is None
+    assert list(m.named_children()) == [("head", child)]
+    assert m.head is child
+
+
+@pytest.mark.clause("add_module.same-as-assignment")
+def test_add_module_builds_the_same_registry_as_assignment(impl: Adapter) -> None:
+    by_call, by_attr = impl.nn.Module(), impl.nn.Module()
+    child = impl.linear(2, 2)
+    by_call.add_module("layer", child)
+    by_attr.layer = child
+    assert list(by_call.named_children()) == list(by_attr.named_children())
+    assert names(by_call.named_parameters()) == names(by_attr.named_parameters())
+    assert list(by_call.state_dict()) == list(by_attr.state_dict())
+
+
+@pytest.mark.clause("add_module.dotted-prefix")
+def test_child_tensors_enumerate_under_the_dotted_name(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.add_module("proj", impl.linear(2, 3))
+    assert names(m.named_parameters()) == ["proj.weight", "proj.bias"]
+
+
+@pytest.mark.clause("add_module.none-slot")
+def test_add_module_none_files_an_empty_slot(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.add_module("slot", None)
+    assert m.slot is None
+    assert list(m.children()) == []
+    assert names(m.named_modules()) == [""]
+
+
+@pytest.mark.clause("register_module.same-as-add-module")
+def test_register_module_is_add_module(impl: Adapter) -> None:
+    a, b = impl.nn.Module(), impl.nn.Module()
+    child = impl.nn.Module()
+    a.register_module("x", child)
+    b.add_module("x", child)
+    assert list(a.named_children()) == list(b.named_children()) == [("x", child)]
+
+
+@pytest.mark.clause("register_parameter.files-parameter")
+def test_register_parameter_matches_assignment(impl: Adapter) -> None:
+    a, b = impl.nn.Module(), impl.nn.Module()
+    p = impl.parameter([1.0])
+    a.register_parameter("w", p)
+    b.w = p
+    assert a.w is p
+    assert [(n, t is p) for n, t in a.named_parameters()] == [(n, t is p) for n, t in b.named_parameters()]
+
+
+@pytest.mark.clause("register_parameter.none-empty-slot")
+def test_register_parameter_none_reads_back_none_and_is_not_walked(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.register_parameter("bias", None)
+    m.weight = impl.parameter([1.0])
+    assert m.bias is None
+    assert names(m.named_parameters()) == ["weight"]
+    assert list(m.state_dict()) == ["weight"]
+
+
+@pytest.mark.clause("register_buffer.files-buffer")
+def test_register_buffer_files_a_buffer_not_a_parameter(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    t = impl.tensor([1.0, 0.0])
+    m.register_buffer("mask", t)
+    assert names(m.named_buffers()) == ["mask"]
+    assert list(m.parameters()) == []
+
+
+@pytest.mark.clause("register_buffer.reads-back-as-attribute")
+def test_registered_buffer_reads_back_as_attribute(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    t = impl.tensor([4.0])
+    m.register_buffer("table", t)
+    assert impl.shares_storage(m.table, t)
+    assert dict(m.named_buffers())["table"] is m.table
+
+
+@pytest.mark.clause("register_buffer.persistent-in-state-dict")
+def test_persistent_buffer_is_in_state_dict(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.register_buffer("mask", impl.tensor([1.0]))
+    assert list(m.state_dict()) == ["mask"]
+
+
+@pytest.mark.clause("register_buffer.non-persistent-excluded")
+def test_non_persistent_buffer_is_not_in_state_dict(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.register_buffer("cache", impl.tensor([1.0]), persistent=False)
+    m.register_buffer("kept", impl.tensor([2.0]))
+    assert list(m.state_dict()) == ["kept"]
+
+
+@pytest.mark.clause("register_buffer.buffer-flag-wins")
+def test_buffer_objects_own_persistent_flag_wins(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.register_buffer("dropped", impl.buffer([1.0], persistent=False))
+    m.register_buffer("kept", impl.buffer([2.0], persistent=True), persistent=False)
+    assert list(m.state_dict()) == ["kept"], "the Buffer's flag must decide, not register_buffer's argument"
+
+
+@pytest.mark.clause("register_buffer.none-empty-slot")
+def test_register_buffer_none_is_an_empty_slot(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.register_buffer("running", None)
+    assert m.running is None
+    assert list(m.buffers()) == []
+    assert m.state_dict() == {}

@@ -1,0 +1,119 @@
+"""The pytest plugin, run in a subprocess against a torch-free fake adapter.
+
+Checks the harness rules: revision and capability skips (never passes), expected failures and
+XPASS, superseded clauses, unknown clause names, failure output naming the clause, and the reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from packrt_conformance.report import validate_report
+
+HERE = Path(__file__).parent
+
+SUITE = """
+import pytest
+
+@pytest.mark.clause("train.returns-self")
+def test_passes(impl):
+    assert impl.name == "fake"
+
+@pytest.mark.clause("apply.returns-self")
+def test_fails(impl):
+    assert 1 == 2, "expected 1, got 2"
+
+@pytest.mark.clause("initialize.signature")
+def test_rev1_only(impl):
+    assert False
+
+@pytest.mark.clause("load_state_dict.pack.eager")
+def test_needs_packing(impl):
+    assert True
+
+@pytest.mark.clause("register_forward_hook.prepend")
+def test_has_capability(impl, revision):
+    assert revision == 2
+"""
+
+
+@pytest.fixture(autouse=True)
+def _fake_adapter_importable(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The subprocess must import fake_adapter before collection starts, hence PYTHONPATH.
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")])))
+
+
+@pytest.fixture
+def suite(pytester: pytest.Pytester) -> pytest.Pytester:
+    pytester.makepyfile(test_suite=SUITE)
+    return pytester
+
+
+def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return p.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", "fake_adapter:ADAPTER", *args)
+
+
+def test_outcomes_follow_revision_capability_and_failure(suite: pytest.Pytester) -> None:
+    result = _run(suite, "-rs", "--report-json", "out.json", "--report-md", "out.md")
+    result.assert_outcomes(passed=2, failed=1, skipped=2)
+    out = result.stdout.str()
+    assert "clause initialize.signature belongs to revision [1]; this run checks revision 2" in out
+    assert "needs capability ['packing'] that adapter 'fake' lacks" in out
+    result.stdout.fnmatch_lines(
+        [
+            "*broken contract clause*",
+            "apply.returns-self (revision 2): apply returns the very module it was called on.",
+            "reproduce: packrt-conformance --impl fake_adapter:ADAPTER --revision 2 -k 'test_fails'",
+        ]
+    )
+    report = json.loads((suite.path / "out.json").read_text())
+    validate_report(report)
+    outcomes = {c["id"]: c["outcome"] for c in report["clauses"]}
+    assert outcomes["train.returns-self"] == "pass"
+    assert outcomes["apply.returns-self"] == "fail"
+    assert outcomes["load_state_dict.pack.eager"] == "skip"
+    assert outcomes["named_modules.recurse"] == "not-run"
+    assert report["implementation"]["name"] == "fake"
+    assert "| fail | 1 |" in (suite.path / "out.md").read_text()
+
+
+def test_expected_failure_is_xfail_and_a_passing_entry_is_xpass(suite: pytest.Pytester) -> None:
+    suite.path.joinpath("exp.txt").write_text("apply.returns-self known gap\ntrain.returns-self stale entry\n")
+    result = _run(suite, "--expectations", "exp.txt", "--report-json", "out.json")
+    result.assert_outcomes(passed=1, skipped=2, xfailed=1, xpassed=1)
+    result.stdout.fnmatch_lines(["*XPASS*test_passes*listed as an expected failure but passes*"])
+    outcomes = {c["id"]: c for c in json.loads((suite.path / "out.json").read_text())["clauses"]}
+    assert outcomes["apply.returns-self"]["outcome"] == "xfail"
+    assert "known gap" in outcomes["apply.returns-self"]["reason"]
+    assert outcomes["train.returns-self"]["outcome"] == "xpass"
+
+
+def test_stale_expectation_entry_warns(suite: pytest.Pytester) -> None:
+    suite.path.joinpath("exp.txt").write_text("no.such-clause gone\n")
+    result = _run(suite, "--expectations", "exp.txt", "-k", "test_passes")
+    result.stdout.fnmatch_lines(["*entry 'no.such-clause' matches no clause of the registry*"])
+
+
+def test_revision_1_records_superseded_failures(suite: pytest.Pytester) -> None:
+    result = _run(suite, "--revision", "1", "--report-json", "out.json")
+    result.assert_outcomes(skipped=4, xfailed=1)
+    outcomes = {c["id"]: c["outcome"] for c in json.loads((suite.path / "out.json").read_text())["clauses"]}
+    assert outcomes["initialize.signature"] == "superseded"
+
+
+def test_unknown_clause_in_a_marker_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_bad='import pytest\n@pytest.mark.clause("no.such")\ndef test_x(impl): pass\n')
+    result = _run(pytester)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "marker names unknown clause(s) ['no.such']" in result.stderr.str()
+
+
+def test_unknown_adapter_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_x="def test_x(): pass\n")
+    result = pytester.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", "nothing-here")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*no adapter entry point of that name*"])

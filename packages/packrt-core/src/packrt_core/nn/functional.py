@@ -1,0 +1,287 @@
+"""packrt.nn.functional: the layers' math on Tensors, with torch.nn.functional's names and semantics.
+
+Every function takes packrt Tensors and returns a new Tensor on the input's device, in the
+input's dtype (half precision is computed in float32 and rounded once). The tensors an
+operation combines must share a device: a mismatch is a DeviceError naming both arguments.
+Shape, dtype and index problems the kernels find come back as ShapeError, DTypeError and
+IndexingError (still ValueError, TypeError and IndexError) prefixed with the function's name
+and using torch's argument names (``input``, ``weight``, ``bias``, ...). A wrong argument
+*value* (``p=1.5``, ``approximate="fast"``) is a plain ValueError naming the argument.
+
+Results agree with torch 2.13 within ``packrt_kernels_cpu.KERNEL_TOLERANCES`` for float16,
+bfloat16, float32 and float64. There is no autograd: nothing here records a graph.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+import packrt_kernels_cpu as kernels
+from packrt_core import dispatch
+from packrt_core.dtypes import as_dtype
+from packrt_core.errors import DeviceError, DTypeError, IndexingError, ShapeError
+from packrt_core.tensor import Tensor
+
+IntPair = int | Sequence[int]
+Padding = int | Sequence[int] | str
+# The kernels call the main operand "x"; torch (and so packrt) call it "input".
+_INPUT_NAMES: tuple[tuple[str, str], ...] = ((r"\bx\b", "input"),)
+_GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def _operands(fn: str, *named: tuple[str, Tensor | None]) -> list[Any]:
+    """The storage arrays of ``named`` tensors (None stays None), after checking each is a Tensor
+    on the first one's device."""
+    ref_name, ref = named[0]
+    arrays: list[Any] = []
+    for name, value in named:
+        if value is None:
+            arrays.append(None)
+            continue
+        if not isinstance(value, Tensor):
+            raise TypeError(
+                f"{fn}: {name} must be a packrt Tensor, got {type(value).__name__} (make one with packrt.tensor(...))"
+            )
+        assert ref is not None  # the first operand is always required
+        if value.device != ref.device:
+            raise DeviceError(
+                f"{fn}: {name} is on {value.device} but {ref_name} is on {ref.device}; move {name} to "
+                f"{ref_name}'s device first ({name}.to({ref_name}.device))"
+            )
+        arrays.append(value._array())
+    return arrays
+
+
+def _run(
+    fn: str,
+    kernel: Callable[..., Any],
+    *args: Any,
+    names: tuple[tuple[str, str], ...] = _INPUT_NAMES,
+    **kwargs: Any,
+) -> Any:
+    """Call ``kernel``, turning its builtin errors into packrt's (message prefixed with ``fn`` and
+    the kernel's argument names replaced by torch's)."""
+    try:
+        return kernel(*args, **kwargs)
+    except (IndexError, TypeError, ValueError) as err:
+        message = str(err)
+        for pattern, replacement in names:
+            message = re.sub(pattern, replacement, message)
+        if not message.startswith(f"{fn}:"):
+            message = f"{fn}: {message}"
+        if isinstance(err, IndexError):
+            raise IndexingError(message) from err
+        if isinstance(err, TypeError):
+            raise DTypeError(message) from err
+        raise ShapeError(message) from err
+
+
+def _require_float(fn: str, t: Tensor, name: str = "input") -> None:
+    if not t.dtype.is_floating_point:
+        raise DTypeError(
+            f"{fn}: {name} has dtype {t.dtype.name}; expected float16, bfloat16, float32 or float64 "
+            f"(convert it with {name}.float() first)"
+        )
+
+
+def _write_back(fn: str, target: Tensor, values: Any) -> Tensor:
+    """Store ``values`` into ``target`` (an ``inplace=True`` call) through the tensor's own in-place
+    path, so its version moves and views and packs see the edit like any other write."""
+    target._writable(f"{fn}(inplace=True)")  # refuses read-only and storage-free targets, naming fn
+    return target.copy_(target._wrap(values))
+
+
+# -- layers with weights ---------------------------------------------------------------------------
+def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """``input @ weight.T + bias``; ``weight`` is (out_features, in_features) as torch stores it."""
+    x, w, b = _operands("linear", ("input", input), ("weight", weight), ("bias", bias))
+    return input._wrap(_run("linear", kernels.linear, x, w, b))
+
+
+def embedding(input: Tensor, weight: Tensor) -> Tensor:
+    """Rows of ``weight`` (num_embeddings, embedding_dim) picked by the integer ids in ``input``.
+
+    An id outside [0, num_embeddings) is an IndexingError naming the id, where it sits and the
+    table size; nothing is gathered in that case.
+    """
+    ids, table = _operands("embedding", ("input", input), ("weight", weight))
+    names = ((r"\bids\b", "input"), (r"^table\b", "weight"))
+    return weight._wrap(_run("embedding", kernels.embedding, ids, table, names=names))
+
+
+def conv2d(
+    input: Tensor,
+    weight: Tensor,
+    bias: Tensor | None = None,
+    stride: IntPair = 1,
+    padding: Padding = 0,
+    dilation: IntPair = 1,
+    groups: int = 1,
+) -> Tensor:
+    """2-D cross-correlation: input (N, C, H, W) or (C, H, W), weight (out, C / groups, kh, kw).
+
+    ``padding`` takes an int, an (h, w) pair, ``"valid"`` or ``"same"`` (stride 1 only).
+    A bad stride, padding, dilation or group count is a ShapeError naming it.
+    """
+    x, w, b = _operands("conv2d", ("input", input), ("weight", weight), ("bias", bias))
+    out = _run("conv2d", kernels.conv2d, x, w, b, stride, padding, dilation, groups)
+    return input._wrap(out)
+
+
+# -- normalization -----------------------------------------------------------------------------------
+def layer_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Normalize over the trailing ``normalized_shape`` dims (mean 0, biased variance 1), then
+    scale by ``weight`` and shift by ``bias`` when given (each of shape ``normalized_shape``)."""
+    x, w, b = _operands("layer_norm", ("input", input), ("weight", weight), ("bias", bias))
+    return input._wrap(_run("layer_norm", kernels.layer_norm, x, normalized_shape, w, b, eps))
+
+
+def rms_norm(
+    input: Tensor,
+    normalized_shape: int | Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """``input / sqrt(mean(input**2) + eps) * weight`` over the trailing ``normalized_shape`` dims.
+
+    ``eps=None`` uses the machine epsilon of the dtype the arithmetic runs in (float32's for
+    half-precision input), as torch does.
+    """
+    x, w = _operands("rms_norm", ("input", input), ("weight", weight))
+    return input._wrap(_run("rms_norm", kernels.rms_norm, x, normalized_shape, w, eps))
+
+
+# -- activations ---------------------------------------------------------------------------------------
+def relu(input: Tensor, inplace: bool = False) -> Tensor:
+    """``max(input, 0)`` elementwise (NaN stays NaN). ``inplace=True`` overwrites ``input`` and returns it."""
+    (x,) = _operands("relu", ("input", input))
+    out = _run("relu", kernels.relu, x)
+    return _write_back("relu", input, out) if inplace else input._wrap(out)
+
+
+def gelu(input: Tensor, approximate: str = "none") -> Tensor:
+    """GELU, ``input * Phi(input)``: exact with ``approximate="none"``, the tanh formula with ``"tanh"``."""
+    if approximate not in _GELU_APPROXIMATIONS:
+        raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    (x,) = _operands("gelu", ("input", input))
+    return input._wrap(_run("gelu", kernels.gelu, x, approximate))
+
+
+def sigmoid(input: Tensor) -> Tensor:
+    """``1 / (1 + exp(-input))`` elementwise, without overflow for large ``|input|``."""
+    (x,) = _operands("sigmoid", ("input", input))
+    return input._wrap(_run("sigmoid", kernels.sigmoid, x))
+
+
+def silu(input: Tensor, inplace: bool = False) -> Tensor:
+    """SiLU (swish), ``input * sigmoid(input)``. ``inplace=True`` overwrites ``input`` and returns it."""
+    (x,) = _operands("silu", ("input", input))
+    out = _run("silu", kernels.silu, x)
+    return _write_back("silu", input, out) if inplace else input._wrap(out)
+
+
+def softmax(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
+    """``exp(input) / sum(exp(input))`` along ``dim``; large inputs cannot overflow.
+
+    ``dtype`` casts ``input`` first (as torch does), so the result has that dtype. A slice
+    that is entirely ``-inf`` gives NaN, as in torch. ``dim`` must be given: torch's implicit
+    choice for ``dim=None`` is deprecated there and not offered here.
+    """
+    if not isinstance(dim, int | np.integer) or isinstance(dim, bool):
+        raise TypeError(f"softmax: dim must be an int (the axis to normalize over), got {dim!r}")
+    if not isinstance(input, Tensor):
+        _operands("softmax", ("input", input))  # raises the TypeError naming input
+    source = input if dtype is None else input.to(as_dtype(dtype))
+    (x,) = _operands("softmax", ("input", source))
+    return source._wrap(_run("softmax", kernels.softmax, x, int(dim)))
+
+
+def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability ``p`` and scale the survivors by ``1 / (1 - p)``, so the
+    expected value is unchanged; with ``training=False`` (or ``p == 0``) it returns ``input`` itself.
+
+    The draws come from packrt's generator for ``input``'s device: ``packrt.manual_seed`` makes
+    them reproducible (they do not match torch's draws). As in torch, NaN and inf stay NaN
+    even where dropped (the mask is multiplied in).
+    """
+    if not isinstance(p, int | float) or isinstance(p, bool) or not 0.0 <= float(p) <= 1.0:
+        raise ValueError(f"dropout: p (the drop probability) must be between 0 and 1, got {p!r}")
+    (x,) = _operands("dropout", ("input", input))
+    if not training or p == 0 or input.numel() == 0:
+        return input
+    _require_float("dropout", input)
+    xp = kernels.array_namespace(x)
+    cd = kernels.compute_dtype(x.dtype)
+    if p == 1:
+        noise = xp.zeros(x.shape, dtype=cd)
+    else:
+        backend = dispatch.backend_for(input.device)
+        draws = backend.random("uniform", x.shape, np.dtype(np.float32), 0.0, 1.0, input.device.index or 0)
+        noise = (draws >= np.float32(p)).astype(cd) * cd.type(1.0 / (1.0 - float(p)))
+    out = (x.astype(cd, copy=False) * noise).astype(x.dtype, copy=False)
+    return _write_back("dropout", input, out) if inplace else input._wrap(out)
+
+
+# -- attention -------------------------------------------------------------------------------------------
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> Tensor:
+    """``softmax(query @ key^T * scale + mask) @ value``; ``scale`` defaults to ``1/sqrt(E)``.
+
+    Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) give (..., L, Ev); leading
+    dims broadcast. A bool ``attn_mask`` marks with True the pairs that take part; a float one
+    is added to the scores. ``is_causal=True`` lets query i see keys 0..i (top-left aligned).
+    A query that sees no key gets zeros. packrt serves inference, so ``dropout_p`` must be 0.
+    """
+    if dropout_p != 0.0:
+        raise ValueError(
+            f"scaled_dot_product_attention: dropout_p must be 0.0 (packrt serves inference and applies no "
+            f"attention dropout), got {dropout_p!r}"
+        )
+    q, k, v, mask = _operands(
+        "scaled_dot_product_attention", ("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)
+    )
+    out = _run(
+        "scaled_dot_product_attention",
+        kernels.scaled_dot_product_attention,
+        q,
+        k,
+        v,
+        mask,
+        is_causal,
+        scale,
+        names=(),
+    )
+    return query._wrap(out)
+
+
+__all__ = [
+    "conv2d",
+    "dropout",
+    "embedding",
+    "gelu",
+    "layer_norm",
+    "linear",
+    "relu",
+    "rms_norm",
+    "scaled_dot_product_attention",
+    "sigmoid",
+    "silu",
+    "softmax",
+]
