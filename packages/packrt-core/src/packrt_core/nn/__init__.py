@@ -3,14 +3,20 @@
 from packrt_core.nn import functional
 from packrt_core.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax
 from packrt_core.nn.containers import Identity, ModuleDict, ModuleList, Sequential
+from packrt_core.nn.conv import Conv2d
+from packrt_core.nn.embedding import Embedding
 from packrt_core.nn.linear import Linear
 from packrt_core.nn.module import Module
 from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.nn.quantized import QuantizedLinear
 from packrt_core.nn.residency import BoundLayer, BoundWeights, MemoryReport, free_memory_override, memory_report
 from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
 
 __all__ = [
+    "Conv2d",
+    "Embedding",
+    "QuantizedLinear",
     "GELU",
     "Dropout",
     "LayerNorm",
