@@ -55,17 +55,9 @@ def build(session: nox.Session) -> None:
     """Build every package's wheel once into dist/."""
     session.install("hatchling>=1.24", "build>=1.2")
     shutil.rmtree(DIST, ignore_errors=True)
-    for dist in PACKAGES:
+    for folder in [*(ROOT / "packages" / dist for dist in PACKAGES), CONFORMANCE]:
         session.run(
-            "python",
-            "-m",
-            "build",
-            "--wheel",
-            "--no-isolation",
-            "--outdir",
-            str(DIST),
-            str(ROOT / "packages" / dist),
-            silent=True,
+            "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(DIST), str(folder), silent=True
         )
     session.log("wheels: " + ", ".join(sorted(p.name for p in DIST.glob("*.whl"))))
 

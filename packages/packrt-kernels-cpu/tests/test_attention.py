@@ -24,9 +24,7 @@ def test_sdpa_matches_torch_with_and_without_causal_mask(
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_sdpa_bool_mask_true_takes_part_and_float_mask_is_added(
-    ref: Any, make: Any, rng: Any, dtype: Any
-) -> None:
+def test_sdpa_bool_mask_true_takes_part_and_float_mask_is_added(ref: Any, make: Any, rng: Any, dtype: Any) -> None:
     q, k, v = make(rng, (2, 4, 8), dtype), make(rng, (2, 6, 8), dtype), make(rng, (2, 6, 8), dtype)
     keep = rng.random((4, 6)) > 0.3
     keep[:, 0] = True

@@ -96,9 +96,7 @@ def test_conv2d_geometry_property_against_torch(
 def test_conv2d_names_channels_versus_groups() -> None:
     x = np.zeros((1, 5, 4, 4), np.float32)
     w = np.zeros((4, 2, 3, 3), np.float32)
-    with pytest.raises(
-        ValueError, match=r"x has 5 channels .* in_channels = weight.shape\[1\] \* groups = 2 \* 2 = 4"
-    ):
+    with pytest.raises(ValueError, match=r"x has 5 channels .* in_channels = weight.shape\[1\] \* groups = 2 \* 2 = 4"):
         conv2d(x, w, groups=2)
     with pytest.raises(ValueError, match="weight's out_channels=4 must be divisible by groups=3"):
         conv2d(np.zeros((1, 6, 4, 4), np.float32), w, groups=3)
@@ -106,15 +104,11 @@ def test_conv2d_names_channels_versus_groups() -> None:
 
 def test_conv2d_names_a_bad_weight_bias_or_input_rank() -> None:
     x = np.zeros((1, 2, 4, 4), np.float32)
-    with pytest.raises(
-        ValueError, match=r"weight must be 4-D \(out_channels, in_channels / groups, kh, kw\)"
-    ):
+    with pytest.raises(ValueError, match=r"weight must be 4-D \(out_channels, in_channels / groups, kh, kw\)"):
         conv2d(x, np.zeros((4, 2, 3), np.float32))
     with pytest.raises(ValueError, match=r"bias must have shape \(4,\), got \(3,\)"):
         conv2d(x, np.zeros((4, 2, 3, 3), np.float32), np.zeros(3, np.float32))
-    with pytest.raises(
-        ValueError, match=r"x must be 3 or 4-D \(N, C, H, W\) or \(C, H, W\), got shape \(2, 4\)"
-    ):
+    with pytest.raises(ValueError, match=r"x must be 3 or 4-D \(N, C, H, W\) or \(C, H, W\), got shape \(2, 4\)"):
         conv2d(np.zeros((2, 4), np.float32), np.zeros((4, 2, 3, 3), np.float32))
     with pytest.raises(TypeError, match="weight has dtype float64 but x has float32"):
         conv2d(x, np.zeros((4, 2, 3, 3)))

@@ -34,9 +34,7 @@ def test_tolerance_table_covers_every_float_dtype_and_names_the_gap() -> None:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_matches_torch_and_keeps_the_input_dtype(
-    ref: Any, make: Any, rng: Any, dtype: Any, bias: bool
-) -> None:
+def test_linear_matches_torch_and_keeps_the_input_dtype(ref: Any, make: Any, rng: Any, dtype: Any, bias: bool) -> None:
     x = make(rng, (2, 3, 16), dtype)
     w = make(rng, (5, 16), dtype, 0.25)
     b = make(rng, (5,), dtype) if bias else None
@@ -93,9 +91,7 @@ def test_layer_norm_matches_torch(ref: Any, make: Any, rng: Any, dtype: Any, aff
     x = make(rng, (2, 3, 4, 8), dtype, 3.0)
     w = make(rng, (4, 8), dtype) if affine else None
     b = make(rng, (4, 8), dtype) if affine else None
-    expected = ref.F.layer_norm(
-        ref.t(x), (4, 8), None if w is None else ref.t(w), None if b is None else ref.t(b)
-    )
+    expected = ref.F.layer_norm(ref.t(x), (4, 8), None if w is None else ref.t(w), None if b is None else ref.t(b))
     ref.check(layer_norm(x, (4, 8), w, b), expected)
 
 
@@ -111,9 +107,7 @@ def test_rms_norm_matches_torch_including_its_default_eps(
 
 def test_norms_name_the_normalized_shape_that_does_not_fit() -> None:
     x = np.zeros((2, 5), np.float32)
-    with pytest.raises(
-        ValueError, match=r"layer_norm: x's trailing dimensions must equal normalized_shape=\(4,\)"
-    ):
+    with pytest.raises(ValueError, match=r"layer_norm: x's trailing dimensions must equal normalized_shape=\(4,\)"):
         layer_norm(x, 4)
     with pytest.raises(ValueError, match=r"rms_norm: .*normalized_shape=\(5, 5\), got x of shape \(5,\)"):
         rms_norm(np.zeros(5, np.float32), (5, 5))

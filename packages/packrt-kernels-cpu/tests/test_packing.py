@@ -24,9 +24,7 @@ def _bits(a: np.ndarray) -> np.ndarray:
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("bias", [True, False])
-def test_linear_pack_unpacks_bit_for_bit_in_the_declared_dtype(
-    make: Any, rng: Any, dtype: Any, bias: bool
-) -> None:
+def test_linear_pack_unpacks_bit_for_bit_in_the_declared_dtype(make: Any, rng: Any, dtype: Any, bias: bool) -> None:
     w = make(rng, (6, 5), dtype)
     w[0, 0] = np.asarray(-0.0).astype(dtype)  # the sign of zero survives too
     b = make(rng, (6,), dtype) if bias else None
@@ -104,9 +102,7 @@ def test_packed_linear_names_wrong_input_width_and_dtype() -> None:
     packed = pack_linear(np.zeros((3, 4), np.float16))
     with pytest.raises(ValueError, match=r"in_features=4, got x of shape \(2, 5\)"):
         packed.forward(np.zeros((2, 5), np.float16))
-    with pytest.raises(
-        TypeError, match="x has dtype float32 but the linear pack was packed from float16 weights"
-    ):
+    with pytest.raises(TypeError, match="x has dtype float32 but the linear pack was packed from float16 weights"):
         packed.forward(np.zeros((2, 4), np.float32))
     with pytest.raises(ValueError, match=r"bias must have shape \(3,\), got \(4,\)"):
         pack_linear(np.zeros((3, 4), np.float32), np.zeros(4, np.float32))

@@ -123,9 +123,7 @@ class ArrayBackend:
             out += a
         return out.astype(dtype, copy=False)
 
-    def random(
-        self, kind: str, shape: Sequence[int], dtype: np.dtype, a: float, b: float, index: int = 0
-    ) -> Array:
+    def random(self, kind: str, shape: Sequence[int], dtype: np.dtype, a: float, b: float, index: int = 0) -> Array:
         """Samples of ``kind`` ("normal": mean a, std b; "uniform": [a, b))."""
         return self.from_host(self._draw(kind, tuple(shape), dtype, a, b), index)
 

@@ -63,26 +63,20 @@ def scaled_dot_product_attention(
     require_same_dtype(dt, v, "value", "query")
     for a, name in ((q, "query"), (k, "key"), (v, "value")):
         if a.ndim < 2:
-            raise ValueError(
-                f"{name} must have at least 2 dims (..., length, features), got {tuple(a.shape)}"
-            )
+            raise ValueError(f"{name} must have at least 2 dims (..., length, features), got {tuple(a.shape)}")
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(
-            f"key's feature dim must equal query's ({q.shape[-1]}), got key {tuple(k.shape)} "
-            f"and query {tuple(q.shape)}"
+            f"key's feature dim must equal query's ({q.shape[-1]}), got key {tuple(k.shape)} and query {tuple(q.shape)}"
         )
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(
-            f"value's length must equal key's ({k.shape[-2]}), "
-            f"got value {tuple(v.shape)} and key {tuple(k.shape)}"
+            f"value's length must equal key's ({k.shape[-2]}), got value {tuple(v.shape)} and key {tuple(k.shape)}"
         )
     batch = broadcast_shape([q.shape[:-2], k.shape[:-2], v.shape[:-2]], ["query", "key", "value"])
     length, source = int(q.shape[-2]), int(k.shape[-2])
     if attn_mask is not None:
         if is_causal:
-            raise ValueError(
-                "pass either attn_mask or is_causal=True, not both (the causal mask is built here)"
-            )
+            raise ValueError("pass either attn_mask or is_causal=True, not both (the causal mask is built here)")
         if np.dtype(attn_mask.dtype) != np.dtype(bool):
             require_same_dtype(dt, attn_mask, "attn_mask", "query (or use a bool mask)")
         broadcast_shape([tuple(attn_mask.shape), (*batch, length, source)], ["attn_mask", "scores"])

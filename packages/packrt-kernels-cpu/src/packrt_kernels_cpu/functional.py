@@ -45,8 +45,7 @@ def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
     require_same_dtype(dt, b, "bias", "x")
     if x.ndim == 0 or x.shape[-1] != w.shape[1]:
         raise ValueError(
-            f"x's last dimension must equal weight's in_features={w.shape[1]}, "
-            f"got x of shape {tuple(x.shape)}"
+            f"x's last dimension must equal weight's in_features={w.shape[1]}, got x of shape {tuple(x.shape)}"
         )
     require_shape(b, (w.shape[0],), "bias")
     return dt
@@ -95,17 +94,12 @@ def embedding(ids: Array, table: Array) -> Array:
     return xp.take(table, ids, axis=0)
 
 
-def _norm_axes(
-    x: Array, normalized_shape: int | Sequence[int], name: str
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    shape = (
-        (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
-    )
+def _norm_axes(x: Array, normalized_shape: int | Sequence[int], name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
     k = len(shape)
     if k == 0 or x.ndim < k or tuple(x.shape[-k:]) != shape:
         raise ValueError(
-            f"{name}: x's trailing dimensions must equal normalized_shape={shape}, "
-            f"got x of shape {tuple(x.shape)}"
+            f"{name}: x's trailing dimensions must equal normalized_shape={shape}, got x of shape {tuple(x.shape)}"
         )
     return shape, tuple(range(x.ndim - k, x.ndim))
 

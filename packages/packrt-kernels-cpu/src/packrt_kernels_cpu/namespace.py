@@ -91,9 +91,7 @@ def require_shape(a: Array | None, expected: Sequence[int], name: str) -> None:
 def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     """``dim`` as a non-negative axis; IndexError (like torch) when it is outside [-ndim, ndim)."""
     if not -ndim <= dim < ndim:
-        raise IndexError(
-            f"{name}={dim} is out of range for a {ndim}-D array (expected {-ndim} to {ndim - 1})"
-        )
+        raise IndexError(f"{name}={dim} is out of range for a {ndim}-D array (expected {-ndim} to {ndim - 1})")
     return dim % ndim
 
 

@@ -99,8 +99,7 @@ class PackedQuantizedLinear:
         dt = require_float(x, "x")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ValueError(
-                f"x's last dimension must equal in_features={self.in_features}, "
-                f"got x of shape {tuple(x.shape)}"
+                f"x's last dimension must equal in_features={self.in_features}, got x of shape {tuple(x.shape)}"
             )
         xp = array_namespace(x)
         cd = compute_dtype(dt)
