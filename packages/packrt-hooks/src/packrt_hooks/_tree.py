@@ -38,6 +38,11 @@ class ModuleTree(Protocol):
     def named_modules(self) -> Any: ...
 
 
+class _Installs(Protocol):
+    def _install(self, name: str, module: HookableModule) -> None: ...
+    def remove(self) -> None: ...
+
+
 def walk_modules(root: ModuleTree) -> list[tuple[str, HookableModule]]:
     """Every ``(dotted_name, module)`` of the tree, in the tree's own order.
 
@@ -59,6 +64,17 @@ def walk_modules(root: ModuleTree) -> list[tuple[str, HookableModule]]:
                 )
         found.append((name, module))
     return found
+
+
+def install_everywhere(result: _Installs, root: ModuleTree) -> None:
+    """Install ``result``'s hooks on every module of the tree; on any failure remove what was
+    installed, so a ready-made hook is on every module or on none."""
+    try:
+        for name, submodule in walk_modules(root):
+            result._install(name, submodule)
+    except BaseException:
+        result.remove()
+        raise
 
 
 def pick_modules(modules: list[tuple[str, HookableModule]], names: list[str]) -> list[tuple[str, HookableModule]]:
@@ -129,5 +145,6 @@ __all__ = [
     "is_array_like",
     "iter_leaves",
     "pick_modules",
+    "install_everywhere",
     "walk_modules",
 ]

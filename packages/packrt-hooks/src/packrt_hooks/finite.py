@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_hooks._tree import ModuleTree, display_name, dtype_name, iter_leaves, walk_modules
+from packrt_hooks._tree import ModuleTree, display_name, dtype_name, install_everywhere, iter_leaves
 from packrt_hooks.errors import NonFiniteError
 from packrt_hooks.handle import RemovableHandle
 
@@ -122,12 +122,7 @@ def check_finite(module: ModuleTree) -> FiniteCheck:
     tuples, lists and dicts too; integer data is skipped. Returns one handle for all hooks.
     """
     result = FiniteCheck()
-    try:
-        for name, submodule in walk_modules(module):
-            result._install(name, submodule)
-    except BaseException:
-        result.remove()
-        raise
+    install_everywhere(result, module)
     return result
 
 

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from packrt_hooks._tree import ModuleTree, display_name, walk_modules
+from packrt_hooks._tree import ModuleTree, display_name, install_everywhere
 from packrt_hooks.call import unwinding_exception
 from packrt_hooks.handle import RemovableHandle
 
@@ -167,12 +167,7 @@ def profile(module: ModuleTree) -> Profile:
         print(prof)
     """
     result = Profile()
-    try:
-        for name, submodule in walk_modules(module):
-            result._install(name, submodule)
-    except BaseException:
-        result.remove()
-        raise
+    install_everywhere(result, module)
     return result
 
 

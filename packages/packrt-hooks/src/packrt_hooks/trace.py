@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from packrt_hooks._tree import ModuleTree, display_name, dtype_name, is_array_like, walk_modules
+from packrt_hooks._tree import ModuleTree, display_name, dtype_name, install_everywhere, is_array_like
 from packrt_hooks.call import unwinding_exception
 from packrt_hooks.handle import RemovableHandle
 
@@ -156,12 +156,7 @@ def trace_shapes(module: ModuleTree, *, level: int = logging.INFO) -> ShapeTrace
     the hooks.
     """
     result = ShapeTrace(level)
-    try:
-        for name, submodule in walk_modules(module):
-            result._install(name, submodule)
-    except BaseException:
-        result.remove()
-        raise
+    install_everywhere(result, module)
     return result
 
 

@@ -43,16 +43,6 @@ class BoundConv2d(BoundWeights):
         # Reads the bound weight in place; half precision converts for the call and is freed.
         return conv2d(x, arrays["weight"], arrays["bias"], **_geometry_args(layer))
 
-    def unpack(self, pack: PackedConv2d) -> dict[str, Array]:
-        w, b = pack.unpack()
-        return {"weight": w, "bias": b}
-
-    def pack_nbytes(self, layer: Module) -> int:
-        weight: Tensor = layer._parameters["weight"]  # type: ignore[assignment]
-        compute = max(weight.dtype.itemsize, 4)  # half precision packs as float32
-        bias = layer._parameters.get("bias")
-        return weight.numel() * compute + (bias.numel() * compute if bias is not None else 0)
-
 
 def _geometry_args(layer: Module) -> dict[str, Any]:
     return {

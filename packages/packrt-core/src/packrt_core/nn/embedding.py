@@ -31,9 +31,6 @@ class BoundEmbedding(BoundWeights):
     def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
         return embedding(x, arrays["weight"])
 
-    def unpack(self, pack: PackedEmbedding) -> dict[str, Array]:
-        return {"weight": pack.unpack()}
-
     def pack_nbytes(self, layer: Module) -> int:
         weight: Tensor = layer._parameters["weight"]  # type: ignore[assignment]
         return weight.numel() * weight.dtype.itemsize

@@ -44,16 +44,6 @@ class BoundLinear(BoundWeights):
     def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
         return linear_borrowed(x, arrays["weight"], arrays["bias"])
 
-    def unpack(self, pack: PackedLinear) -> dict[str, Array]:
-        w, b = pack.unpack()
-        return {"weight": w, "bias": b}
-
-    def pack_nbytes(self, layer: Module) -> int:
-        weight: Tensor = layer._parameters["weight"]  # type: ignore[assignment]
-        compute = max(weight.dtype.itemsize, 4)  # half precision packs as float32
-        bias = layer._parameters.get("bias")
-        return weight.numel() * compute + (bias.numel() * compute if bias is not None else 0)
-
 
 class Linear(BoundLayer, Module):
     """``y = x @ weight.T + bias`` with ``weight`` (out_features, in_features) and ``bias``

@@ -43,10 +43,6 @@ class BoundQuantizedLinear(BoundWeights):
         view = PackedQuantizedLinear(arrays["weight"], arrays["scale"], arrays["bias"], DEFAULT_SCRATCH_BYTES)
         return view.forward(x)
 
-    def unpack(self, pack: PackedQuantizedLinear) -> dict[str, Array]:
-        q, scale, b = pack.unpack()
-        return {"weight": q, "scale": scale, "bias": b}
-
     def pack_nbytes(self, layer: Module) -> int:
         return sum(p.nbytes for _, p in self._params(layer))
 

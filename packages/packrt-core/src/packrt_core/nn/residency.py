@@ -131,10 +131,14 @@ class BoundWeights:
         raise NotImplementedError
 
     def unpack(self, pack: Any) -> dict[str, Array]:
-        raise NotImplementedError
+        """The declared arrays rebuilt from ``pack`` (whose ``unpack()`` gives them in declared order)."""
+        parts = pack.unpack()
+        return dict(zip(self.declared, parts if isinstance(parts, tuple) else (parts,), strict=True))
 
     def pack_nbytes(self, layer: Module) -> int:
-        raise NotImplementedError
+        """The size a pack will take, before building it: each declared tensor in its compute
+        dtype (half precision packs as float32)."""
+        return sum(p.numel() * max(p.dtype.itemsize, 4) for _, p in self._params(layer))
 
     # -- state ---------------------------------------------------------------------------------
     def _params(self, layer: Module) -> Iterator[tuple[str, Tensor]]:
