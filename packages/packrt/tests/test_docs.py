@@ -1,4 +1,4 @@
-"""The guides' examples run: each page's python blocks, in order, as one script."""
+"""The README's and the guides' examples run: each page's python blocks, in order, as one script."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).resolve().parents[3] / "docs"
-PAGES = ["hooks.md", "module.md"]
+ROOT = Path(__file__).resolve().parents[3]
+PAGES = ["README.md", "docs/hooks.md", "docs/module.md"]
 
 
 def _blocks(page: Path) -> list[str]:
@@ -17,7 +17,7 @@ def _blocks(page: Path) -> list[str]:
 
 @pytest.mark.parametrize("name", PAGES)
 def test_every_python_example_on_the_page_runs(name: str, capsys: pytest.CaptureFixture[str]) -> None:
-    page = DOCS / name
+    page = ROOT / name
     if not page.exists():
         pytest.skip(f"{page} is not beside this checkout (the docs ship with the repository, not the wheel)")
     blocks = _blocks(page)
