@@ -220,3 +220,63 @@ def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
     assert missing.returncode == 2
     assert "none.safetensors': cannot be opened" in missing.stderr
     assert json.loads(json.dumps(result.stdout))  # plain text, nothing binary
+
+
+# -- a reader that stops early -----------------------------------------------------------------------
+
+
+def _many_tensors(path: Path, count: int = 6000) -> Path:
+    """A checkpoint whose inspect listing (hundreds of KiB) is far larger than a pipe's buffer."""
+    return _save(path, {f"blocks.{i:05d}.attention.query.weight": np.zeros(1, np.float32) for i in range(count)})
+
+
+def test_inspect_into_a_reader_that_closes_early_exits_141_with_nothing_on_stderr(tmp_path: Path) -> None:
+    path = _many_tensors(tmp_path / "many.safetensors")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "packrt.cli", "inspect", str(path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    first = process.stdout.readline()
+    process.stdout.close()  # as `| head -1` does: the rest of the listing has no reader
+    stderr = process.stderr.read()
+    process.stderr.close()
+    assert process.wait(timeout=120) == 141
+    assert first.decode().startswith(f"checkpoint: {path} (single file)")
+    assert stderr == b"", stderr.decode()
+
+
+def test_inspect_read_to_the_end_still_exits_0(tmp_path: Path) -> None:
+    path = _many_tensors(tmp_path / "many.safetensors")
+    result = subprocess.run(
+        [sys.executable, "-m", "packrt.cli", "inspect", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    assert "tensors: 6000, 24000 bytes" in result.stdout
+    assert "blocks.05999.attention.query.weight  F32    [1]        4" in result.stdout
+
+
+class _ClosedPipe:
+    """A stdout whose reader is gone: every write and flush fails as a closed pipe does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("argv", [["inspect", "{path}"], ["--help"]], ids=["inspect", "help"])
+def test_a_broken_pipe_is_not_reported_as_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    path = _save(tmp_path / "m.safetensors", {"w": np.zeros(2, np.float32)})
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert main([arg.format(path=path) for arg in argv]) == 141
+    assert capsys.readouterr().err == ""

@@ -75,3 +75,6 @@ def test_the_demo_runs_in_smoke_mode() -> None:
     done = subprocess.run([sys.executable, "-m", "packrt.demo", "--smoke"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "bfloat16" in done.stdout and "not exportable" in done.stdout
+    assert "0 bytes of weight storage" in done.stdout  # the model is declared under meta_init
+    for residency in ("packed", "borrowed", "auto", "per_call"):
+        assert f"\n{residency} " in done.stdout, f"no summary row for {residency}"

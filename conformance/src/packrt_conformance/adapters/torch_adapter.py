@@ -7,6 +7,7 @@ dtype names in ``to()``, no storage-free ``to_empty``.
 
 from __future__ import annotations
 
+import importlib
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -27,8 +28,9 @@ class TorchAdapter:
     revisions = frozenset({1, 2})
 
     def __init__(self, device: str = "cpu") -> None:
-        import torch  # the adapter is the one place torch is imported
-
+        # The adapter is the one place torch is imported; through importlib so that the suite
+        # type-checks without torch installed (torch is an optional extra).
+        torch: Any = importlib.import_module("torch")
         self._torch = torch
         self.name = "torch"
         self.version = str(torch.__version__)
@@ -90,7 +92,8 @@ class TorchAdapter:
             tensor.copy_(self.tensor(data, self.dtype_name(tensor)))
 
     def meta_init(self) -> AbstractContextManager[Any]:
-        return self._torch.device("meta")
+        region: AbstractContextManager[Any] = self._torch.device("meta")
+        return region
 
     def linear(self, in_features: int, out_features: int, bias: bool = True) -> Any:
         device = None if self.device == "cpu" else self.device

@@ -6,13 +6,18 @@ sharded checkpoint the shard map. ``packrt check PATH --model module:factory`` b
 the model would not take, and the tensors whose shape or dtype differ. Neither reads tensor data.
 
 Exit codes: 0 when all is well (``check``: the checkpoint fits the model), 1 when ``check`` finds a
-difference, 2 for a usage error or a file that cannot be read, with the reason on stderr.
+difference, 2 for a usage error or a file that cannot be read, with the reason on stderr. When the
+reader of stdout goes away early (``packrt inspect PATH | head -1``) the command stops quietly, with
+no traceback or error on stderr, and exits 141, the status a shell reports for a tool that SIGPIPE
+ended, so ``set -o pipefail`` scripts see the same as for ``cat`` or ``ls``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import io
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -22,6 +27,7 @@ from packrt_core import meta_init
 from packrt_core.errors import PackrtError
 
 _EXIT_OK, _EXIT_MISMATCH, _EXIT_ERROR = 0, 1, 2
+_EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process ended by SIGPIPE
 
 
 class UsageError(Exception):
@@ -129,8 +135,21 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``packrt`` command with ``argv`` (default: ``sys.argv[1:]``) and return its exit code."""
+def _silence_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null, so the interpreter's final flush of what is still
+    buffered cannot fail again on the closed pipe and print an error at exit."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, io.UnsupportedOperation):
+        return  # not backed by a descriptor (a test's capture): nothing is flushed to a pipe at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -138,9 +157,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         return stop.code if isinstance(stop.code, int) else _EXIT_ERROR
     try:
         code: int = args.run(args, sys.stdout)
+    except BrokenPipeError:
+        raise  # an OSError, but not a failure of the command: main handles it
     except (UsageError, PackrtError, OSError) as err:
         print(f"packrt {args.command}: error: {err}", file=sys.stderr)
         return _EXIT_ERROR
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``packrt`` command with ``argv`` (default: ``sys.argv[1:]``) and return its exit code.
+
+    A reader of stdout that stops early ends the command quietly with exit code 141 (see above).
+    """
+    try:
+        code = _dispatch(argv)
+        # Flushed here so a reader that left after the last write is noticed now, not at exit.
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+        return _EXIT_BROKEN_PIPE
     return code
 
 

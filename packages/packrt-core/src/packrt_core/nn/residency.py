@@ -281,13 +281,6 @@ class BoundWeights:
             return None
         return param if keep_vars else param.detach()
 
-    def memory(self, layer: Module) -> dict[str, int]:
-        """Resident bytes by kind: raw (parameters holding their own storage), packed, borrowed."""
-        raw = sum(p.storage_nbytes for _, p in self._params(layer))
-        borrowed = raw if self.effective(layer) == "borrowed" else 0
-        return {"raw": raw - borrowed, "packed": self.resident_pack_bytes, "borrowed": borrowed}
-
-
 class BoundLayer:
     """Mixin for a Module subclass that serves through a :class:`BoundWeights` in ``_bound``:
     it wires loads, state dicts, ``initialize()`` and the repr to the bound object."""
@@ -379,24 +372,19 @@ def memory_report(module: Module) -> MemoryReport:
     seen: set[int] = set()
     for path, mod in module.named_modules():
         bound = getattr(mod, "_bound", None)
-        raw = 0
-        for t in [*mod._parameters.values(), *mod._buffers.values()]:
-            if t is not None and id(t) not in seen:
+        mode = bound.effective(mod) if isinstance(bound, BoundWeights) else "-"
+        served_in_place = set(bound.declared) if mode == "borrowed" else set()
+        raw = borrowed = 0
+        for registry in ("_parameters", "_buffers"):
+            for name, t in getattr(mod, registry).items():
+                if t is None or id(t) in seen:
+                    continue
                 seen.add(id(t))
-                raw += t.storage_nbytes
-        if isinstance(bound, BoundWeights):
-            kinds = bound.memory(mod)
-            extra = raw - kinds["raw"] - kinds["borrowed"]  # buffers and undeclared parameters
-            report.append(
-                MemoryRow(
-                    path,
-                    type(mod).__name__,
-                    bound.effective(mod),
-                    kinds["raw"] + extra,
-                    kinds["packed"],
-                    kinds["borrowed"],
-                )
-            )
-        elif raw:
-            report.append(MemoryRow(path, type(mod).__name__, "-", raw, 0, 0))
+                if registry == "_parameters" and name in served_in_place:
+                    borrowed += t.storage_nbytes
+                else:
+                    raw += t.storage_nbytes
+        packed = bound.resident_pack_bytes if isinstance(bound, BoundWeights) else 0
+        if raw or packed or borrowed or isinstance(bound, BoundWeights):
+            report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed))
     return report

@@ -1,0 +1,29 @@
+"""``packrt.models``: reference transformers written only with packrt's public API.
+
+- :class:`BertEncoder` / :class:`EncoderConfig`: a BERT-style post-LN encoder (token,
+  position and token-type embeddings; multi-head attention with a padding mask; GELU MLP).
+- :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
+  rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
+
+Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
+to a checkpoint with ``packrt.io.load_checkpoint(model, path, assign=True)``, so the weights
+live once, memory-mapped or packed as each layer's residency says. Their parameter names
+are listed in :mod:`packrt.models.encoder` and :mod:`packrt.models.decoder`; they mirror a
+plain torch module tree built the same way, so ``state_dict`` keys carry over one to one.
+"""
+
+from packrt.models.decoder import CausalDecoder, DecoderConfig
+from packrt.models.encoder import BertEncoder, EncoderConfig
+from packrt.models.layers import MultiHeadAttention
+from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
+
+__all__ = [
+    "BertEncoder",
+    "CausalDecoder",
+    "DecoderConfig",
+    "EncoderConfig",
+    "MultiHeadAttention",
+    "RotaryEmbedding",
+    "rotary_tables",
+    "rotate_half",
+]

@@ -1,0 +1,148 @@
+"""A BERT-style encoder: embeddings, then post-LN transformer layers with a GELU MLP.
+
+Parameter names (``L`` is the layer index)::
+
+    embeddings.word.weight              (vocab, hidden)
+    embeddings.position.weight          (max_positions, hidden)
+    embeddings.token_type.weight        (type_vocab, hidden)
+    embeddings.norm.{weight,bias}       (hidden,)
+    layers.L.attention.{q,k,v,o}_proj.{weight,bias}   (hidden, hidden) / (hidden,)
+    layers.L.attention_norm.{weight,bias}             (hidden,)
+    layers.L.mlp.up.{weight,bias}       (intermediate, hidden) / (intermediate,)
+    layers.L.mlp.down.{weight,bias}     (hidden, intermediate) / (hidden,)
+    layers.L.mlp_norm.{weight,bias}     (hidden,)
+
+Each layer is ``x = norm1(x + attention(x)); x = norm2(x + mlp(x))`` (post-LN, as in BERT),
+with the exact (erf) GELU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import packrt
+from packrt import nn
+from packrt.errors import ShapeError
+from packrt.models.layers import Embedding, MultiHeadAttention, check_heads, check_ids, check_positive
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Geometry of a :class:`BertEncoder`. ``hidden`` must be divisible by ``heads``."""
+
+    vocab: int = 30522
+    hidden: int = 768
+    heads: int = 12
+    layers: int = 12
+    intermediate: int = 3072
+    max_positions: int = 512
+    type_vocab: int = 2
+    eps: float = 1e-12
+
+    def __post_init__(self) -> None:
+        check_positive(self, "vocab", "hidden", "heads", "layers", "intermediate", "max_positions", "type_vocab")
+        check_heads(self, self.hidden, self.heads)
+        if not self.eps > 0:
+            raise ValueError(f"EncoderConfig.eps must be positive (it keeps LayerNorm finite), got {self.eps!r}")
+
+
+class EncoderEmbeddings(nn.Module):
+    """Sum of token, position and token-type embeddings, then LayerNorm."""
+
+    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+        super().__init__()
+        self.word = Embedding(config.vocab, config.hidden, weight_residency=weight_residency)
+        self.position = Embedding(config.max_positions, config.hidden, weight_residency=weight_residency)
+        self.token_type = Embedding(config.type_vocab, config.hidden, weight_residency=weight_residency)
+        self.norm = nn.LayerNorm(config.hidden, eps=config.eps)
+
+    def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
+        _, seq = input_ids.shape
+        positions = packrt.arange(seq, device=input_ids.device).unsqueeze(0)
+        if token_type_ids is None:
+            token_type_ids = packrt.zeros(1, seq, dtype=packrt.int64, device=input_ids.device)
+        elif token_type_ids.shape != input_ids.shape:
+            raise ShapeError(
+                f"BertEncoder: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
+                f"{input_ids.shape}"
+            )
+        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        out: packrt.Tensor = self.norm(x)
+        return out
+
+
+class EncoderMLP(nn.Module):
+    """``down(gelu(up(x)))``."""
+
+    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+        super().__init__()
+        self.up = nn.Linear(config.hidden, config.intermediate, weight_residency=weight_residency)
+        self.act = nn.GELU()
+        self.down = nn.Linear(config.intermediate, config.hidden, weight_residency=weight_residency)
+
+    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
+        out: packrt.Tensor = self.down(self.act(self.up(x)))
+        return out
+
+
+class EncoderLayer(nn.Module):
+    """One post-LN transformer layer: attention, add, norm; MLP, add, norm."""
+
+    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+        super().__init__()
+        self.attention = MultiHeadAttention(config.hidden, config.heads, bias=True, weight_residency=weight_residency)
+        self.attention_norm = nn.LayerNorm(config.hidden, eps=config.eps)
+        self.mlp = EncoderMLP(config, weight_residency)
+        self.mlp_norm = nn.LayerNorm(config.hidden, eps=config.eps)
+
+    def forward(self, x: packrt.Tensor, attn_mask: packrt.Tensor | None = None) -> packrt.Tensor:
+        x = self.attention_norm(x + self.attention(x, attn_mask=attn_mask))
+        out: packrt.Tensor = self.mlp_norm(x + self.mlp(x))
+        return out
+
+
+class BertEncoder(nn.Module):
+    """A BERT-style encoder returning the last hidden state (batch, seq, hidden).
+
+    ``forward(input_ids, attention_mask=None, token_type_ids=None)``: ``input_ids`` is an
+    integer tensor (batch, seq) with ``seq <= max_positions``; ``attention_mask`` (batch, seq)
+    marks real tokens with 1/True and padding with 0/False, and no token attends to padding
+    (padded positions still get an output row, computed from the real tokens).
+    ``token_type_ids`` defaults to all zeros. Build it under :func:`packrt.meta_init` and bind a
+    checkpoint with ``load_state_dict(..., assign=True)`` to allocate the weights only once.
+    ``weight_residency`` is passed to every Linear and Embedding (None keeps their defaults).
+    """
+
+    def __init__(self, config: EncoderConfig, *, weight_residency: str | None = None) -> None:
+        super().__init__()
+        self.config = config
+        self.embeddings = EncoderEmbeddings(config, weight_residency)
+        self.layers = nn.ModuleList([EncoderLayer(config, weight_residency) for _ in range(config.layers)])
+
+    def forward(
+        self,
+        input_ids: packrt.Tensor,
+        attention_mask: packrt.Tensor | None = None,
+        token_type_ids: packrt.Tensor | None = None,
+    ) -> packrt.Tensor:
+        batch, seq = check_ids("BertEncoder", input_ids, self.config.max_positions)
+        mask = None
+        if attention_mask is not None:
+            if attention_mask.shape != (batch, seq):
+                raise ShapeError(
+                    f"BertEncoder: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
+                    f"{(batch, seq)} with 1 for real tokens and 0 for padding"
+                )
+            # (batch, 1, 1, seq): the same key mask for every head and every query
+            mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
+        x: packrt.Tensor = self.embeddings(input_ids, token_type_ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+    def extra_repr(self) -> str:
+        c = self.config
+        return f"vocab={c.vocab}, hidden={c.hidden}, heads={c.heads}, layers={c.layers}"
+
+
+__all__ = ["BertEncoder", "EncoderConfig", "EncoderEmbeddings", "EncoderLayer", "EncoderMLP"]
