@@ -281,6 +281,7 @@ class BoundWeights:
             return None
         return param if keep_vars else param.detach()
 
+
 class BoundLayer:
     """Mixin for a Module subclass that serves through a :class:`BoundWeights` in ``_bound``:
     it wires loads, state dicts, ``initialize()`` and the repr to the bound object."""
@@ -371,9 +372,10 @@ def memory_report(module: Module) -> MemoryReport:
     report = MemoryReport()
     seen: set[int] = set()
     for path, mod in module.named_modules():
-        bound = getattr(mod, "_bound", None)
-        mode = bound.effective(mod) if isinstance(bound, BoundWeights) else "-"
-        served_in_place = set(bound.declared) if mode == "borrowed" else set()
+        found = getattr(mod, "_bound", None)
+        bound = found if isinstance(found, BoundWeights) else None
+        mode = bound.effective(mod) if bound is not None else "-"
+        served_in_place = set(bound.declared) if bound is not None and mode == "borrowed" else set()
         raw = borrowed = 0
         for registry in ("_parameters", "_buffers"):
             for name, t in getattr(mod, registry).items():
@@ -384,7 +386,7 @@ def memory_report(module: Module) -> MemoryReport:
                     borrowed += t.storage_nbytes
                 else:
                     raw += t.storage_nbytes
-        packed = bound.resident_pack_bytes if isinstance(bound, BoundWeights) else 0
-        if raw or packed or borrowed or isinstance(bound, BoundWeights):
+        packed = bound.resident_pack_bytes if bound is not None else 0
+        if raw or packed or borrowed or bound is not None:
             report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed))
     return report
