@@ -136,30 +136,37 @@ def conformance_check(session: nox.Session) -> None:
 
 
 @nox.session(tags=["ci"], requires=["build"])
-@nox.parametrize("impl", ["packrt", "torch"])
-def conformance(session: nox.Session, impl: str) -> None:
-    """The suite against one implementation, each in its own venv, writing JSON and markdown reports.
+@nox.parametrize(("impl", "device"), [("packrt", "cpu"), ("packrt", "cuda"), ("torch", "cpu")])
+def conformance(session: nox.Session, impl: str, device: str) -> None:
+    """The suite against one build in its own venv, writing JSON and markdown reports to reports/.
 
-    packrt is held to both revisions with an empty expectation file; torch to revision 2 with
-    its expectation file, and the suite's own tests run beside it.
+    packrt (from the freshly built wheels) is held to both revisions with its empty expectation
+    file; torch to revision 2 with its expectation file. The cuda run happens where a GPU answers.
     """
+    if device == "cuda" and shutil.which("nvidia-smi") is None:
+        session.skip("no NVIDIA driver here: the cuda conformance run needs a GPU")
     REPORTS.mkdir(exist_ok=True)
     if impl == "packrt":
-        _install_from_dist(session, "packrt-conformance", "packrt")
+        _install_from_dist(session, "packrt-conformance", "packrt[cuda]" if device == "cuda" else "packrt")
     else:
         _install_from_dist(session, "packrt-conformance[torch]", TORCH)
+    if device == "cuda":
+        answer = session.run("python", "-c", "import packrt; print(packrt.cuda.is_available())", silent=True)
+        if "True" not in str(answer):
+            session.skip("no GPU answers here: the cuda conformance run needs one")
     session.chdir(str(CONFORMANCE))
-    expectations = f"expectations/{impl}.txt"
     for revision in (2, 1) if impl == "packrt" else (2,):
-        stem = REPORTS / f"conformance-{impl}-rev{revision}"
+        stem = REPORTS / f"conformance-{impl}-{device}-rev{revision}"
         session.run(
             "packrt-conformance",
             "--impl",
             impl,
+            "--device",
+            device,
             "--revision",
             str(revision),
             "--expectations",
-            expectations,
+            f"expectations/{impl}.txt",
             "--report-json",
             f"{stem}.json",
             "--report-md",
@@ -167,8 +174,25 @@ def conformance(session: nox.Session, impl: str) -> None:
             "-q",
             *session.posargs,
         )
-    if impl == "torch":
-        session.run("python", "-m", "pytest", "tests", "-p", "no:cacheprovider", "--import-mode=importlib", "-q")
+
+
+@nox.session(tags=["ci"], requires=["build"])
+def conformance_selftest(session: nox.Session) -> None:
+    """The suite's own tests: the harness, the torch runs, and the mutants it must fail."""
+    _install_from_dist(session, "packrt-conformance[torch,test]", "packrt", TORCH)
+    session.chdir(str(CONFORMANCE))
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "tests",
+        "-p",
+        "no:cacheprovider",
+        "--import-mode=importlib",
+        "-q",
+        *session.posargs,
+        env={"PACKRT_REQUIRE_PACKRT": "1"},
+    )
 
 
 @nox.session(requires=["build"])

@@ -65,3 +65,16 @@ class FakeAdapter:
 
 
 ADAPTER = FakeAdapter()
+
+
+class DeviceFakeAdapter(FakeAdapter):
+    """A fake that places its tensors on the device it is built for; 'cuda' only when told one answers."""
+
+    def __init__(self, device: str = "cpu", *, gpu_answers: bool = False) -> None:
+        self.device = device
+        self.capabilities = FakeAdapter.capabilities | ({"cuda"} if gpu_answers else set())
+
+
+def gpu_fake(device: str = "cpu") -> DeviceFakeAdapter:
+    """A factory for a fake on a machine where a GPU answers."""
+    return DeviceFakeAdapter(device, gpu_answers=True)

@@ -65,3 +65,28 @@ def test_default_revision_must_be_supported(monkeypatch: pytest.MonkeyPatch) -> 
     odd.revisions = frozenset({1})
     with pytest.raises(AdapterError, match=r"default revision 2 is not among its revisions \[1\]"):
         check_adapter(odd)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda", "cuda:1"])
+def test_device_is_passed_to_an_adapter_that_takes_it(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    assert load_adapter("fake_adapter:DeviceFakeAdapter", device).device == device
+    assert load_adapter("fake_adapter:gpu_fake", device).device == device
+
+
+def test_no_device_keeps_the_adapters_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    assert load_adapter("fake_adapter:DeviceFakeAdapter").device == "cpu"
+
+
+def test_device_matching_an_adapter_without_the_keyword_is_accepted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    assert load_adapter("fake_adapter:FakeAdapter", "cpu").device == "cpu"
+    assert load_adapter(FAKE, "cpu").device == "cpu"
+
+
+@pytest.mark.parametrize("spec", ["fake_adapter:FakeAdapter", FAKE])
+def test_device_an_adapter_cannot_take_is_refused(monkeypatch: pytest.MonkeyPatch, spec: str) -> None:
+    monkeypatch.syspath_prepend(str(__import__("pathlib").Path(__file__).parent))
+    with pytest.raises(AdapterError, match=r"--device cuda: adapter 'fake' runs on 'cpu' and takes no device argument"):
+        load_adapter(spec, "cuda")

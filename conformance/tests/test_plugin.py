@@ -61,6 +61,10 @@ def test_outcomes_follow_revision_capability_and_failure(suite: pytest.Pytester)
     result = _run(suite, "-rs", "--report-json", "out.json", "--report-md", "out.md")
     result.assert_outcomes(passed=2, failed=1, skipped=2)
     out = result.stdout.str()
+    assert (
+        "packrt-conformance 0.1.0: implementation fake 9.9 (fake_adapter:ADAPTER), contract revision 2, device cpu"
+        in out
+    )
     assert "clause initialize.signature belongs to revision [1]; this run checks revision 2" in out
     assert "needs capability ['packing'] that adapter 'fake' lacks" in out
     result.stdout.fnmatch_lines(
@@ -117,3 +121,54 @@ def test_unknown_adapter_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", "nothing-here")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no adapter entry point of that name*"])
+
+
+def test_cuda_run_without_a_gpu_skips_every_test_with_the_reason(suite: pytest.Pytester) -> None:
+    result = suite.runpytest_subprocess(
+        "-p",
+        "packrt_conformance.plugin",
+        "--impl",
+        "fake_adapter:DeviceFakeAdapter",
+        "--device",
+        "cuda",
+        "-rs",
+        "--report-json",
+        "out.json",
+    )
+    assert result.ret == pytest.ExitCode.OK
+    result.assert_outcomes(skipped=5)
+    result.stdout.fnmatch_lines(
+        [
+            "packrt-conformance 0.1.0: implementation fake 9.9 (fake_adapter:DeviceFakeAdapter), "
+            "contract revision 2, device cuda",
+            "*device 'cuda' requested but adapter 'fake' reports no CUDA device (capability 'cuda' missing)*",
+        ]
+    )
+    report = json.loads((suite.path / "out.json").read_text())
+    assert report["device"] == "cuda"
+    assert {c["outcome"] for c in report["clauses"]} == {"skip", "not-run"}
+    assert "no CUDA device" in {c["id"]: c for c in report["clauses"]}["train.returns-self"]["reason"]
+
+
+def test_cuda_run_where_a_gpu_answers_runs_the_tests(suite: pytest.Pytester) -> None:
+    result = suite.runpytest_subprocess(
+        "-p",
+        "packrt_conformance.plugin",
+        "--impl",
+        "fake_adapter:gpu_fake",
+        "--device",
+        "cuda:0",
+        "--report-json",
+        "out.json",
+    )
+    result.assert_outcomes(passed=2, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(
+        ["reproduce: packrt-conformance --impl fake_adapter:gpu_fake --revision 2 --device cuda:0 *"]
+    )
+    assert json.loads((suite.path / "out.json").read_text())["device"] == "cuda:0"
+
+
+def test_device_the_adapter_cannot_take_is_a_usage_error(suite: pytest.Pytester) -> None:
+    result = _run(suite, "--device", "cuda")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*adapter 'fake' runs on 'cpu' and takes no device argument*"])

@@ -1,13 +1,14 @@
 """The pytest plugin that runs the suite against an implementation.
 
 Load it with ``-p packrt_conformance.plugin`` (the ``packrt-conformance`` command does). Options:
-``--impl`` (adapter ``module:object`` or entry-point name), ``--revision``, ``--expectations``,
-``--report-json``, ``--report-md``, ``--max-examples``. A test names the clauses it checks with
+``--impl`` (adapter ``module:object`` or entry-point name), ``--revision``, ``--device``,
+``--expectations``, ``--report-json``, ``--report-md``, ``--max-examples``. A test names the clauses it checks with
 ``@pytest.mark.clause("id", ...)`` and receives the adapter through the ``impl`` fixture.
 
 Rules the plugin enforces: a test whose clauses all belong to the other revision is skipped with
 that reason; a test needing a capability the adapter does not declare is skipped naming it (it
-never passes); a clause listed in the expectation file runs as an expected failure; a superseded
+never passes); a run on a CUDA device whose adapter reports no CUDA device skips every test
+with that reason; a clause listed in the expectation file runs as an expected failure; a superseded
 revision-1 clause that fails is recorded as ``superseded``, not failed.
 """
 
@@ -49,6 +50,27 @@ class ConformanceState:
         self.results: dict[str, ClauseResult] = {}
         self.xpassed: list[str] = []
 
+    @property
+    def device_skip(self) -> str | None:
+        """Why no test can run on the requested device, or None when it answers."""
+        adapter = self.adapter
+        if adapter is None or not adapter.device.startswith("cuda") or "cuda" in adapter.capabilities:
+            return None
+        return (
+            f"device {adapter.device!r} requested but adapter {adapter.name!r} reports no CUDA device "
+            "(capability 'cuda' missing); run on a machine with a GPU, or with --device cpu"
+        )
+
+    def header(self) -> str:
+        """The run header line: implementation and version, suite version, revision, device."""
+        if self.adapter is None:
+            return f"packrt-conformance {__version__}: no implementation selected (--impl)"
+        a = self.adapter
+        return (
+            f"packrt-conformance {__version__}: implementation {a.name} {a.version} ({self.spec}), "
+            f"contract revision {self.revision}, device {a.device}"
+        )
+
 
 STATE = pytest.StashKey[ConformanceState]()
 ITEM_CLAUSES = pytest.StashKey[list[Clause]]()
@@ -59,6 +81,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("packrt-conformance", "Module contract conformance")
     group.addoption("--impl", help="adapter to test: module:object or an entry-point name (e.g. torch)")
     group.addoption("--revision", type=int, choices=(1, 2), help="contract revision (default: the adapter's)")
+    group.addoption("--device", help="device the adapter places tensors on, e.g. cpu or cuda (default: the adapter's)")
     group.addoption("--expectations", type=Path, help="file of '<clause id> <reason>' expected failures")
     group.addoption("--report-json", type=Path, help="write the per-clause JSON report here")
     group.addoption("--report-md", type=Path, help="write a markdown summary here")
@@ -72,7 +95,7 @@ def pytest_configure(config: pytest.Config) -> None:
     adapter: Adapter | None = None
     if spec:
         try:
-            adapter = load_adapter(spec)
+            adapter = load_adapter(spec, config.getoption("--device"))
         except AdapterError as err:
             raise pytest.UsageError(str(err)) from err
     revision = config.getoption("--revision") or (adapter.revision if adapter else 2)
@@ -99,6 +122,11 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.register_profile("packrt-conformance", parent=settings.default, max_examples=max_examples)
         settings.load_profile("packrt-conformance")
     config.stash[STATE] = ConformanceState(registry, adapter, spec, revision, expectations)
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    state = config.stash.get(STATE, None)
+    return state.header() if state is not None else None
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +158,9 @@ def _classify(item: pytest.Item, state: ConformanceState) -> None:
         revs = sorted({r for cid in ids for r in state.registry[cid].revisions})
         why = f"clause {', '.join(ids)} belongs to revision {revs}; this run checks revision {state.revision}"
         item.add_marker(pytest.mark.skip(reason=why))
+        return
+    if (no_device := state.device_skip) is not None:
+        item.add_marker(pytest.mark.skip(reason=no_device))
         return
     have = state.adapter.capabilities if state.adapter else frozenset()
     missing = sorted({cap for c in clauses for cap in c.capabilities} - have)
@@ -203,7 +234,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if outcome in ("fail", "error"):
         lines = [f"{c.id} (revision {state.revision}): {c.rule}" for c in clauses]
         lines += [f"  reading: {c.reading}" for c in clauses if c.reading]
-        lines.append(f"reproduce: packrt-conformance --impl {state.spec} --revision {state.revision} -k '{item.name}'")
+        device = f" --device {state.adapter.device}" if state.adapter and state.adapter.device != "cpu" else ""
+        lines.append(
+            f"reproduce: packrt-conformance --impl {state.spec} --revision {state.revision}{device} -k '{item.name}'"
+        )
         rep.sections.append(("broken contract clause", "\n".join(lines)))
 
 
@@ -216,8 +250,8 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
         counts[res.outcome] = counts.get(res.outcome, 0) + 1
     terminalreporter.section("packrt-conformance")
     terminalreporter.write_line(
-        f"{state.adapter.name} {state.adapter.version}, revision {state.revision}: "
-        + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        f"{state.adapter.name} {state.adapter.version}, revision {state.revision}, "
+        f"device {state.adapter.device}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     )
     for nodeid in state.xpassed:
         terminalreporter.write_line(f"XPASS {nodeid}: listed as an expected failure but passes; remove the entry")

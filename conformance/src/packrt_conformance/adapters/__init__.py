@@ -1,11 +1,14 @@
 """Finding an adapter: ``module:object`` or the name of a ``packrt_conformance.adapters`` entry point.
 
-The object may be an adapter instance, or a class / zero-argument factory returning one.
+The object may be an adapter instance, or a class / factory returning one. A factory is called with
+no arguments, or with ``device=`` when the run asks for a device and the factory takes that keyword;
+either way the adapter that comes back must report the device the run asked for.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from typing import Any
 
@@ -48,12 +51,36 @@ def _resolve(spec: str) -> Any:
         raise AdapterError(f"--impl {spec}: loading {matches[0].value} failed ({err})") from err
 
 
-def load_adapter(spec: str) -> Adapter:
-    """Load, instantiate if needed, and validate the adapter named by ``spec``."""
+def _takes_device(factory: Any) -> bool:
+    """Whether ``factory`` accepts a ``device`` keyword (named, or through ``**kwargs``)."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(
+        (p.name == "device" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)) or p.kind is p.VAR_KEYWORD
+        for p in params
+    )
+
+
+def load_adapter(spec: str, device: str | None = None) -> Adapter:
+    """Load, instantiate if needed, and validate the adapter named by ``spec``.
+
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...) is handed to the adapter's factory when it
+    takes a ``device`` keyword; None keeps the adapter's own default. An adapter that ends up on
+    another device than the one asked for is refused, so a report never names the wrong device.
+    """
     obj = _resolve(spec)
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Adapter)):
+        kwargs = {"device": device} if device is not None and _takes_device(obj) else {}
         try:
-            obj = obj()
+            obj = obj(**kwargs)
         except ImportError as err:
             raise AdapterError(f"--impl {spec}: the adapter cannot start, a dependency is missing ({err})") from err
-    return check_adapter(obj)
+    adapter = check_adapter(obj)
+    if device is not None and adapter.device != device:
+        raise AdapterError(
+            f"--impl {spec} --device {device}: adapter {adapter.name!r} runs on {adapter.device!r} and takes no "
+            "device argument; give its class or factory a 'device' keyword, or drop --device"
+        )
+    return adapter

@@ -1,0 +1,104 @@
+"""The suite catches broken implementations: each mutant adapter fails on the clauses its fault breaks.
+
+Every mutant (``mutants.py``) is packrt with one rule broken. The suite runs against it in a
+subprocess (``--impl mutants:<Name>``, this directory on ``PYTHONPATH``) over the suite files that
+hold the broken rule's tests; the JSON report must show every clause in the mutant's ``breaks`` as
+failed, and the same clauses must pass on the real packrt adapter (so the failure is the fault's,
+not the test's). packrt is not a dependency of the suite: without it these tests skip, unless
+``PACKRT_REQUIRE_PACKRT=1`` makes its absence a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from packrt_conformance.clauses import load_registry
+from packrt_conformance.report import validate_report
+
+HERE = Path(__file__).parent
+
+
+def _load_mutants() -> Any:
+    # Imported from its file, so this test module needs neither sys.path nor a package.
+    spec = importlib.util.spec_from_file_location("mutants", HERE / "mutants.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MUTANTS = _load_mutants().MUTANTS
+
+
+@pytest.fixture(scope="module")
+def require_packrt() -> None:
+    """Skip when packrt is missing, unless PACKRT_REQUIRE_PACKRT=1 makes its absence a failure."""
+    try:
+        import packrt  # noqa: F401
+    except ImportError:
+        if os.environ.get("PACKRT_REQUIRE_PACKRT") == "1":
+            pytest.fail("packrt is required (PACKRT_REQUIRE_PACKRT=1) but cannot be imported")
+        pytest.skip("packrt is not installed: the mutants wrap its adapter")
+
+
+def _env() -> dict[str, str]:
+    path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...]) -> tuple[int, str, dict[str, str]]:
+    """Run the shipped suite's ``files`` against ``impl``; return the exit code, output and outcomes."""
+    import subprocess
+
+    report = tmp / f"{impl.replace(':', '_')}-r{revision}.json"
+    cmd = [sys.executable, "-m", "packrt_conformance.cli", "--impl", impl, "--revision", str(revision)]
+    cmd += ["--max-examples", "5", "--report-json", str(report), "-q"]
+    if files:
+        cmd += ["-k", " or ".join(files)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp, timeout=300, check=False)
+    output = proc.stdout + proc.stderr
+    assert report.exists(), f"{impl}: no report written (exit {proc.returncode}):\n{output[-3000:]}"
+    data = json.loads(report.read_text(encoding="utf-8"))
+    validate_report(data)
+    return proc.returncode, output, {c["id"]: c["outcome"] for c in data["clauses"]}
+
+
+def test_every_mutant_names_known_clauses_of_its_revision() -> None:
+    registry = load_registry()
+    assert len(MUTANTS) >= 6
+    assert len({m.fault for m in MUTANTS}) == len(MUTANTS), "two mutants inject the same fault"
+    for mutant in MUTANTS:
+        assert mutant.breaks, f"{mutant.__name__} names no clause it breaks"
+        of_revision = {c.id for c in registry.for_revision(mutant.revision_under_test)}
+        assert mutant.breaks <= of_revision, f"{mutant.__name__}: {sorted(mutant.breaks - of_revision)}"
+
+
+@pytest.mark.usefixtures("require_packrt")
+@pytest.mark.parametrize("revision", [1, 2])
+def test_real_packrt_passes_every_clause_a_mutant_breaks(tmp_path: Path, revision: int) -> None:
+    broken = {cid for m in MUTANTS if m.revision_under_test == revision for cid in m.breaks}
+    files = tuple(sorted({f for m in MUTANTS if m.revision_under_test == revision for f in m.suite_files}))
+    code, output, outcomes = _run(tmp_path, "packrt", revision, files)
+    assert code == 0, output[-3000:]
+    assert {cid: outcomes[cid] for cid in broken if outcomes[cid] != "pass"} == {}
+
+
+@pytest.mark.usefixtures("require_packrt")
+@pytest.mark.parametrize("mutant", MUTANTS, ids=[m.__name__ for m in MUTANTS])
+def test_suite_fails_the_mutant_on_the_clauses_its_fault_breaks(tmp_path: Path, mutant: Any) -> None:
+    code, output, outcomes = _run(
+        tmp_path, f"mutants:{mutant.__name__}", mutant.revision_under_test, mutant.suite_files
+    )
+    assert code == pytest.ExitCode.TESTS_FAILED, f"the suite passed a broken implementation:\n{output[-3000:]}"
+    failed = {cid for cid, outcome in outcomes.items() if outcome == "fail"}
+    assert sorted(mutant.breaks - failed) == [], f"{mutant.fault}: the suite missed these broken clauses"
+    assert f"packrt-mutant[{mutant.fault}] " in output, "the run summary names the mutant"
+    assert "broken contract clause" in output
+    assert any(f"{cid} (revision {mutant.revision_under_test})" in output for cid in mutant.breaks)
