@@ -11,7 +11,10 @@ and keeps the weights at rest the way its residency says:
   memory-mapped checkpoint stays the only copy and writes through its handle are seen.
 - ``auto``: packs when the pack fits the free memory, otherwise borrows; the decision is
   recorded per layer (``layer.residency_decision``).
-- ``per_call``: nothing kept between calls; each forward rebuilds what it needs.
+- ``per_call``: nothing kept between calls; each forward rebuilds only what its kernel needs
+  beyond the bound arrays (a half-precision upcast) and frees it, the memory-pressure fallback.
+  For float32 weights that is nothing, so it computes like ``borrowed``; the two differ in
+  intent (``borrowed`` promises the bound storage is the serving copy).
 
 Packing happens once, under a lock (forwards may run on many threads), on the first
 forward or at ``load_state_dict(..., pack=True)`` / ``initialize()``. A pack is swapped in
@@ -192,9 +195,9 @@ class BoundWeights:
         mode = self.effective(layer)
         if mode == "packed":
             return self.serve_packed(layer, self.current_pack(layer), x)
-        if mode == "borrowed":
-            return self.serve_raw(layer, self.arrays(layer), x)
-        return self.serve_packed(layer, self.build(layer, self.arrays(layer)), x)  # per_call: built, then dropped
+        # borrowed and per_call both compute from the bound arrays; what a kernel needs beyond
+        # them (a half-precision upcast) is made for the call and freed, never kept
+        return self.serve_raw(layer, self.arrays(layer), x)
 
     def current_pack(self, layer: Module) -> Any:
         """The pack for the layer's current weights, building it (once, under the lock) when
