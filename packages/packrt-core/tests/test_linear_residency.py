@@ -388,3 +388,15 @@ def test_a_strict_load_failure_into_a_packed_layer_changes_nothing() -> None:
         layer.load_state_dict({"weight": prt.zeros(8, 16)}, pack=True)
     np.testing.assert_array_equal(layer(x).numpy(), first)
     assert layer._bound.pack_count == 1
+
+
+def test_pack_true_packs_every_layer_of_the_tree_not_only_those_the_load_binds() -> None:
+    model = nn.Sequential(nn.Linear(16, 8), nn.Linear(8, 4))
+    model.load_state_dict({"0.weight": prt.randn(8, 16), "0.bias": prt.zeros(8)}, strict=False, pack=True)
+    assert [layer.is_packed for layer in model] == [True, True]
+
+
+def test_initialize_skips_layers_whose_weights_are_still_storage_free() -> None:
+    with prt.meta_init():
+        model = nn.Sequential(nn.Linear(4, 4))
+    assert model.initialize() is model and not model[0].is_packed

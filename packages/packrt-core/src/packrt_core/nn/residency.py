@@ -235,7 +235,10 @@ class BoundWeights:
 
     def pack_now(self, layer: Module) -> None:
         """What the first forward would do, now: pack under packed (or auto when it fits);
-        under borrowed and per_call only the decision is made, and nothing is copied."""
+        under borrowed and per_call only the decision is made, and nothing is copied. A layer
+        whose weights are still storage-free (meta init, not loaded yet) has nothing to pack."""
+        if any(not p.has_storage for _, p in self._params(layer)):
+            return
         if self.effective(layer) == "packed":
             self.current_pack(layer)
 

@@ -164,6 +164,11 @@ class StateDictMethods:
         _write(chosen, assign)
         for commit in commits:
             commit()
+        if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
+            bound = {module for tie, _ in chosen for module, _, _ in tie.places}
+            for module in root.modules():
+                if module not in bound:
+                    module._pack_now()
         return _IncompatibleKeys(missing, unexpected)
 
 
