@@ -192,3 +192,22 @@ def test_contract_revision_switches_and_restores() -> None:
 def test_initialize_returns_the_module() -> None:
     root = model()
     assert root.initialize() is root
+
+
+def test_the_call_path_tests_one_flag_that_follows_every_registration_and_removal() -> None:
+    m = nn.Identity()
+    assert m._hooked is False
+    pre = m.register_forward_pre_hook(lambda mod, args: None)
+    post = m.register_forward_hook(lambda mod, args, out: None)
+    pre.remove()
+    assert m._hooked is True
+    post.remove()
+    assert m._hooked is False and m(3) == 3
+
+
+def test_a_deep_copy_keeps_its_own_hook_flag() -> None:
+    m = nn.Identity()
+    handle = m.register_forward_hook(lambda mod, args, out: out + 1)
+    twin = copy.deepcopy(m)
+    handle.remove()
+    assert m(1) == 1 and twin(1) == 2

@@ -234,3 +234,33 @@ def test_any_sequence_of_registrations_and_removals_runs_hooks_in_the_model_orde
         assert bool(registry) == bool(model)
     call_with_hooks(object(), lambda: None, (), {}, registry, HookRegistry())
     assert log == model
+
+
+def test_on_change_is_called_after_every_registration_and_removal() -> None:
+    calls: list[int] = []
+    registry = HookRegistry(lambda: calls.append(len(registry)))
+    handle = registry.add(lambda *a: None)
+    other = registry.add(lambda *a: None, prepend=True)
+    handle.remove()
+    handle.remove()  # already gone: nothing changed, no call
+    registry.clear()
+    assert calls == [1, 2, 1, 0]
+    other.remove()
+    assert calls == [1, 2, 1, 0]
+
+
+def test_a_deep_copy_sends_a_bound_method_callback_to_the_copied_owner() -> None:
+    import copy
+
+    class Owner:
+        def __init__(self) -> None:
+            self.changes = 0
+            self.registry = HookRegistry(self.changed)
+
+        def changed(self) -> None:
+            self.changes += 1
+
+    owner = Owner()
+    twin = copy.deepcopy(owner)
+    twin.registry.add(lambda *a: None)
+    assert (owner.changes, twin.changes) == (0, 1)

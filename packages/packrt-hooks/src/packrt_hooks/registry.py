@@ -50,16 +50,18 @@ class _Registration:
 class HookRegistry:
     """Hooks in the order they run: registration order, with ``prepend=True`` ones first.
 
-    ``bool(registry)`` is True when at least one hook is registered; it is a single
-    attribute read, cheap enough for ``Module.__call__`` to test on every call.
+    ``bool(registry)`` is True when at least one hook is registered. ``on_change`` (optional)
+    is called after every registration and removal, so an owner can keep a single flag that
+    its call path tests instead of asking each registry on every call.
     ``always_call`` is stored for every entry, but only forward hooks honour it (see
     :func:`~packrt_hooks.call_with_hooks`).
     """
 
-    __slots__ = ("_entries", "_lock", "_next_key")
+    __slots__ = ("_entries", "_lock", "_next_key", "_on_change")
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._entries: tuple[HookEntry, ...] = ()
+        self._on_change = on_change
         # Changes are read-modify-write of the tuple; the lock keeps two threads that register
         # at once from losing one entry. Calls only read the tuple and never take it.
         self._lock = threading.Lock()
@@ -89,6 +91,7 @@ class HookRegistry:
             entry = HookEntry(self._next_key, hook, bool(with_kwargs), bool(always_call))
             self._next_key += 1
             self._entries = (entry, *self._entries) if prepend else (*self._entries, entry)
+        self._changed()
         return RemovableHandle((_Registration(self, entry.key),))
 
     def remove(self, key: int) -> bool:
@@ -98,12 +101,18 @@ class HookRegistry:
             if len(kept) == len(self._entries):
                 return False
             self._entries = kept
-            return True
+        self._changed()
+        return True
 
     def clear(self) -> None:
         """Unregister every hook (handles made earlier then do nothing)."""
         with self._lock:
             self._entries = ()
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change()
 
     @property
     def entries(self) -> tuple[HookEntry, ...]:
@@ -127,7 +136,7 @@ class HookRegistry:
     def __copy__(self) -> HookRegistry:
         # A shallow copy shares the hook objects but not the registry: removing through
         # either side's handles leaves the other side's hooks registered.
-        new = HookRegistry()
+        new = HookRegistry(self._on_change)
         new._entries = self._entries
         new._next_key = self._next_key
         return new
@@ -142,15 +151,18 @@ class HookRegistry:
             HookEntry(e.key, copy.deepcopy(e.hook, memo), e.with_kwargs, e.always_call) for e in self._entries
         )
         new._next_key = self._next_key
+        # A bound-method callback follows the copied owner, as bound-method hooks do.
+        new._on_change = copy.deepcopy(self._on_change, memo)
         return new
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self._entries, "next_key": self._next_key}
+        return {"entries": self._entries, "next_key": self._next_key, "on_change": self._on_change}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.Lock()
         self._entries = tuple(state["entries"])
         self._next_key = int(state["next_key"])
+        self._on_change = state.get("on_change")
 
     def __repr__(self) -> str:
         names = ", ".join(describe_hook(entry.hook) for entry in self._entries)

@@ -13,6 +13,7 @@ methods a subclass may override (``_save_to_state_dict``, ``_prepare_load``,
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
@@ -25,6 +26,7 @@ from packrt_hooks import HookRegistry, RemovableHandle, call_with_hooks
 
 _M = TypeVar("_M", bound="Module")
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
+_HOOK_FLAG_LOCK = threading.Lock()
 
 
 def _join(prefix: str, name: str) -> str:
@@ -41,6 +43,7 @@ class Module(StateDictMethods, PlacementMethods):
     _buffers: dict[str, Tensor | None]
     _non_persistent: set[str]
     _modules: dict[str, Module | None]
+    _hooked: bool
     _forward_pre_hooks: HookRegistry
     _forward_hooks: HookRegistry
 
@@ -51,8 +54,9 @@ class Module(StateDictMethods, PlacementMethods):
         setattr_(self, "_buffers", {})
         setattr_(self, "_non_persistent", set())
         setattr_(self, "_modules", {})
-        setattr_(self, "_forward_pre_hooks", HookRegistry())
-        setattr_(self, "_forward_hooks", HookRegistry())
+        setattr_(self, "_hooked", False)  # any forward (pre-)hook registered: the call path's one check
+        setattr_(self, "_forward_pre_hooks", HookRegistry(self._hooks_changed))
+        setattr_(self, "_forward_hooks", HookRegistry(self._hooks_changed))
 
     # -- the call ----------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -60,9 +64,15 @@ class Module(StateDictMethods, PlacementMethods):
         raise NotImplementedError(f"{type(self).__name__} defines no forward(): subclasses of Module must")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self._forward_pre_hooks or self._forward_hooks:
+        if self._hooked:
             return call_with_hooks(self, self.forward, args, kwargs, self._forward_pre_hooks, self._forward_hooks)
         return self.forward(*args, **kwargs)
+
+    def _hooks_changed(self) -> None:
+        # Recomputed from both registries under one lock, so two threads registering and
+        # removing at once cannot leave the flag saying "no hooks" while one is registered.
+        with _HOOK_FLAG_LOCK:
+            self.__dict__["_hooked"] = bool(self._forward_pre_hooks) or bool(self._forward_hooks)
 
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
