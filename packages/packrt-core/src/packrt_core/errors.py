@@ -3,14 +3,13 @@
 Every error packrt raises on purpose derives from :class:`PackrtError` *and* from the
 builtin exception a Python user would already catch for that kind of failure, so
 ``except ValueError`` keeps working and ``except packrt.errors.PackrtError`` catches
-everything packrt meant to raise.
+everything packrt meant to raise. The root class and the hook errors come from
+packrt-hooks, the lowest distribution that raises packrt errors.
 """
 
 from __future__ import annotations
 
-
-class PackrtError(Exception):
-    """Base class of every error packrt raises on purpose."""
+from packrt_hooks.errors import HookError, HookResultError, NonFiniteError, PackrtError, UnknownModuleError
 
 
 class DTypeError(PackrtError, TypeError):
@@ -75,12 +74,16 @@ __all__ = [
     "DeviceError",
     "DeviceUnavailableError",
     "IndexingError",
+    "HookError",
+    "HookResultError",
     "ModuleInitError",
     "ModulePathError",
     "RegistrationError",
+    "NonFiniteError",
     "PackrtError",
     "ResidencyError",
     "ShapeError",
     "StateDictError",
     "StorageFreeError",
+    "UnknownModuleError",
 ]

@@ -9,7 +9,7 @@
 
 from packrt_hooks.call import call_with_hooks, unwinding_exception
 from packrt_hooks.capture import Capture, capture
-from packrt_hooks.errors import HookError, HookResultError, NonFiniteError, UnknownModuleError
+from packrt_hooks.errors import HookError, HookResultError, NonFiniteError, PackrtError, UnknownModuleError
 from packrt_hooks.finite import FiniteCheck, check_finite, count_nonfinite
 from packrt_hooks.handle import RemovableHandle, SupportsRemove
 from packrt_hooks.profile import ModuleTiming, Profile, profile
@@ -35,6 +35,7 @@ __all__ = [
     "HookResultError",
     "ModuleTiming",
     "NonFiniteError",
+    "PackrtError",
     "Profile",
     "RemovableHandle",
     "ShapeRecord",

@@ -1,9 +1,10 @@
-"""The exceptions packrt-hooks raises on purpose.
+"""The exceptions packrt-hooks raises on purpose, and the root of packrt's hierarchy.
 
-packrt-hooks sits below packrt-core, so it cannot derive from ``packrt.errors.PackrtError``
-(that class lives in packrt-core). Its errors share the base :class:`HookError` instead and,
-like every packrt error, also derive from the builtin exception a Python user would catch
-for that kind of failure.
+packrt-hooks is the lowest packrt distribution that raises packrt errors, so the root
+class :class:`PackrtError` lives here and packrt-core re-exports it as
+``packrt.errors.PackrtError``: one ``except PackrtError`` catches the hooks' errors and
+core's alike. Like every packrt error, each also derives from the builtin exception a
+Python user would catch for that kind of failure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ import functools
 from typing import Any
 
 
-class HookError(Exception):
+class PackrtError(Exception):
+    """Base class of every error packrt raises on purpose."""
+
+
+class HookError(PackrtError):
     """Base class of every error packrt-hooks raises on purpose."""
 
 
