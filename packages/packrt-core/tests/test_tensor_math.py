@@ -147,3 +147,44 @@ def test_arithmetic_agrees_with_torch_including_half_dtypes(torch: Any) -> None:
         for got, want in [(pa * pb + 1.5, ta * tb + 1.5), (pa / pb, ta / tb), (pa @ pb, ta @ tb)]:
             assert got.dtype.name == str(want.dtype).removeprefix("torch.")
             np.testing.assert_allclose(got.float().numpy(), want.float().numpy(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("op", ["exp", "log", "sqrt", "tanh", "abs"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_unary_functions_match_numpy_and_keep_the_float_dtype(op: str, dtype: str) -> None:
+    a = np.array([0.5, 1.0, 2.0, 4.0], dtype=dtype)
+    got = getattr(prt.from_numpy(a), op)()
+    assert got.dtype.name == dtype
+    np.testing.assert_allclose(got.numpy(), getattr(np, op)(a), rtol=1e-3)
+
+
+def test_unary_functions_of_integers_compute_in_float32() -> None:
+    assert prt.tensor([1, 4]).sqrt().tolist() == [1.0, 2.0]
+    assert prt.tensor([1, 4]).sqrt().dtype is prt.float32
+    assert abs(prt.tensor([-3, 2])).tolist() == [3, 2]
+
+
+def test_logical_not_any_and_all_work_on_bool_tensors() -> None:
+    mask = prt.tensor([True, False])
+    assert (~mask).tolist() == [False, True]
+    assert mask.any().item() is True and mask.all().item() is False
+    with pytest.raises(DTypeError, match="~ is logical not and needs a bool tensor"):
+        _ = ~prt.tensor([1.0])
+    with pytest.raises(DTypeError, match="negation of a bool tensor"):
+        _ = -mask
+
+
+def test_min_mirrors_max() -> None:
+    t = prt.tensor([[3.0, 1.0], [0.5, 2.0]])
+    assert t.min().item() == 0.5
+    values, indices = t.min(dim=1)
+    assert values.tolist() == [1.0, 0.5] and indices.tolist() == [1, 0]
+
+
+def test_python_conversions_and_iteration() -> None:
+    t = prt.tensor([[1.5, 2.0], [3.0, 4.0]])
+    assert float(prt.tensor([2.5])) == 2.5 and int(prt.tensor([7])) == 7
+    assert [row.tolist() for row in t] == [[1.5, 2.0], [3.0, 4.0]]
+    assert t.flatten().shape == (4,) and t.mT.tolist() == [[1.5, 3.0], [2.0, 4.0]]
+    with pytest.raises(TypeError, match="len\\(\\) of a 0-d tensor"):
+        len(prt.tensor(1.0))
