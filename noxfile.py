@@ -45,6 +45,12 @@ PACKAGES: dict[str, str] = {
 NEEDS_TORCH = {"packrt-kernels-cpu", "packrt-core", "packrt-io", "packrt"}
 
 
+def _pytest_tests(session: nox.Session, env: dict[str, str] | None = None) -> None:
+    """pytest over ./tests the one way every test session runs it (extra arguments after ``--``)."""
+    args = ["-p", "no:cacheprovider", "--import-mode=importlib", "-q", *session.posargs]
+    session.run("python", "-m", "pytest", "tests", *args, env=env)
+
+
 def _install_from_dist(session: nox.Session, *requirements: str) -> None:
     """Install packrt distributions from the wheels in dist/ (and third parties from the index)."""
     session.install("--find-links", str(DIST), *requirements)
@@ -70,17 +76,7 @@ def tests(session: nox.Session, package: str) -> None:
     _install_from_dist(session, f"{package}[test]", *extras)
     tests_dir = ROOT / "packages" / package / "tests"
     session.chdir(str(tests_dir.parent))
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "-p",
-        "no:cacheprovider",
-        "--import-mode=importlib",
-        "-q",
-        *session.posargs,
-    )
+    _pytest_tests(session)
 
 
 def _demo(session: nox.Session, *args: str) -> None:
@@ -181,18 +177,7 @@ def conformance_selftest(session: nox.Session) -> None:
     """The suite's own tests: the harness, the torch runs, and the mutants it must fail."""
     _install_from_dist(session, "packrt-conformance[torch,test]", "packrt", TORCH)
     session.chdir(str(CONFORMANCE))
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "tests",
-        "-p",
-        "no:cacheprovider",
-        "--import-mode=importlib",
-        "-q",
-        *session.posargs,
-        env={"PACKRT_REQUIRE_PACKRT": "1"},
-    )
+    _pytest_tests(session, env={"PACKRT_REQUIRE_PACKRT": "1"})
 
 
 @nox.session(requires=["build"])

@@ -108,6 +108,15 @@ def _load_read(path: str, fd: int, header: Header) -> dict[str, np.ndarray[Any, 
     return arrays
 
 
+def _open(path: PathLike) -> tuple[str, int]:
+    """The path as a string and a read-only descriptor; a file that will not open is a CheckpointError."""
+    where = os.fspath(path)
+    try:
+        return where, os.open(where, os.O_RDONLY)
+    except OSError as err:
+        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
+
+
 def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndarray[Any, Any]], LoadReport]:
     """Load every tensor of a safetensors file as a numpy array, with a report of how.
 
@@ -116,11 +125,7 @@ def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndar
     (the default) arrays are copy-on-write views of the file: writable, and a write never reaches the
     file. Keys come back in data order.
     """
-    where = os.fspath(path)
-    try:
-        fd = os.open(where, os.O_RDONLY)
-    except OSError as err:
-        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
+    where, fd = _open(path)
     try:
         file_size = os.fstat(fd).st_size
         header = _read_header(where, fd, file_size)
@@ -148,11 +153,7 @@ def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndar
 
 def read_metadata(path: PathLike) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file (empty when it has none), after full validation."""
-    where = os.fspath(path)
-    try:
-        fd = os.open(where, os.O_RDONLY)
-    except OSError as err:
-        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
+    where, fd = _open(path)
     try:
         header = _read_header(where, fd, os.fstat(fd).st_size)
     finally:

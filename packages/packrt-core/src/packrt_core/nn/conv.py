@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from packrt_core.creation import empty
 from packrt_core.errors import DeviceError, DTypeError, ShapeError
+from packrt_core.nn.linear import declare_weight_and_bias
 from packrt_core.nn.module import Module
-from packrt_core.nn.parameter import Parameter
 from packrt_core.nn.residency import BoundLayer, BoundWeights
 from packrt_core.tensor import Tensor
 from packrt_kernels_cpu import Conv2dGeometry, PackedConv2d, conv2d, conv2d_geometry, pack_conv2d
@@ -109,14 +107,8 @@ class Conv2d(BoundLayer, Module):
         except ValueError as err:
             raise ShapeError(f"Conv2d: {err}") from err
         kh, kw = self.kernel_size
-        fan_in = in_channels // groups * kh * kw
-        bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
         shape = (out_channels, in_channels // groups, kh, kw)
-        self.weight = Parameter(empty(*shape, dtype=dtype, device=device).uniform_(-bound, bound))
-        if bias:
-            self.bias = Parameter(empty(out_channels, dtype=dtype, device=device).uniform_(-bound, bound))
-        else:
-            self.register_parameter("bias", None)
+        declare_weight_and_bias(self, shape, in_channels // groups * kh * kw, bias, dtype, device)
         object.__setattr__(self, "_bound", BoundConv2d(weight_residency))
 
     def _check_input(self, x: Tensor) -> None:

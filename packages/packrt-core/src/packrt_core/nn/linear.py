@@ -32,6 +32,19 @@ def check_input(layer: str, x: Tensor, in_features: int, weight: Tensor) -> None
         raise DeviceError(f"{layer}: input on {x.device}, weights on {weight.device}: move one to the other")
 
 
+def declare_weight_and_bias(
+    layer: Module, shape: tuple[int, ...], fan_in: int, bias: bool, dtype: Any, device: Any
+) -> None:
+    """``layer.weight`` of ``shape`` and ``layer.bias`` (or an empty slot), uniform in
+    ±1/sqrt(fan_in) as PyTorch initializes Linear and Conv2d; storage-free under meta init."""
+    bound = 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+    layer.weight = Parameter(empty(*shape, dtype=dtype, device=device).uniform_(-bound, bound))
+    if bias:
+        layer.bias = Parameter(empty(shape[0], dtype=dtype, device=device).uniform_(-bound, bound))
+    else:
+        layer.register_parameter("bias", None)
+
+
 class BoundLinear(BoundWeights):
     """Linear's serving form: W^T contiguous in the compute dtype (fp16/bf16 upcast once)."""
 
@@ -67,12 +80,7 @@ class Linear(BoundLayer, Module):
         super().__init__()
         self.in_features = int(in_features)
         self.out_features = int(out_features)
-        bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-        self.weight = Parameter(empty(out_features, in_features, dtype=dtype, device=device).uniform_(-bound, bound))
-        if bias:
-            self.bias = Parameter(empty(out_features, dtype=dtype, device=device).uniform_(-bound, bound))
-        else:
-            self.register_parameter("bias", None)
+        declare_weight_and_bias(self, (out_features, in_features), in_features, bias, dtype, device)
         object.__setattr__(self, "_bound", BoundLinear(weight_residency))
 
     def forward(self, x: Tensor) -> Tensor:
