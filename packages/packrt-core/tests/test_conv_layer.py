@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import packrt_core as prt
 from packrt_core.device import Device
 from packrt_core.errors import DeviceError, DTypeError, ShapeError
+from packrt_core.nn import free_memory_override, memory_report
 from packrt_core.nn.conv import Conv2d
 from packrt_core.nn.module import Module
-from packrt_core.nn.residency import free_memory_override, memory_report
 from packrt_core.tensor import Tensor
 from packrt_kernels_cpu import tolerance
 
@@ -179,7 +179,7 @@ def test_conv2d_packs_once_over_many_forwards() -> None:
     first = np.asarray(layer(x))
     for _ in range(4):
         np.testing.assert_array_equal(np.asarray(layer(x)), first)
-    assert layer._bound.pack_count == 1 and layer.is_packed
+    assert layer.pack_count == 1 and layer.is_packed
 
 
 def test_conv2d_eight_threads_on_the_first_forward_share_one_pack() -> None:
@@ -193,7 +193,7 @@ def test_conv2d_eight_threads_on_the_first_forward_share_one_pack() -> None:
 
     with ThreadPoolExecutor(8) as pool:
         outputs = [f.result() for f in [pool.submit(run) for _ in range(8)]]
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
     for out in outputs[1:]:
         np.testing.assert_array_equal(out, outputs[0])
 
@@ -202,7 +202,7 @@ def test_conv2d_per_call_and_borrowed_keep_no_pack() -> None:
     for residency in ("borrowed", "per_call"):
         layer = fresh(weight_residency=residency)
         layer(prt.randn(1, 4, 5, 5))
-        assert not layer.is_packed and layer._bound.resident_pack_bytes == 0
+        assert not layer.is_packed and layer.resident_pack_bytes == 0
         assert layer.weight.storage_nbytes == layer.weight.nbytes
 
 
@@ -212,14 +212,14 @@ def test_conv2d_in_place_edit_through_a_parameter_repacks_on_the_next_forward(to
     before = np.asarray(layer(x))
     layer.bias.add_(1.0)
     after = np.asarray(layer(x))
-    assert layer._bound.pack_count == 2
+    assert layer.pack_count == 2
     np.testing.assert_allclose(after, before + 1.0, rtol=1e-5, atol=1e-5)
     layer.weight.mul_(2.0)
     ref = torch.nn.functional.conv2d(
         to_torch(torch, x), to_torch(torch, layer.weight), to_torch(torch, layer.bias), padding=1, groups=2
     )
     assert_close(layer(x), from_torch(ref), "float32")
-    assert layer._bound.pack_count == 3
+    assert layer.pack_count == 3
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -257,10 +257,10 @@ def test_conv2d_under_meta_init_is_storage_free_and_packs_at_load() -> None:
         layer = fresh()
     assert all(not p.has_storage and p.storage_nbytes == 0 for p in layer.parameters())
     layer.load_state_dict(sd, assign=True, pack=True)
-    assert layer.is_packed and layer._bound.pack_count == 1
+    assert layer.is_packed and layer.pack_count == 1
     x = prt.randn(2, 4, 5, 5)
     np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(source(x)))
-    assert layer._bound.pack_count == 1  # the load's pack served the forward
+    assert layer.pack_count == 1  # the load's pack served the forward
 
 
 def test_conv2d_pack_at_load_under_borrowed_copies_nothing() -> None:

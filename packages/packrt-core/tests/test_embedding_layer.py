@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 import packrt_core as prt
 from packrt_core.device import Device
 from packrt_core.errors import DeviceError, DTypeError, IndexingError, PackrtError
+from packrt_core.nn import free_memory_override, memory_report
 from packrt_core.nn.embedding import Embedding
 from packrt_core.nn.module import Module
-from packrt_core.nn.residency import free_memory_override, memory_report
 from packrt_core.tensor import Tensor
 
 RESIDENCIES = ("packed", "borrowed", "auto", "per_call")
@@ -104,7 +104,7 @@ def test_embedding_packs_once_over_many_forwards() -> None:
     layer = fresh()
     for _ in range(5):
         layer(ids(1, 2))
-    assert layer._bound.pack_count == 1 and layer.is_packed
+    assert layer.pack_count == 1 and layer.is_packed
 
 
 def test_embedding_in_place_edit_through_the_parameter_repacks_on_the_next_forward() -> None:
@@ -112,7 +112,7 @@ def test_embedding_in_place_edit_through_the_parameter_repacks_on_the_next_forwa
     before = np.asarray(layer(ids(4)))
     layer.weight.add_(1.0)
     after = np.asarray(layer(ids(4)))
-    assert layer._bound.pack_count == 2
+    assert layer.pack_count == 2
     np.testing.assert_allclose(after, before + 1.0, rtol=1e-6)
 
 
@@ -146,9 +146,9 @@ def test_embedding_under_meta_init_is_storage_free_and_packs_at_load() -> None:
         layer = fresh(padding_idx=0)
     assert not layer.weight.has_storage and layer.weight.storage_nbytes == 0
     layer.load_state_dict(sd, assign=True, pack=True)
-    assert layer.is_packed and layer._bound.pack_count == 1
+    assert layer.is_packed and layer.pack_count == 1
     np.testing.assert_array_equal(np.asarray(layer(ids(0, 5))), np.asarray(source(ids(0, 5))))
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
 
 
 def test_embedding_borrowed_sees_writes_through_the_checkpoint_handle() -> None:

@@ -13,6 +13,8 @@ BUILTIN_OF = {
     "ShapeError": ValueError,
     "IndexingError": IndexError,
     "StorageFreeError": RuntimeError,
+    "ReadOnlyError": RuntimeError,
+    "RevisionError": ValueError,
     "DLPackError": TypeError,
     "RegistrationError": KeyError,
     "ModuleInitError": AttributeError,

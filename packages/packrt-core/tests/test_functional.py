@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import packrt_core as prt
 from packrt_core import dispatch
 from packrt_core.dtypes import as_dtype
-from packrt_core.errors import DeviceError, DTypeError, IndexingError, ShapeError, StorageFreeError
+from packrt_core.errors import DeviceError, DTypeError, IndexingError, ReadOnlyError, ShapeError, StorageFreeError
 from packrt_core.nn import functional as F  # noqa: N812 - torch's conventional alias
 from packrt_core.tensor import Tensor
 from packrt_kernels_cpu import CpuBackend
@@ -319,7 +319,7 @@ def test_inplace_activation_overwrites_the_input_and_bumps_its_version(name: str
 
 def test_inplace_activation_refuses_a_read_only_view() -> None:
     view = prt.tensor([1.0]).expand(3)
-    with pytest.raises(StorageFreeError, match=r"relu\(inplace=True\) cannot write into a read-only tensor"):
+    with pytest.raises(ReadOnlyError, match=r"relu\(inplace=True\) cannot write into a read-only tensor"):
         F.relu(view, inplace=True)
 
 

@@ -89,14 +89,14 @@ def test_packing_happens_once_on_the_first_forward() -> None:
     x = prt.randn(3, 16)
     layer(x)
     layer(x)
-    assert layer.is_packed and layer._bound.pack_count == 1
+    assert layer.is_packed and layer.pack_count == 1
 
 
 def test_pack_true_packs_at_the_end_of_the_load() -> None:
     layer = served(pack=True)
-    assert layer.is_packed and layer._bound.pack_count == 1
+    assert layer.is_packed and layer.pack_count == 1
     layer(prt.randn(2, 16))
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
 
 
 @pytest.mark.parametrize("residency", ["borrowed", "per_call"])
@@ -112,12 +112,11 @@ def test_initialize_packs_every_bound_weight_now() -> None:
 
 
 def test_a_failure_while_packing_during_a_load_leaves_the_model_unchanged() -> None:
-    class Failing(nn.linear.BoundLinear):
-        def build(self, layer: nn.Module, arrays: Any) -> Any:
+    class Failing(nn.Linear):
+        def _pack(self, kernels: Any, arrays: Any) -> Any:
             raise MemoryError("no room for the pack")
 
-    layer = nn.Linear(16, 8)
-    object.__setattr__(layer, "_bound", Failing())
+    layer = Failing(16, 8)
     weight, before = layer.weight, layer.weight.tolist()
     with pytest.raises(MemoryError, match="no room for the pack"):
         layer.load_state_dict(checkpoint(), assign=True, pack=True)
@@ -139,7 +138,7 @@ def test_eight_threads_on_the_first_forward_share_one_pack_and_agree() -> None:
         t.start()
     for t in threads:
         t.join()
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
     for out in outputs[1:]:
         np.testing.assert_array_equal(out, outputs[0])
 
@@ -180,7 +179,7 @@ def test_an_edit_through_the_modules_parameter_makes_the_next_forward_repack() -
     before = layer(x).numpy().copy()
     layer.bias.add_(1.0)
     np.testing.assert_allclose(layer(x).numpy(), before + 1.0, rtol=1e-5, atol=1e-5)
-    assert layer._bound.pack_count == 2
+    assert layer.pack_count == 2
 
 
 def test_a_write_through_the_checkpoint_handle_is_seen_before_the_first_pack() -> None:
@@ -244,7 +243,7 @@ def test_an_edit_through_a_dropped_parameter_restores_raw_storage_and_repacks() 
     after = layer(x).numpy()
     bias = layer.bias.numpy()
     np.testing.assert_allclose(after - bias, 2 * (before - bias), rtol=1e-4, atol=1e-4)
-    assert layer.weight.storage_nbytes == 0 and layer._bound.pack_count == 2
+    assert layer.weight.storage_nbytes == 0 and layer.pack_count == 2
 
 
 # -- state dicts ---------------------------------------------------------------------------------------
@@ -365,7 +364,7 @@ def test_a_move_or_cast_makes_the_next_forward_repack() -> None:
     layer(x)
     layer.double()
     out = layer(x.double())
-    assert out.dtype is prt.float64 and layer._bound.pack_count == 2 and layer.weight.dtype is prt.float64
+    assert out.dtype is prt.float64 and layer.pack_count == 2 and layer.weight.dtype is prt.float64
 
 
 def test_a_deep_copy_of_a_packed_layer_serves_independently() -> None:
@@ -387,7 +386,7 @@ def test_a_strict_load_failure_into_a_packed_layer_changes_nothing() -> None:
     with pytest.raises(StateDictError, match="missing key"):
         layer.load_state_dict({"weight": prt.zeros(8, 16)}, pack=True)
     np.testing.assert_array_equal(layer(x).numpy(), first)
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
 
 
 def test_pack_true_packs_every_layer_of_the_tree_not_only_those_the_load_binds() -> None:

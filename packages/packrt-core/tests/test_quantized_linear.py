@@ -14,10 +14,10 @@ import pytest
 import packrt_core as prt
 from packrt_core.device import Device
 from packrt_core.errors import DeviceError, DTypeError, ShapeError, StateDictError
+from packrt_core.nn import free_memory_override, memory_report
 from packrt_core.nn.linear import Linear
 from packrt_core.nn.module import Module
 from packrt_core.nn.quantized import QuantizedLinear
-from packrt_core.nn.residency import free_memory_override, memory_report
 from packrt_core.tensor import Tensor
 from packrt_kernels_cpu import tolerance
 
@@ -135,7 +135,7 @@ def test_quantized_linear_packs_once_and_borrowed_keeps_no_pack() -> None:
     layer = fresh()
     for _ in range(4):
         layer(prt.randn(2, 16))
-    assert layer._bound.pack_count == 1 and layer.is_packed
+    assert layer.pack_count == 1 and layer.is_packed
     borrowed = fresh(weight_residency="borrowed")
     borrowed(prt.randn(2, 16))
     assert not borrowed.is_packed and borrowed.weight.storage_nbytes == 8 * 16
@@ -147,7 +147,7 @@ def test_quantized_linear_in_place_edit_through_a_parameter_repacks() -> None:
     before = np.asarray(layer(x))
     layer.scale.mul_(2.0)
     np.testing.assert_allclose(np.asarray(layer(x)), 2 * before, rtol=1e-6)
-    assert layer._bound.pack_count == 2
+    assert layer.pack_count == 2
 
 
 def test_quantized_linear_packed_drops_raw_storage_yet_state_dict_is_complete_and_bit_exact() -> None:
@@ -179,10 +179,10 @@ def test_quantized_linear_under_meta_init_is_storage_free_and_packs_at_load() ->
     assert {k: v.dtype.name for k, v in layer.state_dict().items()} == DECLARED
     assert all(not p.has_storage and p.storage_nbytes == 0 for p in layer.parameters())
     layer.load_state_dict(sd, assign=True, pack=True)
-    assert layer.is_packed and layer._bound.pack_count == 1
+    assert layer.is_packed and layer.pack_count == 1
     x = prt.randn(3, 16)
     np.testing.assert_array_equal(np.asarray(layer(x)), np.asarray(source(x)))
-    assert layer._bound.pack_count == 1
+    assert layer.pack_count == 1
 
 
 def test_quantized_linear_auto_records_its_decision() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import packrt_core as prt
-from packrt_core.errors import DTypeError, ShapeError, StorageFreeError
+from packrt_core.errors import DTypeError, ReadOnlyError, ShapeError, StorageFreeError
 
 
 @given(data=st.data(), shape=hnp.array_shapes(min_dims=1, max_dims=4, max_side=4))
@@ -65,7 +65,7 @@ def test_expand_is_a_read_only_broadcast_view() -> None:
     e = t.expand(2, 3)
     assert e.tolist() == [[1.0] * 3, [2.0] * 3]
     assert t.expand(-1, 4).shape == (2, 4)
-    with pytest.raises(StorageFreeError, match=r"read-only.*clone\(\) it first"):
+    with pytest.raises(ReadOnlyError, match=r"read-only.*clone\(\) it first"):
         e.add_(1)
     with pytest.raises(ShapeError, match=r"cannot expand shape \(2, 1\) to \(3, 3\)"):
         t.expand(3, 3)

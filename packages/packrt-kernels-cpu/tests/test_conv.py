@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
@@ -96,26 +97,26 @@ def test_conv2d_geometry_property_against_torch(
 def test_conv2d_names_channels_versus_groups() -> None:
     x = np.zeros((1, 5, 4, 4), np.float32)
     w = np.zeros((4, 2, 3, 3), np.float32)
-    with pytest.raises(ValueError, match=r"x has 5 channels .* in_channels = weight.shape\[1\] \* groups = 2 \* 2 = 4"):
+    with pytest.raises(KernelShapeError, match=r"input has 5 channels .* = 2 \* 2 = 4"):
         conv2d(x, w, groups=2)
-    with pytest.raises(ValueError, match="weight's out_channels=4 must be divisible by groups=3"):
+    with pytest.raises(KernelShapeError, match="weight's out_channels=4 must be divisible by groups=3"):
         conv2d(np.zeros((1, 6, 4, 4), np.float32), w, groups=3)
 
 
 def test_conv2d_names_a_bad_weight_bias_or_input_rank() -> None:
     x = np.zeros((1, 2, 4, 4), np.float32)
-    with pytest.raises(ValueError, match=r"weight must be 4-D \(out_channels, in_channels / groups, kh, kw\)"):
+    with pytest.raises(KernelShapeError, match=r"weight must be 4-D \(out_channels, in_channels / groups, kh, kw\)"):
         conv2d(x, np.zeros((4, 2, 3), np.float32))
-    with pytest.raises(ValueError, match=r"bias must have shape \(4,\), got \(3,\)"):
+    with pytest.raises(KernelShapeError, match=r"bias must have shape \(4,\), got \(3,\)"):
         conv2d(x, np.zeros((4, 2, 3, 3), np.float32), np.zeros(3, np.float32))
-    with pytest.raises(ValueError, match=r"x must be 3 or 4-D \(N, C, H, W\) or \(C, H, W\), got shape \(2, 4\)"):
+    with pytest.raises(KernelShapeError, match=r"input must be 3 or 4-D \(N, C, H, W\) .* got shape \(2, 4\)"):
         conv2d(np.zeros((2, 4), np.float32), np.zeros((4, 2, 3, 3), np.float32))
-    with pytest.raises(TypeError, match="weight has dtype float64 but x has float32"):
+    with pytest.raises(KernelDTypeError, match="weight has dtype float64 but input has float32"):
         conv2d(x, np.zeros((4, 2, 3, 3)))
 
 
 def test_conv2d_names_an_input_smaller_than_the_kernel() -> None:
-    with pytest.raises(ValueError, match=r"conv2d output would be 0x0: the input 2x2 .* dilated kernel 3x3"):
+    with pytest.raises(KernelShapeError, match=r"conv2d output would be 0x0: the input 2x2 .* dilated kernel 3x3"):
         conv2d(np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 3, 3), np.float32))
 
 
@@ -131,7 +132,7 @@ def test_conv2d_names_an_input_smaller_than_the_kernel() -> None:
     ],
 )
 def test_geometry_arguments_are_validated_by_name(kwargs: dict[str, Any], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(KernelShapeError, match=message):
         conv2d_geometry((3, 3), **kwargs)
 
 

@@ -1,12 +1,13 @@
 """The CPU backend's kernel interface, checked on plain numpy arrays."""
 
+from dataclasses import fields
 from importlib.metadata import entry_points
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import BINARY_OPS, INPLACE_OPS, UNARY_OPS, CpuBackend
+from packrt_kernels_cpu import CPU_KERNELS, CpuBackend, Kernels, array_namespace
 
 
 @pytest.fixture
@@ -25,41 +26,26 @@ def test_cpu_backend_is_always_available_with_one_device(cpu: CpuBackend) -> Non
     assert cpu.unavailable_reason() == ""
 
 
-@pytest.mark.parametrize("op", sorted(BINARY_OPS))
-def test_each_binary_op_matches_the_numpy_ufunc_it_names(cpu: CpuBackend, op: str) -> None:
-    a = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
-    b = np.array([[2.0], [0.5]], dtype=np.float32)
-    expected = getattr(np, BINARY_OPS[op])(a, b)
-    np.testing.assert_array_equal(cpu.binary(op, a, b), expected)
+def test_the_backend_names_its_array_namespace_and_its_kernels(cpu: CpuBackend) -> None:
+    assert cpu.xp is np
+    assert cpu.kernels is CPU_KERNELS
+    assert all(callable(getattr(cpu.kernels, f.name)) for f in fields(Kernels))
 
 
-@pytest.mark.parametrize("op", sorted(UNARY_OPS))
-def test_each_unary_op_matches_the_numpy_ufunc_it_names(cpu: CpuBackend, op: str) -> None:
-    a = np.array([0.5, 1.0, 2.0], dtype=np.float64)
-    np.testing.assert_array_equal(cpu.unary(op, a), getattr(np, UNARY_OPS[op])(a))
+def test_allocation_lands_in_the_namespace_with_the_asked_dtype(cpu: CpuBackend) -> None:
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    full = cpu.full((2, 3), 1.5, bf16)
+    assert type(full) is np.ndarray and full.dtype == bf16 and full.shape == (2, 3)
+    np.testing.assert_array_equal(full.astype(np.float32), np.full((2, 3), 1.5, np.float32))
+    assert cpu.empty((4,), np.dtype(np.int8)).dtype == np.int8
+    np.testing.assert_array_equal(cpu.arange(0, 6, 2, np.dtype(np.int64)), [0, 2, 4])
+    host = np.arange(3.0)
+    assert cpu.to_host(cpu.from_host(host)) is host  # the host is the device: no copy either way
 
 
-@pytest.mark.parametrize("op", sorted(INPLACE_OPS))
-def test_inplace_ops_write_into_the_destination(cpu: CpuBackend, op: str) -> None:
-    dst = np.array([4.0, 6.0], dtype=np.float32)
-    before = dst.copy()
-    alias = dst
-    cpu.inplace(op, dst, np.float32(2.0))
-    assert alias is dst
-    np.testing.assert_array_equal(dst, getattr(np, INPLACE_OPS[op])(before, np.float32(2.0)))
-
-
-def test_inplace_refuses_a_result_that_does_not_fit_the_destination_dtype(cpu: CpuBackend) -> None:
-    dst = np.array([1, 2], dtype=np.int32)
-    with pytest.raises(TypeError, match="Cannot cast"):
-        cpu.inplace("add", dst, np.array([0.5, 0.5]))
-
-
-def test_bfloat16_arithmetic_runs_on_ml_dtypes_arrays(cpu: CpuBackend) -> None:
-    a = np.array([1.0, 2.5], dtype=ml_dtypes.bfloat16)
-    out = cpu.binary("mul", a, a)
-    assert out.dtype == np.dtype(ml_dtypes.bfloat16)
-    np.testing.assert_array_equal(out.astype(np.float32), [1.0, 6.25])
+def test_kernels_find_the_namespace_of_their_inputs() -> None:
+    a = np.ones(3, dtype=ml_dtypes.bfloat16)
+    assert array_namespace(a, np.ones(2), 3.0) is np
 
 
 def test_manual_seed_makes_draws_reproducible_for_every_float_width(cpu: CpuBackend) -> None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.functional import linear
 from packrt_kernels_cpu.quantize import dequantize, pack_quantized_linear, quantize_per_channel
 
@@ -48,19 +49,19 @@ def test_row_maximum_maps_to_127_and_zero_rows_get_scale_one(dtype: Any) -> None
 def test_quantize_refuses_non_finite_weights_by_row() -> None:
     w = np.ones((3, 2), np.float32)
     w[2, 1] = np.inf
-    with pytest.raises(ValueError, match=r"weight has 1 non-finite values \(first in row 2\)"):
+    with pytest.raises(KernelShapeError, match=r"weight has 1 non-finite values \(first in row 2\)"):
         quantize_per_channel(w)
-    with pytest.raises(ValueError, match=r"weight must be 2 or 3 or 4 or 5-D"):
+    with pytest.raises(KernelShapeError, match=r"weight must be 2 or 3 or 4 or 5-D"):
         quantize_per_channel(np.ones(3, np.float32))
 
 
 def test_dequantize_checks_the_dtype_and_shape_of_q_and_scale() -> None:
     q = np.zeros((2, 3), np.int8)
-    with pytest.raises(TypeError, match="q must be int8, got int16"):
+    with pytest.raises(KernelDTypeError, match="q must be int8, got int16"):
         dequantize(q.astype(np.int16), np.ones(2, np.float32))
-    with pytest.raises(TypeError, match="scale must be float32, got float64"):
+    with pytest.raises(KernelDTypeError, match="scale must be float32, got float64"):
         dequantize(q, np.ones(2))
-    with pytest.raises(ValueError, match=r"scale must have shape \(2,\), got \(3,\)"):
+    with pytest.raises(KernelShapeError, match=r"scale must have shape \(2,\), got \(3,\)"):
         dequantize(q, np.ones(3, np.float32))
 
 
@@ -100,16 +101,16 @@ def test_quantized_pack_is_int8_resident_and_unpacks_exactly(rng: Any) -> None:
 
 def test_quantized_pack_names_bad_arguments() -> None:
     q, scale = np.zeros((3, 4), np.int8), np.ones(3, np.float32)
-    with pytest.raises(ValueError, match="scale must be finite and > 0 in every row"):
+    with pytest.raises(KernelShapeError, match="scale must be finite and > 0 in every row"):
         pack_quantized_linear(q, np.zeros(3, np.float32))
-    with pytest.raises(ValueError, match=r"bias must have shape \(3,\), got \(2,\)"):
+    with pytest.raises(KernelShapeError, match=r"bias must have shape \(3,\), got \(2,\)"):
         pack_quantized_linear(q, scale, np.zeros(2, np.float32))
-    with pytest.raises(ValueError, match=r"q must be 2-D \(out_features, in_features\)"):
+    with pytest.raises(KernelShapeError, match=r"q must be 2-D \(out_features, in_features\)"):
         pack_quantized_linear(np.zeros((3, 4, 1), np.int8), scale)
-    with pytest.raises(ValueError, match="scratch_bytes must be >= 1, got 0"):
+    with pytest.raises(KernelShapeError, match="scratch_bytes must be >= 1, got 0"):
         pack_quantized_linear(q, scale, scratch_bytes=0)
     packed = pack_quantized_linear(q, scale)
-    with pytest.raises(ValueError, match=r"in_features=4, got x of shape \(5,\)"):
+    with pytest.raises(KernelShapeError, match=r"in_features=4, got input of shape \(5,\)"):
         packed.forward(np.zeros(5, np.float32))
-    with pytest.raises(TypeError, match="x has dtype int64; expected one of"):
+    with pytest.raises(KernelDTypeError, match="input has dtype int64; expected one of"):
         packed.forward(np.zeros(4, np.int64))

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from packrt_kernels_cpu.errors import KernelDTypeError
 from packrt_kernels_cpu.special import erf, erfc
 
 GRID = np.linspace(-12.0, 12.0, 24001)
@@ -63,7 +64,7 @@ def test_erf_is_odd_and_erfc_is_one_minus_erf(v: float) -> None:
 
 
 def test_non_float_input_is_refused_by_name() -> None:
-    with pytest.raises(TypeError, match="x has dtype int32; expected one of"):
+    with pytest.raises(KernelDTypeError, match="input has dtype int32; expected one of"):
         erf(np.arange(3, dtype=np.int32))
 
 

@@ -44,7 +44,7 @@ from packrt_core.tensor import Tensor
 
 bool = bool_
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "DataType",

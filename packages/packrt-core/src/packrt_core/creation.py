@@ -23,8 +23,8 @@ from packrt_core.dtypes import (
 )
 from packrt_core.errors import DeviceUnavailableError, DLPackError, DTypeError, ShapeError
 from packrt_core.meta import declaring
-from packrt_core.tensor import Tensor
-from packrt_core.tensor_ops import _shape_of
+from packrt_core.tensor import Tensor, host_array
+from packrt_core.tensor_math import shape_of as _shape_of
 
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cuda (pinned host memory)", 13: "cuda (managed memory)"}
 
@@ -47,23 +47,7 @@ def tensor(data: Any, dtype: Any = None, device: Any = None) -> Tensor:
     numpy arrays and tensors keep their dtype.
     """
     dev = _device(device)
-    target = as_dtype(dtype) if dtype is not None else None
-    if isinstance(data, Tensor):
-        host = np.array(data.cpu().numpy(), copy=True)
-    else:
-        try:
-            host = np.array(data, copy=True)
-        except (ValueError, TypeError) as err:
-            raise ShapeError(f"cannot make a tensor from {type(data).__name__} data: {err}") from err
-        if host.dtype == np.float64 and target is None and not isinstance(data, np.ndarray | np.generic):
-            host = host.astype(np.float32)
-        if host.dtype.kind in "OUSV":
-            raise DTypeError(f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers")
-    if target is not None:
-        host = host.astype(target.numpy)
-    else:
-        from_numpy_dtype(host.dtype)  # refuses complex and other dtypes packrt has no name for
-    return _materialize(host, dev)
+    return _materialize(host_array(data, as_dtype(dtype) if dtype is not None else None), dev)
 
 
 def from_numpy(array: np.ndarray) -> Tensor:

@@ -1,31 +1,95 @@
-"""Find the kernel backend for a device.
+"""The one road to the kernels: a device's backend, its array namespace and its kernels.
 
 Backends register under the entry-point group ``packrt.backends`` (``cpu`` from
-packrt-kernels-cpu, always; ``cuda`` from packrt-kernels-cuda when installed). Every tensor
-operation asks :func:`backend_for` for its device's backend and calls the kernels there,
-so a test can swap in a recording backend with :func:`register_backend`.
+packrt-kernels-cpu, always; ``cuda`` from packrt-kernels-cuda when installed). Everything
+that computes asks :func:`backend_for` for its tensors' device: Tensor arithmetic calls the
+backend's array namespace (``backend.xp``), ``nn.functional`` and the layers call its
+``backend.kernels``. No module under ``packrt_core.nn`` imports a kernels package, and none
+branches on the device type, so a layer on a CUDA tensor runs cupy code by construction. A
+test swaps in a recording backend with :func:`use_backend`.
+
+Kernels raise the three ``Kernel*Error`` classes; :func:`kernel_errors` turns each into
+packrt's error of the same kind (one to one), prefixed with the function that called it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib.metadata import entry_points
-from typing import Any
+from types import ModuleType
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
 
 from packrt_core.device import Device
-from packrt_core.errors import DeviceUnavailableError
-
-Backend = Any  # structurally packrt_kernels_cpu.ArrayBackend; core never imports its type
-
-_backends: dict[str, Backend] = {}
-_ready: dict[Device, Backend] = {}  # devices already checked for availability and ordinal
+from packrt_core.errors import DeviceUnavailableError, DTypeError, IndexingError, PackrtError, ShapeError
+from packrt_kernels_cpu import KernelDTypeError, KernelError, KernelIndexError, Kernels, KernelShapeError
 
 
-def _discover(device_type: str) -> Backend | None:
+@runtime_checkable
+class DeviceBackend(Protocol):
+    """What packrt-core needs from a device: its namespace and kernels, allocation, host
+    transfer, seeding, threads and availability. ``index`` selects a device ordinal."""
+
+    name: str
+    xp: ModuleType
+    kernels: Kernels
+
+    def is_available(self) -> bool: ...
+    def unavailable_reason(self) -> str: ...
+    def device_count(self) -> int: ...
+    def asarray(self, data: Any, dtype: np.dtype[Any] | None, index: int = 0) -> Any: ...
+    def empty(self, shape: Sequence[int], dtype: np.dtype[Any], index: int = 0) -> Any: ...
+    def full(self, shape: Sequence[int], value: Any, dtype: np.dtype[Any], index: int = 0) -> Any: ...
+    def arange(self, start: Any, stop: Any, step: Any, dtype: np.dtype[Any], index: int = 0) -> Any: ...
+    def to_host(self, a: Any) -> np.ndarray: ...
+    def from_host(self, a: np.ndarray, index: int = 0) -> Any: ...
+    def manual_seed(self, seed: int) -> None: ...
+    def random(
+        self, kind: str, shape: Sequence[int], dtype: np.dtype[Any], a: float, b: float, index: int = 0
+    ) -> Any: ...
+    def set_num_threads(self, n: int) -> None: ...
+    def get_num_threads(self) -> int: ...
+
+
+Backend = DeviceBackend
+
+_backends: dict[str, DeviceBackend] = {}
+_ready: dict[Device, DeviceBackend] = {}  # devices already checked for availability and ordinal
+# Each kernel error becomes packrt's error of the same kind: one to one, nothing rewritten.
+_KERNEL_ERRORS: tuple[tuple[type[KernelError], type[PackrtError]], ...] = (
+    (KernelShapeError, ShapeError),
+    (KernelDTypeError, DTypeError),
+    (KernelIndexError, IndexingError),
+)
+
+
+def packrt_error(err: KernelError, fn: str) -> PackrtError:
+    """packrt's error of the same kind as the kernel's ``err``, its message prefixed with ``fn``
+    (the public function or layer that called the kernel); raise it ``from err``."""
+    message = str(err)
+    message = message if message.startswith(f"{fn}:") else f"{fn}: {message}"
+    for kernel_type, packrt_type in _KERNEL_ERRORS:
+        if isinstance(err, kernel_type):
+            return packrt_type(message)
+    return PackrtError(message)
+
+
+@contextmanager
+def kernel_errors(fn: str) -> Iterator[None]:
+    """Inside the block, a kernel's error leaves as :func:`packrt_error` makes it."""
+    try:
+        yield
+    except KernelError as err:
+        raise packrt_error(err, fn) from err
+
+
+def _discover(device_type: str) -> DeviceBackend | None:
     for ep in entry_points(group="packrt.backends"):
         if ep.name == device_type:
-            return ep.load()()
+            backend: DeviceBackend = ep.load()()
+            return backend
     if device_type == "cpu":  # running from a source tree without installed metadata
         from packrt_kernels_cpu import CpuBackend
 
@@ -33,7 +97,7 @@ def _discover(device_type: str) -> Backend | None:
     return None
 
 
-def get_backend(device_type: str) -> Backend | None:
+def get_backend(device_type: str) -> DeviceBackend | None:
     """The backend registered for ``device_type``, loading it on first use; None if none is installed."""
     backend = _backends.get(device_type)
     if backend is None:
@@ -43,7 +107,7 @@ def get_backend(device_type: str) -> Backend | None:
     return backend
 
 
-def backend_for(device: Device) -> Backend:
+def backend_for(device: Device) -> DeviceBackend:
     """The backend that serves ``device``, or DeviceUnavailableError saying what is missing."""
     backend = _ready.get(device)
     if backend is not None:
@@ -64,12 +128,12 @@ def backend_for(device: Device) -> Backend:
     return backend
 
 
-def loaded_backends() -> list[Backend]:
+def loaded_backends() -> list[DeviceBackend]:
     """Every backend loaded so far (``manual_seed`` seeds each of them)."""
     return list(_backends.values())
 
 
-def register_backend(device_type: str, backend: Backend) -> Backend | None:
+def register_backend(device_type: str, backend: DeviceBackend) -> DeviceBackend | None:
     """Serve ``device_type`` with ``backend`` from now on; returns the one it replaces."""
     previous = _backends.get(device_type)
     _backends[device_type] = backend
@@ -78,7 +142,7 @@ def register_backend(device_type: str, backend: Backend) -> Backend | None:
 
 
 @contextmanager
-def use_backend(device_type: str, backend: Backend) -> Iterator[Backend]:
+def use_backend(device_type: str, backend: DeviceBackend) -> Iterator[DeviceBackend]:
     """Serve ``device_type`` with ``backend`` inside the block, then restore the previous one."""
     get_backend(device_type)
     previous = register_backend(device_type, backend)
@@ -90,3 +154,23 @@ def use_backend(device_type: str, backend: Backend) -> Iterator[Backend]:
             _ready.clear()
         else:
             register_backend(device_type, previous)
+
+
+def kernels_for(device: Device) -> Kernels:
+    """The kernels that serve ``device`` (what ``nn.functional`` and the layers call)."""
+    return backend_for(device).kernels
+
+
+__all__ = [
+    "Backend",
+    "DeviceBackend",
+    "KernelError",
+    "backend_for",
+    "get_backend",
+    "kernel_errors",
+    "kernels_for",
+    "loaded_backends",
+    "packrt_error",
+    "register_backend",
+    "use_backend",
+]

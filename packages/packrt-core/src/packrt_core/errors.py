@@ -63,6 +63,14 @@ class ResidencyError(PackrtError, ValueError):
     """An unknown weight residency, or a layer that cannot serve the one asked for."""
 
 
+class ReadOnlyError(PackrtError, RuntimeError):
+    """An in-place write reached a read-only tensor (an ``expand()`` view, a read-only array)."""
+
+
+class RevisionError(PackrtError, ValueError):
+    """A contract revision packrt does not implement was asked for."""
+
+
 class CheckpointError(PackrtError, ValueError):
     """A checkpoint file or index is malformed, missing, or does not match the model."""
 
@@ -81,7 +89,9 @@ __all__ = [
     "RegistrationError",
     "NonFiniteError",
     "PackrtError",
+    "ReadOnlyError",
     "ResidencyError",
+    "RevisionError",
     "ShapeError",
     "StateDictError",
     "StorageFreeError",

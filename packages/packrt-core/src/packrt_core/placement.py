@@ -35,16 +35,15 @@ def parse_to_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Placement:
     ``device=`` / ``dtype=`` / ``non_blocking=`` / ``copy=`` keywords, as PyTorch does.
 
     A string argument is a dtype when it names one ("half"), otherwise a device ("cuda:0").
+    Anything with both a ``device`` and a ``dtype`` (a tensor) stands for its placement.
     """
-    from packrt_core.tensor import Tensor  # tensor.py imports this module
-
     unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy"}
     if unknown:
         raise TypeError(f"to() got unexpected keyword(s) {', '.join(sorted(unknown))}")
     device = kwargs.get("device")
     dtype_ = kwargs.get("dtype")
     rest = list(args)
-    if rest and isinstance(rest[0], Tensor):
+    if rest and hasattr(rest[0], "device") and hasattr(rest[0], "dtype"):
         other = rest.pop(0)
         device, dtype_ = other.device, other.dtype
     elif rest and rest[0] is not None and not _is_dtype_like(rest[0]):

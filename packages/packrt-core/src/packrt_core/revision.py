@@ -4,14 +4,10 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from packrt_core.errors import PackrtError
+from packrt_core.errors import RevisionError
 
 SUPPORTED = (1, 2)
 _current = 2
-
-
-class RevisionError(PackrtError, ValueError):
-    """A contract revision packrt does not implement was asked for."""
 
 
 class contract_revision:  # noqa: N801 - reads as a function call: packrt.contract_revision(1)

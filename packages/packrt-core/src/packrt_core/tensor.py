@@ -2,7 +2,8 @@
 
 A tensor either holds storage (a numpy array on the CPU, a cupy array on CUDA) or is
 *storage-free*: declared under :func:`packrt.meta_init` with a shape, dtype and device but
-no bytes. Every computing operation goes to the kernel backend of the tensor's device.
+no bytes. Arithmetic calls the array namespace of the tensor's storage (numpy or cupy), found
+through its device's backend; the promotion and shape rules live in :mod:`packrt_core.tensor_math`.
 
 A tensor and every view made from it share one *lineage* whose version counter each
 in-place write bumps; layers compare it with the version they packed from to notice a
@@ -11,19 +12,22 @@ stale pack.
 
 from __future__ import annotations
 
+import builtins
 import copy as _copy
-from collections.abc import Iterator
-from typing import Any, Self
+from collections.abc import Iterator, Sequence
+from types import ModuleType
+from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 
-from packrt_core import dispatch
+from packrt_core import dispatch, tensor_math
 from packrt_core.device import CPU, Device, as_device
 from packrt_core.dtypes import (
     bfloat16,
     bool_,
     float16,
     float32,
+    float64,
     from_numpy_dtype,
     int64,
 )
@@ -31,12 +35,17 @@ from packrt_core.dtypes import dtype as DType  # noqa: N812 - the property `dtyp
 from packrt_core.errors import (
     DeviceError,
     DLPackError,
+    DTypeError,
     IndexingError,
+    ReadOnlyError,
     ShapeError,
     StorageFreeError,
 )
 from packrt_core.placement import parse_to_args
-from packrt_core.tensor_ops import TensorOps, _dim, _shape_of
+from packrt_core.tensor_math import NUMBER, normalize_dim, shape_of
+
+_dim = normalize_dim
+_shape_of = shape_of
 
 _DEFAULT_SHOWN = (float32, int64, bool_)  # dtypes the repr leaves out, as PyTorch does
 _DLPACK_DEVICE = {"cpu": 1, "cuda": 2}
@@ -64,11 +73,41 @@ class _Lineage:
         self.version += 1
 
 
-class Tensor(TensorOps):
+class MaxResult(NamedTuple):
+    """``max(dim)`` / ``min(dim)``: the extreme values and where they are."""
+
+    values: Tensor
+    indices: Tensor
+
+
+def host_array(data: Any, dtype_: DType | None) -> np.ndarray:
+    """A new host array holding ``data`` (nested lists, numbers, numpy arrays, tensors).
+
+    Without ``dtype_``: Python floats give float32, ints int64, bools bool (as PyTorch);
+    numpy arrays and tensors keep their dtype.
+    """
+    if isinstance(data, Tensor):
+        host = np.array(data.cpu().numpy(), copy=True)
+    else:
+        try:
+            host = np.array(data, copy=True)
+        except (ValueError, TypeError) as err:
+            raise ShapeError(f"cannot make a tensor from {type(data).__name__} data: {err}") from err
+        if host.dtype == np.float64 and dtype_ is None and not isinstance(data, np.ndarray | np.generic):
+            host = host.astype(np.float32)
+        if host.dtype.kind in "OUSV":
+            raise DTypeError(f"cannot make a tensor from {type(data).__name__} data: its elements are not numbers")
+    if dtype_ is not None:
+        return host.astype(dtype_.numpy)
+    from_numpy_dtype(host.dtype)  # refuses complex and other dtypes packrt has no name for
+    return host
+
+
+class Tensor:
     """An n-dimensional array on a device. Make one with ``packrt.tensor``, the factory
     functions or ``packrt.from_numpy``; ``Tensor(t)`` shares ``t``'s storage."""
 
-    __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_lineage", "_shape", "_source")
+    __slots__ = ("__weakref__", "_data", "_device", "_dtype", "_lineage", "_shape")
     __array_ufunc__ = None  # ndarray <op> Tensor defers to the Tensor's reflected op
 
     _data: Any
@@ -76,15 +115,13 @@ class Tensor(TensorOps):
     _dtype: DType
     _lineage: _Lineage
     _shape: tuple[int, ...]
-    _source: Any  # holds the values while a layer's pack stands in for dropped raw storage
+    _not_copied: ClassVar[frozenset[str]] = frozenset()  # subclass state a deep copy leaves behind
 
     def __init__(self, data: Any) -> None:
         if isinstance(data, Tensor):
             self._adopt(data)
         else:
-            from packrt_core.creation import tensor
-
-            self._adopt(tensor(data))
+            self._adopt(Tensor._make(host_array(data, None), CPU))
 
     # -- construction (internal) ---------------------------------------------------
     @classmethod
@@ -103,7 +140,6 @@ class Tensor(TensorOps):
         obj._dtype = dtype_ if dtype_ is not None else from_numpy_dtype(data.dtype)
         obj._lineage = lineage if lineage is not None else _Lineage()
         obj._shape = tuple(data.shape) if data is not None else (shape or ())
-        obj._source = None
         return obj
 
     def _adopt(self, other: Tensor) -> None:
@@ -112,7 +148,6 @@ class Tensor(TensorOps):
         self._dtype = other._dtype
         self._lineage = other._lineage
         self._shape = other._shape
-        self._source = other._source
 
     def _wrap(self, data: Any) -> Tensor:
         """A new tensor (own lineage) on this tensor's device."""
@@ -120,7 +155,7 @@ class Tensor(TensorOps):
 
     def _view(self, data: Any) -> Tensor:
         """A view sharing this tensor's lineage when ``data`` shares its memory."""
-        shares = self._backend.shares_memory(data, self._data)
+        shares = bool(self._xp.may_share_memory(data, self._data))
         return Tensor._make(data, self._device, self._dtype, self._lineage if shares else None)
 
     def _rebind(self, data: Any, device: Device | None = None) -> None:
@@ -132,7 +167,6 @@ class Tensor(TensorOps):
         self._dtype = from_numpy_dtype(data.dtype)
         self._shape = tuple(data.shape)
         self._lineage = _Lineage()
-        self._source = None
 
     def _declare(self, shape: tuple[int, ...], dtype_: DType, device: Device) -> None:
         """Make this object storage-free with the given geometry (a new lineage)."""
@@ -141,33 +175,21 @@ class Tensor(TensorOps):
         self._dtype = dtype_
         self._device = device
         self._lineage = _Lineage()
-        self._source = None
-
-    def _drop(self, source: Any) -> None:
-        """Release this tensor's storage while ``source.rebuild()`` can give its values back
-        (a layer packed under ``packed`` residency). Reads rebuild; an in-place write
-        restores the storage first. Neither counts as a write."""
-        self._data = None
-        self._source = source
-
-    def _restore(self) -> Any:
-        """Bring dropped storage back (a no-op when the tensor holds its storage)."""
-        if self._data is None and self._source is not None:
-            self._data = self._source.rebuild()
-            self._source = None
-        return self._data
 
     # -- storage ---------------------------------------------------------------------
     @property
-    def _backend(self) -> Any:
+    def _backend(self) -> dispatch.DeviceBackend:
         return dispatch.backend_for(self._device)
+
+    @property
+    def _xp(self) -> ModuleType:
+        """The array namespace of this tensor's storage (numpy on the CPU, cupy on CUDA)."""
+        return dispatch.backend_for(self._device).xp
 
     def _array(self) -> Any:
         """The storage, or StorageFreeError when there is none to read."""
         data = self._data
         if data is None:
-            if self._source is not None:
-                return self._source.rebuild()
             raise StorageFreeError(
                 f"cannot read a storage-free tensor (shape {self._shape}, {self._dtype.name}, declared under "
                 "meta_init): give it values with load_state_dict(..., assign=True) or storage with to_empty()"
@@ -175,14 +197,16 @@ class Tensor(TensorOps):
         return data
 
     def _writable(self, what: str) -> Any:
-        data = self._data if self._source is None else self._restore()
+        """The storage an in-place write may change: StorageFreeError without storage,
+        ReadOnlyError for a read-only view."""
+        data = self._data
         if data is None:
             raise StorageFreeError(
                 f"{what} cannot write into a storage-free tensor (shape {self._shape}, {self._dtype.name}): "
                 "bind its value with load_state_dict(..., assign=True) or give it storage with to_empty()"
             )
         if not data.flags.writeable:
-            raise StorageFreeError(
+            raise ReadOnlyError(
                 f"{what} cannot write into a read-only tensor (a view made by expand(), or of a read-only "
                 "array): clone() it first"
             )
@@ -196,7 +220,7 @@ class Tensor(TensorOps):
     @property
     def has_storage(self) -> bool:
         """False for a storage-free tensor declared under meta init."""
-        return self._data is not None or self._source is not None
+        return self._data is not None
 
     @property
     def storage_nbytes(self) -> int:
@@ -340,7 +364,7 @@ class Tensor(TensorOps):
         data = self._array()
         src = self._backend
         if device == self._device:
-            return src.astype(data, dtype_.numpy) if dtype_ is not self._dtype else src.copy(data)
+            return data.astype(dtype_.numpy, copy=True) if dtype_ is not self._dtype else data.copy()
         dst = dispatch.backend_for(device)
         host = src.to_host(data)
         if dtype_ is not self._dtype:
@@ -363,42 +387,36 @@ class Tensor(TensorOps):
         return self.to(bfloat16)
 
     def double(self) -> Tensor:
-        from packrt_core.dtypes import float64
-
         return self.to(float64)
 
     def clone(self) -> Tensor:
         """A copy with its own storage and lineage (storage-free stays storage-free)."""
         if not self.has_storage:
             return Tensor._make(None, self._device, self._dtype, shape=self._shape)
-        return self._wrap(self._backend.copy(self._array()))
+        return self._wrap(self._array().copy())
 
     def detach(self) -> Tensor:
-        """A plain tensor sharing this one's storage and lineage (while a pack holds the values,
-        a tensor rebuilt from it, sharing nothing)."""
-        if self._data is None and self._source is not None:
-            return self._wrap(self._array())
+        """A plain tensor sharing this one's storage and lineage."""
         return Tensor._make(self._data, self._device, self._dtype, self._lineage, self._shape)
 
     def contiguous(self) -> Tensor:
         data = self._array()
         if data.flags.c_contiguous:
             return self
-        return self._wrap(self._backend.ascontiguous(data))
+        return self._wrap(self._xp.ascontiguousarray(data))
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Self:
         new = type(self).__new__(type(self))
         memo[id(self)] = new
-        data = self._backend.copy(self._array()) if self.has_storage else None
-        new._data = data
-        new._source = None
+        new._data = self._array().copy() if self.has_storage else None
         new._device = self._device
         new._dtype = self._dtype
         new._shape = self._shape
         new._lineage = _Lineage()
         state = getattr(self, "__dict__", None)
         if state:
-            new.__dict__.update(_copy.deepcopy(state, memo))
+            kept = {k: v for k, v in state.items() if k not in self._not_copied}
+            new.__dict__.update(_copy.deepcopy(kept, memo))
         return new
 
     # -- shape and views -----------------------------------------------------------------
@@ -479,7 +497,7 @@ class Tensor(TensorOps):
                 target[offset + i] = s
             elif s != 1 and s != target[offset + i]:
                 raise ShapeError(f"cannot expand shape {self._shape} to {tuple(target)}: dimension {i} has size {s}")
-        out = self._backend.xp.broadcast_to(data, tuple(target))
+        out = self._xp.broadcast_to(data, tuple(target))
         return Tensor._make(out, self._device, self._dtype, self._lineage)
 
     def _index(self, index: Any) -> Any:
@@ -517,13 +535,274 @@ class Tensor(TensorOps):
         src = self._operand(value, "index assignment")
         try:
             with self._lineage:
-                self._backend.setitem(data, idx, src)
+                data[idx] = src
         except IndexError as err:
             raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
         except ValueError as err:
             raise ShapeError(
                 f"cannot assign a value of shape {np.shape(src)} to tensor{list(self._shape)}[{index!r}]: {err}"
             ) from err
+
+    # -- arithmetic (the rules live in tensor_math) ----------------------------------------
+    def _operand(self, other: Any, what: str) -> Any:
+        """The array or Python number ``other`` contributes, on this tensor's device."""
+        if isinstance(other, Tensor):
+            if other._device != self._device:
+                raise DeviceError(f"{what}: tensors on {self._device} and {other._device} cannot meet; move one first")
+            return other._array()
+        if isinstance(other, NUMBER):
+            return other
+        if isinstance(other, np.ndarray) and self._device == CPU:
+            return other
+        return self._backend.asarray(other, None, self._device.index or 0)
+
+    def _binary(self, op: str, other: Any, reverse: bool = False) -> Tensor:
+        a = self._array()
+        if isinstance(other, np.ndarray) and self._device == CPU:
+            other = self._wrap(other)
+        if isinstance(other, Tensor):
+            if other._device != self._device:
+                raise DeviceError(f"{op}: tensors on {self._device} and {other._device} cannot meet; move one first")
+            if reverse:
+                return other._binary(op, self)
+            out = tensor_math.binary(self._xp, op, a, self._dtype, other._array(), other._dtype)
+        elif isinstance(other, NUMBER):
+            if reverse:
+                out = tensor_math.reflected(self._xp, op, a, self._dtype, other)
+            else:
+                out = tensor_math.binary(self._xp, op, a, self._dtype, other, None)
+        else:
+            return NotImplemented  # type: ignore[no-any-return]
+        return self._wrap(out)
+
+    def __add__(self, other: Any) -> Tensor:
+        return self._binary("add", other)
+
+    def __radd__(self, other: Any) -> Tensor:
+        return self._binary("add", other, True)
+
+    def __sub__(self, other: Any) -> Tensor:
+        return self._binary("subtract", other)
+
+    def __rsub__(self, other: Any) -> Tensor:
+        return self._binary("subtract", other, True)
+
+    def __mul__(self, other: Any) -> Tensor:
+        return self._binary("multiply", other)
+
+    def __rmul__(self, other: Any) -> Tensor:
+        return self._binary("multiply", other, True)
+
+    def __truediv__(self, other: Any) -> Tensor:
+        return self._binary("divide", other)
+
+    def __rtruediv__(self, other: Any) -> Tensor:
+        return self._binary("divide", other, True)
+
+    def __floordiv__(self, other: Any) -> Tensor:
+        return self._binary("floor_divide", other)
+
+    def __mod__(self, other: Any) -> Tensor:
+        return self._binary("remainder", other)
+
+    def __pow__(self, other: Any) -> Tensor:
+        return self._binary("pow", other)
+
+    def __rpow__(self, other: Any) -> Tensor:
+        return self._binary("pow", other, True)
+
+    def __eq__(self, other: object) -> Any:
+        return self._binary("equal", other)
+
+    def __ne__(self, other: object) -> Any:
+        return self._binary("not_equal", other)
+
+    def __lt__(self, other: Any) -> Tensor:
+        return self._binary("less", other)
+
+    def __le__(self, other: Any) -> Tensor:
+        return self._binary("less_equal", other)
+
+    def __gt__(self, other: Any) -> Tensor:
+        return self._binary("greater", other)
+
+    def __ge__(self, other: Any) -> Tensor:
+        return self._binary("greater_equal", other)
+
+    def __neg__(self) -> Tensor:
+        if self._dtype is bool_:
+            raise DTypeError("negation of a bool tensor is not defined: use ~t (logical not)")
+        return self._unary("negative")
+
+    def __pos__(self) -> Self:
+        return self
+
+    def __invert__(self) -> Tensor:
+        if self._dtype is not bool_:
+            raise DTypeError(f"~ is logical not and needs a bool tensor, this one is {self._dtype.name}")
+        return self._unary("logical_not")
+
+    def __abs__(self) -> Tensor:
+        return self._unary("abs")
+
+    def _unary(self, op: str) -> Tensor:
+        return self._wrap(tensor_math.unary(self._xp, op, self._array(), self._dtype))
+
+    def abs(self) -> Tensor:
+        return self._unary("abs")
+
+    def exp(self) -> Tensor:
+        return self._unary("exp")
+
+    def log(self) -> Tensor:
+        return self._unary("log")
+
+    def sqrt(self) -> Tensor:
+        return self._unary("sqrt")
+
+    def tanh(self) -> Tensor:
+        return self._unary("tanh")
+
+    def __matmul__(self, other: Any) -> Tensor:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return self.matmul(other)
+
+    def __rmatmul__(self, other: Any) -> Tensor:
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        return other.matmul(self)
+
+    def matmul(self, other: Tensor) -> Tensor:
+        a, b = self._array(), other._array()
+        if self._device != other._device:
+            raise DeviceError(f"matmul: tensors on {self._device} and {other._device} cannot meet; move one first")
+        return self._wrap(tensor_math.matmul(self._xp, a, self._dtype, b, other._dtype))
+
+    # -- reductions ------------------------------------------------------------------------
+    def _axes(self, dim: int | Sequence[int] | None) -> int | tuple[int, ...] | None:
+        if dim is None:
+            return None
+        if isinstance(dim, int):
+            return _dim(dim, self.ndim)
+        return tuple(_dim(d, self.ndim) for d in dim)
+
+    def sum(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """Sum (half precision accumulates in float32; integers and bools sum to int64)."""
+        out = tensor_math.reduce(self._xp, "sum", self._array(), self._dtype, self._axes(dim), keepdim)
+        return self._wrap(out)
+
+    def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        if not self._dtype.is_floating_point:
+            raise DTypeError(
+                f"mean() needs a floating-point tensor, this one is {self._dtype.name}: call .float() first"
+            )
+        return self._wrap(tensor_math.reduce(self._xp, "mean", self._array(), self._dtype, self._axes(dim), keepdim))
+
+    def _extreme(self, op: str, dim: int | None, keepdim: bool) -> Any:
+        data = self._array()
+        if self.numel() == 0:
+            raise ShapeError(f"{op}() of an empty tensor (shape {self._shape}) has no value")
+        xp = self._xp
+        if dim is None:
+            return self._wrap(getattr(xp, op)(data))
+        axis = _dim(dim, self.ndim)
+        arg = getattr(xp, "arg" + op)(data, axis=axis, keepdims=True)
+        values = xp.take_along_axis(data, arg, axis=axis)
+        if not keepdim:
+            values, arg = values.squeeze(axis), arg.squeeze(axis)
+        return MaxResult(self._wrap(values), self._wrap(arg.astype(np.int64)))
+
+    def max(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """The largest element, or with ``dim`` the pair (values, indices) along it."""
+        return self._extreme("max", dim, keepdim)
+
+    def min(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        return self._extreme("min", dim, keepdim)
+
+    def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        data = self._array()
+        if self.numel() == 0:
+            raise ShapeError(f"argmax() of an empty tensor (shape {self._shape}) has no value")
+        if dim is None:
+            return self._wrap(self._xp.argmax(data.reshape(-1), axis=0).astype(np.int64))
+        return self._wrap(self._xp.argmax(data, axis=_dim(dim, self.ndim), keepdims=keepdim).astype(np.int64))
+
+    def any(self) -> Tensor:
+        return self._wrap(self._xp.any(self._array()))
+
+    def all(self) -> Tensor:
+        return self._wrap(self._xp.all(self._array()))
+
+    # -- in-place writes ---------------------------------------------------------------------
+    def _inplace(self, op: str, label: str, other: Any, alpha: Any = None) -> Self:
+        dst = self._writable(label)
+        src = self._operand(other, label)
+        src_dtype = other._dtype if isinstance(other, Tensor) else None
+        xp = self._xp
+        src = tensor_math.inplace_source(xp, op, label, self._shape, self._dtype, src, src_dtype, alpha)
+        with self._lineage:
+            getattr(xp, op)(dst, src, out=dst, casting="same_kind")
+        return self
+
+    def add_(self, other: Any, *, alpha: Any = None) -> Self:
+        return self._inplace("add", "add_", other, alpha)
+
+    def sub_(self, other: Any, *, alpha: Any = None) -> Self:
+        return self._inplace("subtract", "sub_", other, alpha)
+
+    def mul_(self, other: Any) -> Self:
+        return self._inplace("multiply", "mul_", other)
+
+    def div_(self, other: Any) -> Self:
+        return self._inplace("divide", "div_", other)
+
+    def copy_(self, src: Any) -> Self:
+        """Write ``src``'s values into this tensor: its dtype converts, its shape must broadcast
+        to this one, and it may live on another device."""
+        dst = self._writable("copy_")
+        if isinstance(src, Tensor):
+            values = src._array()
+            if src._device != self._device:
+                values = self._backend.from_host(src._backend.to_host(values), self._device.index or 0)
+        else:
+            values = self._operand(src, "copy_")
+        shape = tuple(np.shape(values))
+        if shape != self._shape and not tensor_math.broadcasts_to(shape, self._shape):
+            raise ShapeError(f"copy_ needs a source that broadcasts to {self._shape}, got shape {shape}")
+        with self._lineage:
+            self._xp.copyto(dst, values, casting="unsafe")
+        return self
+
+    def fill_(self, value: Any) -> Self:
+        """Set every element to ``value`` (a no-op on a storage-free tensor: nothing to fill)."""
+        if self.has_storage:
+            dst = self._writable("fill_")
+            with self._lineage:
+                dst.fill(value)
+        return self
+
+    def zero_(self) -> Self:
+        return self.fill_(0)
+
+    def normal_(self, mean: builtins.float = 0.0, std: builtins.float = 1.0) -> Self:
+        """Fill with normal samples (``manual_seed`` makes them reproducible); a no-op when storage-free."""
+        return self._random_("normal", mean, std)
+
+    def uniform_(self, a: builtins.float = 0.0, b: builtins.float = 1.0) -> Self:
+        """Fill with samples from [a, b); a no-op when storage-free."""
+        return self._random_("uniform", a, b)
+
+    def _random_(self, kind: str, a: builtins.float, b: builtins.float) -> Self:
+        if not self.has_storage:
+            return self
+        if not self._dtype.is_floating_point:
+            raise DTypeError(f"{kind}_ needs a floating-point tensor, this one is {self._dtype.name}")
+        dst = self._writable(f"{kind}_")
+        draws = self._backend.random(kind, self._shape, self._dtype.numpy, a, b, self._device.index or 0)
+        with self._lineage:
+            dst[...] = draws
+        return self
 
     # -- repr ------------------------------------------------------------------------------
     def __repr__(self) -> str:

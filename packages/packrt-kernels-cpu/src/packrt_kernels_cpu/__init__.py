@@ -1,21 +1,16 @@
-"""packrt's CPU kernels: numpy (and ml_dtypes for bfloat16) arrays in, arrays out.
+"""packrt's kernels, written against the array namespace of their inputs; numpy here.
 
-Kernels never see packrt's ``Tensor`` or ``Module``; ``packrt-core`` wraps arrays and
-dispatches each operation to the backend registered for a tensor's device under the
-entry-point group ``packrt.backends``. :class:`ArrayBackend` is written against an array
-namespace (``xp``) so the CUDA backend runs the same code on cupy.
+Kernels never see packrt's ``Tensor`` or ``Module``. ``packrt-core`` finds a device's
+:class:`ArrayBackend` under the entry-point group ``packrt.backends`` (``cpu`` is this
+package's :class:`CpuBackend`) and reaches every kernel through that backend's ``kernels``
+(:class:`Kernels`), so packrt-kernels-cuda runs the same functions on cupy arrays.
 """
 
-from packrt_kernels_cpu.array_backend import (
-    BINARY_OPS,
-    INPLACE_OPS,
-    REDUCTIONS,
-    UNARY_OPS,
-    ArrayBackend,
-)
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
+from packrt_kernels_cpu.backend import ArrayBackend
 from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
 from packrt_kernels_cpu.cpu import CpuBackend
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.functional import (
     embedding,
     gelu,
@@ -27,11 +22,17 @@ from packrt_kernels_cpu.functional import (
     silu,
     softmax,
 )
+from packrt_kernels_cpu.kernel_set import CPU_KERNELS, Kernels
 from packrt_kernels_cpu.namespace import FLOAT_DTYPES, HALF_DTYPES, array_namespace, compute_dtype
 from packrt_kernels_cpu.packing import (
+    Conv2dView,
+    LinearView,
     PackedConv2d,
     PackedEmbedding,
     PackedLinear,
+    borrow_conv2d,
+    borrow_embedding,
+    borrow_linear,
     linear_borrowed,
     pack_conv2d,
     pack_embedding,
@@ -40,6 +41,7 @@ from packrt_kernels_cpu.packing import (
 from packrt_kernels_cpu.quantize import (
     QMAX,
     PackedQuantizedLinear,
+    borrow_quantized_linear,
     dequantize,
     pack_quantized_linear,
     quantize_per_channel,
@@ -48,22 +50,30 @@ from packrt_kernels_cpu.special import erf, erfc
 from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, tolerance
 
 __all__ = [
-    "BINARY_OPS",
+    "CPU_KERNELS",
     "FLOAT_DTYPES",
     "HALF_DTYPES",
-    "INPLACE_OPS",
     "KERNEL_TOLERANCES",
     "QMAX",
-    "REDUCTIONS",
-    "UNARY_OPS",
     "ArrayBackend",
     "Conv2dGeometry",
+    "Conv2dView",
     "CpuBackend",
+    "KernelDTypeError",
+    "KernelError",
+    "KernelIndexError",
+    "KernelShapeError",
+    "Kernels",
+    "LinearView",
     "PackedConv2d",
     "PackedEmbedding",
     "PackedLinear",
     "PackedQuantizedLinear",
     "array_namespace",
+    "borrow_conv2d",
+    "borrow_embedding",
+    "borrow_linear",
+    "borrow_quantized_linear",
     "compute_dtype",
     "conv2d",
     "conv2d_geometry",
@@ -88,4 +98,4 @@ __all__ = [
     "softmax",
     "tolerance",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

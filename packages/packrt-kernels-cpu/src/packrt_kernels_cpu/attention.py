@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
@@ -35,7 +36,7 @@ def broadcast_shape(shapes: Sequence[tuple[int, ...]], names: Sequence[str]) -> 
             if n == 1:
                 continue
             if size not in (1, n):
-                raise ValueError(
+                raise KernelShapeError(
                     f"{owner} and {name} do not broadcast: size {size} vs {n} at dim {axis} "
                     f"(shapes {dict(zip(names, shapes, strict=True))})"
                 )
@@ -63,20 +64,20 @@ def scaled_dot_product_attention(
     require_same_dtype(dt, v, "value", "query")
     for a, name in ((q, "query"), (k, "key"), (v, "value")):
         if a.ndim < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., length, features), got {tuple(a.shape)}")
+            raise KernelShapeError(f"{name} must have at least 2 dims (..., length, features), got {tuple(a.shape)}")
     if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
+        raise KernelShapeError(
             f"key's feature dim must equal query's ({q.shape[-1]}), got key {tuple(k.shape)} and query {tuple(q.shape)}"
         )
     if v.shape[-2] != k.shape[-2]:
-        raise ValueError(
+        raise KernelShapeError(
             f"value's length must equal key's ({k.shape[-2]}), got value {tuple(v.shape)} and key {tuple(k.shape)}"
         )
     batch = broadcast_shape([q.shape[:-2], k.shape[:-2], v.shape[:-2]], ["query", "key", "value"])
     length, source = int(q.shape[-2]), int(k.shape[-2])
     if attn_mask is not None:
         if is_causal:
-            raise ValueError("pass either attn_mask or is_causal=True, not both (the causal mask is built here)")
+            raise KernelShapeError("pass either attn_mask or is_causal=True, not both (the causal mask is built here)")
         if np.dtype(attn_mask.dtype) != np.dtype(bool):
             require_same_dtype(dt, attn_mask, "attn_mask", "query (or use a bool mask)")
         broadcast_shape([tuple(attn_mask.shape), (*batch, length, source)], ["attn_mask", "scores"])

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
@@ -35,9 +36,9 @@ Padding = int | Sequence[int] | str
 def _pair(value: IntPair, name: str, minimum: int) -> tuple[int, int]:
     pair = (value, value) if isinstance(value, int) else tuple(value)
     if len(pair) != 2 or not all(isinstance(p, int | np.integer) for p in pair):
-        raise ValueError(f"{name} must be an int or a pair of ints, got {value!r}")
+        raise KernelShapeError(f"{name} must be an int or a pair of ints, got {value!r}")
     if min(pair) < minimum:
-        raise ValueError(f"{name} must be >= {minimum} in both dims, got {value!r}")
+        raise KernelShapeError(f"{name} must be >= {minimum} in both dims, got {value!r}")
     return int(pair[0]), int(pair[1])
 
 
@@ -61,7 +62,7 @@ class Conv2dGeometry:
         oh = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
         ow = (width + left + right - dw * (kw - 1) - 1) // sw + 1
         if oh < 1 or ow < 1:
-            raise ValueError(
+            raise KernelShapeError(
                 f"conv2d output would be {oh}x{ow}: the input {height}x{width} (padded by {self.padding}) "
                 f"is smaller than the dilated kernel {dh * (kh - 1) + 1}x{dw * (kw - 1) + 1}; "
                 f"pad the input or use a smaller kernel/dilation"
@@ -80,18 +81,18 @@ def conv2d_geometry(
     sh, sw = _pair(stride, "stride", 1)
     dh, dw = _pair(dilation, "dilation", 1)
     if not isinstance(groups, int | np.integer) or groups < 1:
-        raise ValueError(f"groups must be a positive int, got {groups!r}")
+        raise KernelShapeError(f"groups must be a positive int, got {groups!r}")
     kh, kw = kernel_size
     if isinstance(padding, str):
         if padding == "valid":
             pads = (0, 0, 0, 0)
         elif padding == "same":
             if (sh, sw) != (1, 1):
-                raise ValueError(f"padding='same' needs stride 1, got stride {(sh, sw)}")
+                raise KernelShapeError(f"padding='same' needs stride 1, got stride {(sh, sw)}")
             th, tw = dh * (kh - 1), dw * (kw - 1)
             pads = (th // 2, th - th // 2, tw // 2, tw - tw // 2)
         else:
-            raise ValueError(f"padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
+            raise KernelShapeError(f"padding must be an int, a pair, 'valid' or 'same', got {padding!r}")
     else:
         ph, pw = _pair(padding, "padding", 0)
         pads = (ph, ph, pw, pw)
@@ -100,11 +101,11 @@ def conv2d_geometry(
 
 def check_conv2d_input(x: Array, in_channels: int, geometry: Conv2dGeometry) -> None:
     """ValueError when ``x`` is not (N, C, H, W)/(C, H, W) with C = ``in_channels``."""
-    require_ndim(x, (3, 4), "x", "(N, C, H, W) or (C, H, W)")
+    require_ndim(x, (3, 4), "input", "(N, C, H, W) or (C, H, W)")
     channels = x.shape[-3]
     if channels != in_channels:
-        raise ValueError(
-            f"x has {channels} channels (shape {tuple(x.shape)}) but the weight expects "
+        raise KernelShapeError(
+            f"input has {channels} channels (shape {tuple(x.shape)}) but the weight expects "
             f"in_channels = weight.shape[1] * groups = {in_channels // geometry.groups} * {geometry.groups} "
             f"= {in_channels}"
         )
@@ -157,7 +158,7 @@ def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any
     require_same_dtype(dt, w, "weight", ref)
     require_same_dtype(dt, b, "bias", ref)
     if w.shape[0] % groups:
-        raise ValueError(f"weight's out_channels={w.shape[0]} must be divisible by groups={groups}")
+        raise KernelShapeError(f"weight's out_channels={w.shape[0]} must be divisible by groups={groups}")
     require_shape(b, (w.shape[0],), "bias")
 
 
@@ -171,11 +172,17 @@ def conv2d(
     groups: int = 1,
 ) -> Array:
     """torch.nn.functional.conv2d on arrays: (N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW)."""
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
     geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
-    check_conv2d_weight(w, b, geometry.groups, dt, "x")
+    check_conv2d_weight(w, b, geometry.groups, dt, "input")
     check_conv2d_input(x, int(w.shape[1]) * geometry.groups, geometry)
+    return conv2d_resolved(x, w, b, geometry)
+
+
+def conv2d_resolved(x: Array, w: Array, b: Array | None, geometry: Conv2dGeometry) -> Array:
+    """``conv2d`` with the geometry already resolved and the arguments already checked."""
+    dt = np.dtype(x.dtype)
     cd = compute_dtype(dt)
     w_groups = w.astype(cd, copy=False).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
     bc = None if b is None else b.astype(cd, copy=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
-from packrt_kernels_cpu.array_backend import ArrayBackend
+from packrt_kernels_cpu.backend import ArrayBackend
 
 
 class CpuBackend(ArrayBackend):

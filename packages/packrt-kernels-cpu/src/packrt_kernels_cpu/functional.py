@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
@@ -39,13 +40,13 @@ def _upcast(a: Array, cd: np.dtype[Any]) -> Array:
 
 def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
     """Validate ``linear``'s arguments; return the shared dtype."""
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     require_ndim(w, 2, "weight", "(out_features, in_features)")
-    require_same_dtype(dt, w, "weight", "x")
-    require_same_dtype(dt, b, "bias", "x")
+    require_same_dtype(dt, w, "weight", "input")
+    require_same_dtype(dt, b, "bias", "input")
     if x.ndim == 0 or x.shape[-1] != w.shape[1]:
-        raise ValueError(
-            f"x's last dimension must equal weight's in_features={w.shape[1]}, got x of shape {tuple(x.shape)}"
+        raise KernelShapeError(
+            f"input's last dimension must equal weight's in_features={w.shape[1]}, got input of shape {tuple(x.shape)}"
         )
     require_shape(b, (w.shape[0],), "bias")
     return dt
@@ -80,16 +81,16 @@ def embedding(ids: Array, table: Array) -> Array:
     naming it, its position and the table size, before anything is gathered.
     """
     xp = array_namespace(ids, table)
-    require_ndim(table, 2, "table", "(num_embeddings, embedding_dim)")
+    require_ndim(table, 2, "weight", "(num_embeddings, embedding_dim)")
     if np.dtype(ids.dtype).kind not in "iu":
-        raise TypeError(f"ids must be an integer array, got dtype {np.dtype(ids.dtype).name}")
+        raise KernelDTypeError(f"input must be an integer array, got dtype {np.dtype(ids.dtype).name}")
     num = int(table.shape[0])
     bad = (ids < 0) | (ids >= num)
     if bool(xp.any(bad)):
         where = tuple(int(i) for i in xp.argwhere(bad)[0])
-        raise IndexError(
+        raise KernelIndexError(
             f"embedding id {int(ids[where])} at position {where} is out of range for a table of "
-            f"{num} rows (ids must be in [0, {num - 1}])"
+            f"{num} rows (ids must lie in [0, {num - 1}])"
         )
     return xp.take(table, ids, axis=0)
 
@@ -98,8 +99,9 @@ def _norm_axes(x: Array, normalized_shape: int | Sequence[int], name: str) -> tu
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(int(s) for s in normalized_shape)
     k = len(shape)
     if k == 0 or x.ndim < k or tuple(x.shape[-k:]) != shape:
-        raise ValueError(
-            f"{name}: x's trailing dimensions must equal normalized_shape={shape}, got x of shape {tuple(x.shape)}"
+        raise KernelShapeError(
+            f"{name}: input's trailing dimensions must equal normalized_shape={shape}, "
+            f"got input of shape {tuple(x.shape)}"
         )
     return shape, tuple(range(x.ndim - k, x.ndim))
 
@@ -112,10 +114,10 @@ def layer_norm(
     eps: float = 1e-5,
 ) -> Array:
     """Normalize over the trailing ``normalized_shape`` dims (biased variance), then ``* w + b``."""
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     shape, axes = _norm_axes(x, normalized_shape, "layer_norm")
     for arg, name in ((w, "weight"), (b, "bias")):
-        require_same_dtype(dt, arg, name, "x")
+        require_same_dtype(dt, arg, name, "input")
         require_shape(arg, shape, name)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
@@ -139,9 +141,9 @@ def rms_norm(
     ``eps=None`` means the machine epsilon of the dtype the arithmetic runs in (float32's for
     half inputs), as torch does.
     """
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     shape, axes = _norm_axes(x, normalized_shape, "rms_norm")
-    require_same_dtype(dt, w, "weight", "x")
+    require_same_dtype(dt, w, "weight", "input")
     require_shape(w, shape, "weight")
     xp = array_namespace(x)
     cd = compute_dtype(dt)
@@ -156,7 +158,7 @@ def rms_norm(
 
 def relu(x: Array) -> Array:
     """``max(x, 0)`` elementwise; NaN stays NaN."""
-    require_float(x, "x")
+    require_float(x, "input")
     return array_namespace(x).maximum(x, x.dtype.type(0))
 
 
@@ -166,9 +168,9 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     The exact form is evaluated as ``x/2 * erfc(-x/sqrt(2))``, which keeps its relative accuracy
     in the negative tail where ``1 + erf`` would cancel to zero.
     """
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     if approximate not in GELU_APPROXIMATIONS:
-        raise ValueError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
+        raise KernelShapeError(f"gelu approximate must be 'none' or 'tanh', got {approximate!r}")
     xp = array_namespace(x)
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
@@ -182,7 +184,7 @@ def gelu(x: Array, approximate: str = "none") -> Array:
 
 def sigmoid(x: Array) -> Array:
     """``1 / (1 + exp(-x))`` without overflow: exp is only ever taken of ``-|x|``."""
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     xp = array_namespace(x)
     xc = _upcast(x, compute_dtype(dt))
     e = xp.exp(-xp.abs(xc))
@@ -192,7 +194,7 @@ def sigmoid(x: Array) -> Array:
 
 def silu(x: Array) -> Array:
     """SiLU (swish): ``x * sigmoid(x)``."""
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     xc = _upcast(x, compute_dtype(dt))
     return (xc * sigmoid(xc)).astype(dt, copy=False)
 
@@ -202,7 +204,7 @@ def softmax(x: Array, dim: int = -1) -> Array:
 
     A slice that is all ``-inf`` gives NaN, as in torch (there is nothing to normalize).
     """
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     if x.ndim == 0:  # torch treats a scalar as a one-element slice along dim 0 or -1
         normalize_dim(dim, 1)
         return softmax(x.reshape(1), 0).reshape(())

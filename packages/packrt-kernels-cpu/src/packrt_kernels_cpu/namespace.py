@@ -9,13 +9,15 @@ because numpy has no fast half GEMM and summing in half loses most of its digits
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any
 
+import array_api_compat
 import ml_dtypes
 import numpy as np
+
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 
 Array = Any  # numpy.ndarray on the CPU, cupy.ndarray on CUDA
 
@@ -29,15 +31,15 @@ HALF_DTYPES: frozenset[np.dtype[Any]] = frozenset({FLOAT16, BFLOAT16})
 
 
 def array_namespace(*arrays: Any) -> ModuleType:
-    """The namespace (``numpy`` or ``cupy``) the arrays live in; numpy for anything else.
+    """The namespace (``numpy``, ``cupy``, ...) the arrays live in, found with array-api-compat.
 
-    A cupy array is recognised by its class's module, so numpy-only installs never import cupy.
+    numpy arrays, by far the common case on the hot path, are answered without the lookup;
+    Python numbers mixed in are ignored, as array-api-compat ignores them.
     """
-    for a in arrays:
-        module = type(a).__module__.split(".", 1)[0]
-        if module == "cupy":
-            return sys.modules["cupy"]
-    return np
+    if all(type(a) is np.ndarray for a in arrays):
+        return np
+    namespace: ModuleType = array_api_compat.array_namespace(*arrays, use_compat=False)
+    return namespace
 
 
 def compute_dtype(dtype: Any) -> np.dtype[Any]:
@@ -58,7 +60,7 @@ def require_float(a: Array, name: str) -> np.dtype[Any]:
     """
     dt: np.dtype[Any] = np.dtype(a.dtype)
     if dt not in FLOAT_DTYPES:
-        raise TypeError(
+        raise KernelDTypeError(
             f"{name} has dtype {dt.name}; expected one of float16, bfloat16, float32, float64 "
             f"(convert it with .astype(...) first)"
         )
@@ -68,7 +70,7 @@ def require_float(a: Array, name: str) -> np.dtype[Any]:
 def require_same_dtype(expected: np.dtype[Any], a: Array | None, name: str, ref: str) -> None:
     """Raise TypeError when ``a`` (if given) does not share the dtype of argument ``ref``."""
     if a is not None and np.dtype(a.dtype) != expected:
-        raise TypeError(
+        raise KernelDTypeError(
             f"{name} has dtype {np.dtype(a.dtype).name} but {ref} has {expected.name}; "
             f"kernels do not mix dtypes, cast one of them first"
         )
@@ -79,19 +81,19 @@ def require_ndim(a: Array, ndim: int | Sequence[int], name: str, layout: str) ->
     allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
     if a.ndim not in allowed:
         want = " or ".join(str(n) for n in allowed)
-        raise ValueError(f"{name} must be {want}-D {layout}, got shape {tuple(a.shape)}")
+        raise KernelShapeError(f"{name} must be {want}-D {layout}, got shape {tuple(a.shape)}")
 
 
 def require_shape(a: Array | None, expected: Sequence[int], name: str) -> None:
     """Raise ValueError naming ``name`` when ``a`` (if given) does not have shape ``expected``."""
     if a is not None and tuple(a.shape) != tuple(expected):
-        raise ValueError(f"{name} must have shape {tuple(expected)}, got {tuple(a.shape)}")
+        raise KernelShapeError(f"{name} must have shape {tuple(expected)}, got {tuple(a.shape)}")
 
 
 def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     """``dim`` as a non-negative axis; IndexError (like torch) when it is outside [-ndim, ndim)."""
     if not -ndim <= dim < ndim:
-        raise IndexError(f"{name}={dim} is out of range for a {ndim}-D array (expected {-ndim} to {ndim - 1})")
+        raise KernelIndexError(f"{name}={dim} is out of range for a {ndim}-D array (expected {-ndim} to {ndim - 1})")
     return dim % ndim
 
 

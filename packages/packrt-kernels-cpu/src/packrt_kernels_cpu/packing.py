@@ -31,7 +31,9 @@ from packrt_kernels_cpu.conv import (
     check_conv2d_weight,
     conv2d_gemm,
     conv2d_geometry,
+    conv2d_resolved,
 )
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -49,11 +51,11 @@ def _owned(a: Array, dtype: np.dtype[Any]) -> Array:
 
 
 def _check_x_dtype(x: Array, declared: np.dtype[Any], what: str) -> None:
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     if dt != declared:
-        raise TypeError(
-            f"x has dtype {dt.name} but the {what} was packed from {declared.name} weights; "
-            f"cast x to {declared.name} (or repack the weights in {dt.name})"
+        raise KernelDTypeError(
+            f"input has dtype {dt.name} but the {what} was packed from {declared.name} weights; "
+            f"cast the input to {declared.name} (or repack the weights in {dt.name})"
         )
 
 
@@ -70,8 +72,8 @@ class PackedLinear:
         """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
         _check_x_dtype(x, self.dtype, "linear pack")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"x's last dimension must equal in_features={self.in_features}, got x of shape {tuple(x.shape)}"
+            raise KernelShapeError(
+                f"input's last dimension must equal in_features={self.in_features}, got input of shape {tuple(x.shape)}"
             )
         out = gemm_rows(x.astype(self.wt.dtype, copy=False), self.wt)
         if self.b is not None:
@@ -98,12 +100,29 @@ def pack_linear(w: Array, b: Array | None = None) -> PackedLinear:
     return PackedLinear(_owned(w.T, cd), None if b is None else _owned(b, cd), dt)
 
 
-def linear_borrowed(x: Array, w: Array, b: Array | None = None) -> Array:
-    """``linear`` straight from the declared (possibly memory-mapped) weight, keeping no copy of it.
+class LinearView:
+    """A zero-copy "pack" over the declared weight: what ``borrowed`` and ``per_call`` serve from.
 
-    float32/float64: zero extra bytes (BLAS reads ``w`` transposed in place). float16/bfloat16:
-    the weight is converted to float32 for the duration of the call and then freed.
+    float32/float64: no extra bytes (BLAS reads ``w`` transposed in place). float16/bfloat16:
+    the weight is converted to float32 for the duration of each call and then freed.
     """
+
+    nbytes = 0
+
+    def __init__(self, w: Array, b: Array | None) -> None:
+        self.w, self.b = w, b
+
+    def forward(self, x: Array) -> Array:
+        return linear(x, self.w, self.b)
+
+
+def borrow_linear(w: Array, b: Array | None = None) -> LinearView:
+    """Serve ``linear`` straight from the declared (possibly memory-mapped) weight, copying nothing."""
+    return LinearView(w, b)
+
+
+def linear_borrowed(x: Array, w: Array, b: Array | None = None) -> Array:
+    """``linear`` from the declared weight, keeping no copy of it (see :class:`LinearView`)."""
     return linear(x, w, b)
 
 
@@ -162,6 +181,23 @@ def pack_conv2d(
     return PackedConv2d(w_groups, None if b is None else _owned(b, cd), dt, tuple(int(s) for s in w.shape), geometry)
 
 
+class Conv2dView:
+    """A zero-copy "pack" over the declared conv weight (half precision converts per call)."""
+
+    nbytes = 0
+
+    def __init__(self, w: Array, b: Array | None, geometry: Conv2dGeometry) -> None:
+        self.w, self.b, self.geometry = w, b, geometry
+
+    def forward(self, x: Array) -> Array:
+        return conv2d_resolved(x, self.w, self.b, self.geometry)
+
+
+def borrow_conv2d(w: Array, b: Array | None, geometry: Conv2dGeometry) -> Conv2dView:
+    """Convolve straight from the declared weight with a geometry validated once, copying nothing."""
+    return Conv2dView(w, b, geometry)
+
+
 class PackedEmbedding:
     """An embedding table, contiguous and owned, in its declared dtype."""
 
@@ -183,8 +219,13 @@ class PackedEmbedding:
         return self.table.copy()
 
 
+def borrow_embedding(table: Array) -> PackedEmbedding:
+    """Gather straight from the declared (possibly memory-mapped) table, copying nothing."""
+    return PackedEmbedding(table)
+
+
 def pack_embedding(table: Array) -> PackedEmbedding:
     """Pack a (num_embeddings, embedding_dim) table (a contiguous copy; no dtype change)."""
-    dt = require_float(table, "table")
-    require_ndim(table, 2, "table", "(num_embeddings, embedding_dim)")
+    dt = require_float(table, "weight")
+    require_ndim(table, 2, "weight", "(num_embeddings, embedding_dim)")
     return PackedEmbedding(_owned(table, dt))

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.namespace import (
     FLOAT32,
     FLOAT64,
@@ -49,7 +50,7 @@ def quantize_per_channel(w: Array) -> tuple[Array, Array]:
     finite = xp.isfinite(w64)
     if not bool(xp.all(finite)):
         bad = int(xp.argwhere(~finite)[0][0])
-        raise ValueError(
+        raise KernelShapeError(
             f"weight has {int(xp.sum(~finite))} non-finite values (first in row {bad}); "
             f"int8 quantization needs finite weights"
         )
@@ -65,11 +66,11 @@ def quantize_per_channel(w: Array) -> tuple[Array, Array]:
 
 def _check_q_scale(q: Array, scale: Array) -> None:
     if np.dtype(q.dtype) != _INT8:
-        raise TypeError(f"q must be int8, got {np.dtype(q.dtype).name}")
+        raise KernelDTypeError(f"q must be int8, got {np.dtype(q.dtype).name}")
     if np.dtype(scale.dtype) != FLOAT32:
-        raise TypeError(f"scale must be float32, got {np.dtype(scale.dtype).name}")
+        raise KernelDTypeError(f"scale must be float32, got {np.dtype(scale.dtype).name}")
     if q.ndim < 1:
-        raise ValueError(f"q must have at least one dim (rows first), got shape {tuple(q.shape)}")
+        raise KernelShapeError(f"q must have at least one dim (rows first), got shape {tuple(q.shape)}")
     require_shape(scale, (q.shape[0],), "scale")
 
 
@@ -96,10 +97,10 @@ class PackedQuantizedLinear:
 
     def forward(self, x: Array) -> Array:
         """``(x @ q^T) * scale + b`` for float ``x`` (..., in_features), returned in x's dtype."""
-        dt = require_float(x, "x")
+        dt = require_float(x, "input")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"x's last dimension must equal in_features={self.in_features}, got x of shape {tuple(x.shape)}"
+            raise KernelShapeError(
+                f"input's last dimension must equal in_features={self.in_features}, got input of shape {tuple(x.shape)}"
             )
         xp = array_namespace(x)
         cd = compute_dtype(dt)
@@ -125,6 +126,13 @@ class PackedQuantizedLinear:
         return self.q.copy(), self.scale.copy(), None if self.b is None else self.b.copy()
 
 
+def borrow_quantized_linear(
+    q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
+) -> PackedQuantizedLinear:
+    """Serve straight from the declared int8 weight, scales and bias, copying nothing."""
+    return PackedQuantizedLinear(q, scale, b, scratch_bytes)
+
+
 def pack_quantized_linear(
     q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
 ) -> PackedQuantizedLinear:
@@ -137,11 +145,11 @@ def pack_quantized_linear(
     require_ndim(q, 2, "q", "(out_features, in_features)")
     xp = array_namespace(q, scale)
     if not bool(xp.all(xp.isfinite(scale) & (scale > 0))):
-        raise ValueError("scale must be finite and > 0 in every row (quantize_per_channel never yields 0)")
+        raise KernelShapeError("scale must be finite and > 0 in every row (quantize_per_channel never yields 0)")
     if b is not None:
         require_float(b, "bias")
         require_shape(b, (q.shape[0],), "bias")
     if scratch_bytes < 1:
-        raise ValueError(f"scratch_bytes must be >= 1, got {scratch_bytes}")
+        raise KernelShapeError(f"scratch_bytes must be >= 1, got {scratch_bytes}")
     owned_b = None if b is None else xp.ascontiguousarray(b.copy())
     return PackedQuantizedLinear(xp.ascontiguousarray(q.copy()), scale.copy(), owned_b, scratch_bytes)

@@ -88,7 +88,7 @@ def erfc(x: Array) -> Array:
     below 1.2e-7 before the final rounding to the input dtype.
     NaN stays NaN; ``erfc(inf) == 0`` and ``erfc(-inf) == 2``.
     """
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     xp = array_namespace(x)
     xc = x.astype(FLOAT64, copy=dt != FLOAT64)
     z = xp.abs(xc)
@@ -105,7 +105,7 @@ def erf(x: Array) -> Array:
     before the final rounding to the input dtype; below ``|x| = 1`` a short series keeps full
     relative accuracy (so ``erf(0) == 0`` and tiny arguments stay accurate).
     """
-    dt = require_float(x, "x")
+    dt = require_float(x, "input")
     xp = array_namespace(x)
     xc = x.astype(FLOAT64, copy=dt != FLOAT64)
     z = xp.abs(xc)

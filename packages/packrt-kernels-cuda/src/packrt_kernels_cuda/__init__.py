@@ -9,4 +9,4 @@ turns a request for a CUDA tensor into an error carrying that reason.
 from packrt_kernels_cuda.cuda import CudaBackend
 
 __all__ = ["CudaBackend"]
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"

@@ -6,11 +6,12 @@ from packrt_core.nn.containers import Identity, ModuleDict, ModuleList, Sequenti
 from packrt_core.nn.conv import Conv2d
 from packrt_core.nn.embedding import Embedding
 from packrt_core.nn.linear import Linear
+from packrt_core.nn.memory import MemoryReport, MemoryRow, memory_report
 from packrt_core.nn.module import Module
 from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.quantized import QuantizedLinear
-from packrt_core.nn.residency import BoundLayer, BoundWeights, MemoryReport, free_memory_override, memory_report
+from packrt_core.nn.residency import PackedLayer, free_memory_override
 from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
 
 __all__ = [
@@ -28,11 +29,11 @@ __all__ = [
     "functional",
     "WEIGHT_RESIDENCIES",
     "Buffer",
-    "BoundLayer",
-    "BoundWeights",
     "Identity",
     "Linear",
     "MemoryReport",
+    "MemoryRow",
+    "PackedLayer",
     "LoadResult",
     "Module",
     "ModuleDict",

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from packrt_core.errors import DeviceError, DTypeError, ShapeError
+from packrt_core import dispatch
+from packrt_core.device import CPU
+from packrt_core.errors import ShapeError
+from packrt_core.nn import checks
 from packrt_core.nn.linear import declare_weight_and_bias
-from packrt_core.nn.module import Module
-from packrt_core.nn.residency import BoundLayer, BoundWeights
+from packrt_core.nn.residency import Pack, PackedLayer
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import Conv2dGeometry, PackedConv2d, conv2d, conv2d_geometry, pack_conv2d
 
 Array = Any
 IntOrPair = int | Sequence[int]
@@ -26,32 +27,7 @@ def _pair(value: IntOrPair, name: str) -> tuple[int, int]:
     return (int(pair[0]), int(pair[1]))
 
 
-class BoundConv2d(BoundWeights):
-    """Conv2d's serving form: the weight as (groups, out/groups, in/groups * kh * kw) in the
-    compute dtype (fp16/bf16 upcast once), so a forward is im2col plus one batched GEMM."""
-
-    def build(self, layer: Module, arrays: Mapping[str, Array | None]) -> PackedConv2d:
-        g = _geometry_args(layer)
-        return pack_conv2d(arrays["weight"], arrays["bias"], **g)
-
-    def serve_packed(self, layer: Module, pack: PackedConv2d, x: Array) -> Array:
-        return pack.forward(x)
-
-    def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
-        # Reads the bound weight in place; half precision converts for the call and is freed.
-        return conv2d(x, arrays["weight"], arrays["bias"], **_geometry_args(layer))
-
-
-def _geometry_args(layer: Module) -> dict[str, Any]:
-    return {
-        "stride": layer.stride,
-        "padding": layer.padding,
-        "dilation": layer.dilation,
-        "groups": layer.groups,
-    }
-
-
-class Conv2d(BoundLayer, Module):
+class Conv2d(PackedLayer):
     """2-D convolution (cross-correlation) with torch's arguments and parameter names.
 
     ``weight`` is (out_channels, in_channels / groups, kh, kw) and ``bias`` (out_channels,);
@@ -61,8 +37,9 @@ class Conv2d(BoundLayer, Module):
     "zeros" (the only mode packrt implements). Input is (N, C, H, W) or
     unbatched (C, H, W), in the weight's dtype and on its device.
 
-    Weights serve through a bound object holding the im2col-ready layout; ``weight_residency``
-    picks how they stay resident (default ``"packed"``: one packed copy, the raw one dropped;
+    The pack holds the weight as (groups, out/groups, in/groups * kh * kw) in the compute dtype
+    (fp16/bf16 upcast once), so a forward is im2col plus one batched GEMM; ``weight_residency``
+    picks how the weights stay resident (default ``"packed"``: one packed copy, the raw one dropped;
     ``"borrowed"`` convolves from the raw weight on every call).
     """
 
@@ -82,7 +59,7 @@ class Conv2d(BoundLayer, Module):
         device: Any = None,
         weight_residency: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(weight_residency)
         if groups < 1 or in_channels % groups or out_channels % groups:
             raise ShapeError(
                 f"Conv2d: in_channels={in_channels} and out_channels={out_channels} must both be divisible by "
@@ -100,41 +77,38 @@ class Conv2d(BoundLayer, Module):
         self.dilation = _pair(dilation, "dilation")
         self.groups = int(groups)
         self.padding_mode = padding_mode
-        try:  # validated once here, so a forward never meets a bad geometry
-            self.geometry: Conv2dGeometry = conv2d_geometry(
+        # Validated once here, so a forward never meets a bad geometry. The geometry is plain
+        # arithmetic, the same on every device: the CPU kernels' helper computes it.
+        with dispatch.kernel_errors("Conv2d"):
+            self.geometry = dispatch.kernels_for(CPU).conv2d_geometry(
                 self.kernel_size, self.stride, self.padding, self.dilation, self.groups
             )
-        except ValueError as err:
-            raise ShapeError(f"Conv2d: {err}") from err
         kh, kw = self.kernel_size
         shape = (out_channels, in_channels // groups, kh, kw)
         declare_weight_and_bias(self, shape, in_channels // groups * kh * kw, bias, dtype, device)
-        object.__setattr__(self, "_bound", BoundConv2d(weight_residency))
 
-    def _check_input(self, x: Tensor) -> None:
+    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        pack: Pack = kernels.pack_conv2d(
+            arrays["weight"], arrays["bias"], self.stride, self.padding, self.dilation, self.groups
+        )
+        return pack
+
+    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        # Reads the bound weight in place; half precision converts for the call and is freed.
+        view: Pack = kernels.borrow_conv2d(arrays["weight"], arrays["bias"], self.geometry)
+        return view
+
+    def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} takes a packrt Tensor, got {type(x).__name__}")
+        checks.require_tensor(name, x)
         if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
             raise ShapeError(
                 f"{name} expects input (N, {self.in_channels}, H, W) or ({self.in_channels}, H, W), got shape {x.shape}"
             )
-        weight: Tensor = self._parameters["weight"]  # type: ignore[assignment]
-        if x.dtype is not weight.dtype:
-            raise DTypeError(
-                f"{name} holds {weight.dtype.name} weights but got {x.dtype.name} input: cast one to the other "
-                f"(x.to({weight.dtype.name!r}) or layer.to({x.dtype.name!r}))"
-            )
-        if x.device != weight.device:
-            raise DeviceError(f"{name}: input on {x.device}, weights on {weight.device}: move one to the other")
-        try:
+        checks.matches_weights(name, x, self._parameters["weight"])  # type: ignore[arg-type]
+        with dispatch.kernel_errors(name):
             self.geometry.output_size(x.shape[-2], x.shape[-1])
-        except ValueError as err:
-            raise ShapeError(f"{name}: {err}") from err
-
-    def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
-        return x._wrap(self._bound.forward(self, x._array()))
+        return self._serve(x)
 
     def extra_repr(self) -> str:
         s = f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}"
@@ -149,4 +123,4 @@ class Conv2d(BoundLayer, Module):
         return s
 
 
-__all__ = ["BoundConv2d", "Conv2d"]
+__all__ = ["Conv2d"]

@@ -7,36 +7,15 @@ from typing import Any
 
 from packrt_core.creation import empty
 from packrt_core.errors import DeviceError, DTypeError, IndexingError
-from packrt_core.nn.module import Module
+from packrt_core.nn import checks
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import BoundLayer, BoundWeights
+from packrt_core.nn.residency import Pack, PackedLayer
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import PackedEmbedding, embedding, pack_embedding
 
 Array = Any
 
 
-class BoundEmbedding(BoundWeights):
-    """Embedding's serving form: the table, contiguous and owned, in its declared dtype (a
-    gather does no arithmetic, so an upcast would only double the bytes)."""
-
-    declared = ("weight",)
-
-    def build(self, layer: Module, arrays: Mapping[str, Array | None]) -> PackedEmbedding:
-        return pack_embedding(arrays["weight"])
-
-    def serve_packed(self, layer: Module, pack: PackedEmbedding, x: Array) -> Array:
-        return pack.forward(x)
-
-    def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
-        return embedding(x, arrays["weight"])
-
-    def pack_nbytes(self, layer: Module) -> int:
-        weight: Tensor = layer._parameters["weight"]  # type: ignore[assignment]
-        return weight.numel() * weight.dtype.itemsize
-
-
-class Embedding(BoundLayer, Module):
+class Embedding(PackedLayer):
     """Rows of ``weight`` (num_embeddings, embedding_dim) for integer ids of any shape:
     the output is ``ids.shape + (embedding_dim,)`` in the table's dtype.
 
@@ -45,10 +24,13 @@ class Embedding(BoundLayer, Module):
     ``padding_idx`` only sets that initial zero row. Every id must lie in
     [0, num_embeddings): one outside raises IndexingError naming it and the table size.
 
-    The table serves through a bound object; ``weight_residency`` picks how it stays
-    resident (default ``"packed"``: one owned contiguous copy, the raw one dropped;
+    The pack is the table, contiguous and owned, in its declared dtype (a gather does no
+    arithmetic, so an upcast would only double the bytes); ``weight_residency`` picks how it
+    stays resident (default ``"packed"``: one owned contiguous copy, the raw one dropped;
     ``"borrowed"`` gathers straight from the bound table, e.g. a memory-mapped checkpoint).
     """
+
+    declared = ("weight",)
 
     def __init__(
         self,
@@ -60,7 +42,7 @@ class Embedding(BoundLayer, Module):
         device: Any = None,
         weight_residency: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(weight_residency)
         self.num_embeddings = int(num_embeddings)
         self.embedding_dim = int(embedding_dim)
         if padding_idx is not None:
@@ -74,12 +56,22 @@ class Embedding(BoundLayer, Module):
         self.weight = Parameter(empty(num_embeddings, embedding_dim, dtype=dtype, device=device).normal_())
         if padding_idx is not None and self.weight.has_storage:
             self.weight[padding_idx].fill_(0)
-        object.__setattr__(self, "_bound", BoundEmbedding(weight_residency))
+
+    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        pack: Pack = kernels.pack_embedding(arrays["weight"])
+        return pack
+
+    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        view: Pack = kernels.borrow_embedding(arrays["weight"])
+        return view
+
+    def _pack_nbytes(self) -> int:
+        weight: Tensor = self._parameters["weight"]  # type: ignore[assignment]
+        return weight.nbytes
 
     def _check_ids(self, ids: Tensor) -> None:
         name = type(self).__name__
-        if not isinstance(ids, Tensor):
-            raise TypeError(f"{name} takes a packrt Tensor of integer ids, got {type(ids).__name__}")
+        checks.require_tensor(name, ids, "a packrt Tensor of integer ids")
         if ids.dtype.is_floating_point or ids.dtype.name == "bool":
             raise DTypeError(
                 f"{name} takes integer ids (int64, int32, ...), got {ids.dtype.name}: cast them with ids.to('int64')"
@@ -90,11 +82,7 @@ class Embedding(BoundLayer, Module):
 
     def forward(self, ids: Tensor) -> Tensor:
         self._check_ids(ids)
-        try:
-            rows = self._bound.forward(self, ids._array())
-        except IndexError as err:  # the kernel names the first bad id, its position and the table size
-            raise IndexingError(f"{type(self).__name__}: {err}") from err
-        return ids._wrap(rows)
+        return self._serve(ids)  # a bad id: the kernel names it, its position and the table size
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"
@@ -103,4 +91,4 @@ class Embedding(BoundLayer, Module):
         return s
 
 
-__all__ = ["BoundEmbedding", "Embedding"]
+__all__ = ["Embedding"]

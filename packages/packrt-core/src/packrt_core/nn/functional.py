@@ -1,12 +1,14 @@
 """packrt.nn.functional: the layers' math on Tensors, with torch.nn.functional's names and semantics.
 
 Every function takes packrt Tensors and returns a new Tensor on the input's device, in the
-input's dtype (half precision is computed in float32 and rounded once). The tensors an
-operation combines must share a device: a mismatch is a DeviceError naming both arguments.
-Shape, dtype and index problems the kernels find come back as ShapeError, DTypeError and
-IndexingError (still ValueError, TypeError and IndexError) prefixed with the function's name
-and using torch's argument names (``input``, ``weight``, ``bias``, ...). A wrong argument
-*value* (``p=1.5``, ``approximate="fast"``) is a plain ValueError naming the argument.
+input's dtype (half precision is computed in float32 and rounded once). The kernels come from
+that device's backend (:func:`packrt_core.dispatch.kernels_for`), so the same call runs numpy
+code on the CPU and cupy code on CUDA. The tensors an operation combines must share a device: a
+mismatch is a DeviceError naming both arguments. Shape, dtype and index problems the kernels
+find come back as ShapeError, DTypeError and IndexingError (still ValueError, TypeError and
+IndexError), one for one, prefixed with the function's name; the kernels already use torch's
+argument names (``input``, ``weight``, ``bias``, ...). A wrong argument *value* (``p=1.5``,
+``approximate="fast"``) is a plain ValueError naming the argument.
 
 Results agree with torch 2.13 within ``packrt_kernels_cpu.KERNEL_TOLERANCES`` for float16,
 bfloat16, float32 and float64. There is no autograd: nothing here records a graph.
@@ -14,78 +16,25 @@ bfloat16, float32 and float64. There is no autograd: nothing here records a grap
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-import packrt_kernels_cpu as kernels
 from packrt_core import dispatch
 from packrt_core.dtypes import as_dtype
-from packrt_core.errors import DeviceError, DTypeError, IndexingError, ShapeError
+from packrt_core.nn.checks import operands as _operands
+from packrt_core.nn.checks import require_float as _require_float
 from packrt_core.tensor import Tensor
 
 IntPair = int | Sequence[int]
 Padding = int | Sequence[int] | str
-# The kernels call the main operand "x"; torch (and so packrt) call it "input".
-_INPUT_NAMES: tuple[tuple[str, str], ...] = ((r"\bx\b", "input"),)
 _GELU_APPROXIMATIONS = ("none", "tanh")
 
 
-def _operands(fn: str, *named: tuple[str, Tensor | None]) -> list[Any]:
-    """The storage arrays of ``named`` tensors (None stays None), after checking each is a Tensor
-    on the first one's device."""
-    ref_name, ref = named[0]
-    arrays: list[Any] = []
-    for name, value in named:
-        if value is None:
-            arrays.append(None)
-            continue
-        if not isinstance(value, Tensor):
-            raise TypeError(
-                f"{fn}: {name} must be a packrt Tensor, got {type(value).__name__} (make one with packrt.tensor(...))"
-            )
-        assert ref is not None  # the first operand is always required
-        if value.device != ref.device:
-            raise DeviceError(
-                f"{fn}: {name} is on {value.device} but {ref_name} is on {ref.device}; move {name} to "
-                f"{ref_name}'s device first ({name}.to({ref_name}.device))"
-            )
-        arrays.append(value._array())
-    return arrays
-
-
-def _run(
-    fn: str,
-    kernel: Callable[..., Any],
-    *args: Any,
-    names: tuple[tuple[str, str], ...] = _INPUT_NAMES,
-    **kwargs: Any,
-) -> Any:
-    """Call ``kernel``, turning its builtin errors into packrt's (message prefixed with ``fn`` and
-    the kernel's argument names replaced by torch's)."""
-    try:
-        return kernel(*args, **kwargs)
-    except (IndexError, TypeError, ValueError) as err:
-        message = str(err)
-        for pattern, replacement in names:
-            message = re.sub(pattern, replacement, message)
-        if not message.startswith(f"{fn}:"):
-            message = f"{fn}: {message}"
-        if isinstance(err, IndexError):
-            raise IndexingError(message) from err
-        if isinstance(err, TypeError):
-            raise DTypeError(message) from err
-        raise ShapeError(message) from err
-
-
-def _require_float(fn: str, t: Tensor, name: str = "input") -> None:
-    if not t.dtype.is_floating_point:
-        raise DTypeError(
-            f"{fn}: {name} has dtype {t.dtype.name}; expected float16, bfloat16, float32 or float64 "
-            f"(convert it with {name}.float() first)"
-        )
+def _kernels(t: Tensor) -> Any:
+    """The kernels of ``t``'s device: the one road from here to a kernel."""
+    return dispatch.kernels_for(t.device)
 
 
 def _write_back(fn: str, target: Tensor, values: Any) -> Tensor:
@@ -99,7 +48,8 @@ def _write_back(fn: str, target: Tensor, values: Any) -> Tensor:
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias``; ``weight`` is (out_features, in_features) as torch stores it."""
     x, w, b = _operands("linear", ("input", input), ("weight", weight), ("bias", bias))
-    return input._wrap(_run("linear", kernels.linear, x, w, b))
+    with dispatch.kernel_errors("linear"):
+        return input._wrap(_kernels(input).linear(x, w, b))
 
 
 def embedding(input: Tensor, weight: Tensor) -> Tensor:
@@ -109,8 +59,8 @@ def embedding(input: Tensor, weight: Tensor) -> Tensor:
     table size; nothing is gathered in that case.
     """
     ids, table = _operands("embedding", ("input", input), ("weight", weight))
-    names = ((r"\bids\b", "input"), (r"^table\b", "weight"))
-    return weight._wrap(_run("embedding", kernels.embedding, ids, table, names=names))
+    with dispatch.kernel_errors("embedding"):
+        return weight._wrap(_kernels(weight).embedding(ids, table))
 
 
 def conv2d(
@@ -128,7 +78,8 @@ def conv2d(
     A bad stride, padding, dilation or group count is a ShapeError naming it.
     """
     x, w, b = _operands("conv2d", ("input", input), ("weight", weight), ("bias", bias))
-    out = _run("conv2d", kernels.conv2d, x, w, b, stride, padding, dilation, groups)
+    with dispatch.kernel_errors("conv2d"):
+        out = _kernels(input).conv2d(x, w, b, stride, padding, dilation, groups)
     return input._wrap(out)
 
 
@@ -143,7 +94,8 @@ def layer_norm(
     """Normalize over the trailing ``normalized_shape`` dims (mean 0, biased variance 1), then
     scale by ``weight`` and shift by ``bias`` when given (each of shape ``normalized_shape``)."""
     x, w, b = _operands("layer_norm", ("input", input), ("weight", weight), ("bias", bias))
-    return input._wrap(_run("layer_norm", kernels.layer_norm, x, normalized_shape, w, b, eps))
+    with dispatch.kernel_errors("layer_norm"):
+        return input._wrap(_kernels(input).layer_norm(x, normalized_shape, w, b, eps))
 
 
 def rms_norm(
@@ -158,14 +110,16 @@ def rms_norm(
     half-precision input), as torch does.
     """
     x, w = _operands("rms_norm", ("input", input), ("weight", weight))
-    return input._wrap(_run("rms_norm", kernels.rms_norm, x, normalized_shape, w, eps))
+    with dispatch.kernel_errors("rms_norm"):
+        return input._wrap(_kernels(input).rms_norm(x, normalized_shape, w, eps))
 
 
 # -- activations ---------------------------------------------------------------------------------------
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
     """``max(input, 0)`` elementwise (NaN stays NaN). ``inplace=True`` overwrites ``input`` and returns it."""
     (x,) = _operands("relu", ("input", input))
-    out = _run("relu", kernels.relu, x)
+    with dispatch.kernel_errors("relu"):
+        out = _kernels(input).relu(x)
     return _write_back("relu", input, out) if inplace else input._wrap(out)
 
 
@@ -174,19 +128,22 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in _GELU_APPROXIMATIONS:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     (x,) = _operands("gelu", ("input", input))
-    return input._wrap(_run("gelu", kernels.gelu, x, approximate))
+    with dispatch.kernel_errors("gelu"):
+        return input._wrap(_kernels(input).gelu(x, approximate))
 
 
 def sigmoid(input: Tensor) -> Tensor:
     """``1 / (1 + exp(-input))`` elementwise, without overflow for large ``|input|``."""
     (x,) = _operands("sigmoid", ("input", input))
-    return input._wrap(_run("sigmoid", kernels.sigmoid, x))
+    with dispatch.kernel_errors("sigmoid"):
+        return input._wrap(_kernels(input).sigmoid(x))
 
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """SiLU (swish), ``input * sigmoid(input)``. ``inplace=True`` overwrites ``input`` and returns it."""
     (x,) = _operands("silu", ("input", input))
-    out = _run("silu", kernels.silu, x)
+    with dispatch.kernel_errors("silu"):
+        out = _kernels(input).silu(x)
     return _write_back("silu", input, out) if inplace else input._wrap(out)
 
 
@@ -203,7 +160,8 @@ def softmax(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
         _operands("softmax", ("input", input))  # raises the TypeError naming input
     source = input if dtype is None else input.to(as_dtype(dtype))
     (x,) = _operands("softmax", ("input", source))
-    return source._wrap(_run("softmax", kernels.softmax, x, int(dim)))
+    with dispatch.kernel_errors("softmax"):
+        return source._wrap(_kernels(source).softmax(x, int(dim)))
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
@@ -220,8 +178,8 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     if not training or p == 0 or input.numel() == 0:
         return input
     _require_float("dropout", input)
-    xp = kernels.array_namespace(x)
-    cd = kernels.compute_dtype(x.dtype)
+    xp = input._xp
+    cd = np.dtype(np.float32) if input.dtype.itemsize == 2 else np.dtype(x.dtype)  # half computes in float32
     if p == 1:
         noise = xp.zeros(x.shape, dtype=cd)
     else:
@@ -257,17 +215,8 @@ def scaled_dot_product_attention(
     q, k, v, mask = _operands(
         "scaled_dot_product_attention", ("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)
     )
-    out = _run(
-        "scaled_dot_product_attention",
-        kernels.scaled_dot_product_attention,
-        q,
-        k,
-        v,
-        mask,
-        is_causal,
-        scale,
-        names=(),
-    )
+    with dispatch.kernel_errors("scaled_dot_product_attention"):
+        out = _kernels(query).scaled_dot_product_attention(q, k, v, mask, is_causal, scale)
     return query._wrap(out)
 
 

@@ -1,4 +1,4 @@
-"""Linear: ``y = x W^T + b``, served through a bound object that packs W for the BLAS call."""
+"""Linear: ``y = x W^T + b``, served from a pack that holds W^T for the BLAS call."""
 
 from __future__ import annotations
 
@@ -7,29 +7,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from packrt_core.creation import empty
-from packrt_core.errors import DeviceError, DTypeError, ShapeError
+from packrt_core.nn import checks
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import BoundLayer, BoundWeights
+from packrt_core.nn.residency import Pack, PackedLayer
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import PackedLinear, linear_borrowed, pack_linear
 
 Array = Any
-
-
-def check_input(layer: str, x: Tensor, in_features: int, weight: Tensor) -> None:
-    """The mistakes a caller makes most, named before a kernel sees them."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{layer} takes a packrt Tensor, got {type(x).__name__}")
-    if x.ndim == 0 or x.shape[-1] != in_features:
-        raise ShapeError(f"{layer} expects input (..., {in_features}), got shape {x.shape}")
-    if x.dtype is not weight.dtype:
-        raise DTypeError(
-            f"{layer} holds {weight.dtype.name} weights but got {x.dtype.name} input: cast one to the other "
-            f"(x.to({weight.dtype.name!r}) or layer.to({x.dtype.name!r}))"
-        )
-    if x.device != weight.device:
-        raise DeviceError(f"{layer}: input on {x.device}, weights on {weight.device}: move one to the other")
 
 
 def declare_weight_and_bias(
@@ -45,26 +29,14 @@ def declare_weight_and_bias(
         layer.register_parameter("bias", None)
 
 
-class BoundLinear(BoundWeights):
-    """Linear's serving form: W^T contiguous in the compute dtype (fp16/bf16 upcast once)."""
-
-    def build(self, layer: Module, arrays: Mapping[str, Array | None]) -> PackedLinear:
-        return pack_linear(arrays["weight"], arrays["bias"])
-
-    def serve_packed(self, layer: Module, pack: PackedLinear, x: Array) -> Array:
-        return pack.forward(x)
-
-    def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
-        return linear_borrowed(x, arrays["weight"], arrays["bias"])
-
-
-class Linear(BoundLayer, Module):
+class Linear(PackedLayer):
     """``y = x @ weight.T + bias`` with ``weight`` (out_features, in_features) and ``bias``
     (out_features,), initialized as PyTorch does (uniform in ±1/sqrt(in_features)).
 
-    Weights serve through a bound object; ``weight_residency`` picks how they stay resident
-    (default ``"packed"``: one packed copy, the raw one dropped). Built under
-    :func:`packrt.meta_init` it declares storage-free weights for ``load_state_dict(assign=True)``.
+    The pack is W^T contiguous in the compute dtype (fp16/bf16 upcast once); ``weight_residency``
+    picks how the weights stay resident (default ``"packed"``: one packed copy, the raw one
+    dropped). Built under :func:`packrt.meta_init` it declares storage-free weights for
+    ``load_state_dict(assign=True)``.
     """
 
     def __init__(
@@ -77,16 +49,22 @@ class Linear(BoundLayer, Module):
         device: Any = None,
         weight_residency: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(weight_residency)
         self.in_features = int(in_features)
         self.out_features = int(out_features)
         declare_weight_and_bias(self, (out_features, in_features), in_features, bias, dtype, device)
-        object.__setattr__(self, "_bound", BoundLinear(weight_residency))
+
+    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        pack: Pack = kernels.pack_linear(arrays["weight"], arrays["bias"])
+        return pack
+
+    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        view: Pack = kernels.borrow_linear(arrays["weight"], arrays["bias"])
+        return view
 
     def forward(self, x: Tensor) -> Tensor:
-        weight: Tensor = self._parameters["weight"]  # type: ignore[assignment]
-        check_input(type(self).__name__, x, self.in_features, weight)
-        return x._wrap(self._bound.forward(self, x._array()))
+        checks.linear_input(type(self).__name__, x, self.in_features, self._parameters["weight"])  # type: ignore[arg-type]
+        return self._serve(x)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"

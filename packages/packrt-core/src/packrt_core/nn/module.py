@@ -6,9 +6,12 @@ placement change and the repr visit the tree in registration order: a module's o
 parameters, then its own buffers, then each child's subtree. A module or tensor
 reachable under two names appears once, under the first.
 
-Layers with a bound serving form plug into loads, moves and state dicts through a few
-methods a subclass may override (``_save_to_state_dict``, ``_prepare_load``,
-``_check_placement``, ``_pack_now``); ``Module`` itself knows no layer type.
+``Module`` is one class. Its state-dict and placement methods delegate to functions in
+:mod:`~packrt_core.nn.state` and :mod:`~packrt_core.nn.moves` that take the module as an
+argument, and layers that pack their weights plug in through a few methods a subclass may
+override (``_save_to_state_dict``, ``_state_value``, ``_prepare_load``, ``_check_placement``,
+``_pack_now``), as PyTorch's per-module ``_save_to_state_dict`` does; ``Module`` itself knows
+no layer type.
 """
 
 from __future__ import annotations
@@ -17,10 +20,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
+from packrt_core.device import Device, as_device
+from packrt_core.dtypes import bfloat16, float16, float32, float64
 from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationError
-from packrt_core.nn.moves import PlacementMethods
+from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
-from packrt_core.nn.state import StateDictMethods
+from packrt_core.nn.state import _IncompatibleKeys
 from packrt_core.tensor import Tensor
 from packrt_hooks import HookRegistry, RemovableHandle, call_with_hooks
 
@@ -33,7 +38,7 @@ def _join(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
-class Module(StateDictMethods, PlacementMethods):
+class Module:
     """Base class of packrt models and layers. Subclass it, call ``super().__init__()``,
     assign parameters, buffers and children as attributes, and define ``forward``.
     Call the module itself (``m(x)``) so its forward hooks run around ``forward``."""
@@ -234,7 +239,7 @@ class Module(StateDictMethods, PlacementMethods):
             names.update(getattr(self, registry, {}))
         return sorted(names)
 
-    # -- walks (state_dict / load_state_dict live in state.py; to / to_empty / casts in moves.py) --
+    # -- walks ---------------------------------------------------------------------------------------
     def named_modules(
         self,
         memo: set[Module] | None = None,
@@ -434,6 +439,103 @@ class Module(StateDictMethods, PlacementMethods):
 
     def _has_extra_state(self) -> bool:
         return type(self).get_extra_state is not Module.get_extra_state
+
+    def _restores_extra_state(self) -> bool:
+        return type(self).set_extra_state is not Module.set_extra_state
+
+    # -- state dicts (the work is in state.py) -----------------------------------------------------
+    def state_dict(
+        self, *, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
+    ) -> dict[str, Any]:
+        """The tree's parameters and persistent buffers as one flat dict with dotted keys in
+        registration order, ``prefix`` prepended to each key. Values share storage with the
+        module (``keep_vars=True`` hands out the Parameter/Buffer objects themselves); a
+        tied tensor appears once, under its first name. ``destination`` is filled in place.
+        A layer holding its weights in a pack still contributes every weight it declares,
+        so a dict taken after a forward is complete (revision 2)."""
+        return state.state_dict(self, destination, prefix, keep_vars)
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool, seen: set[int]) -> None:
+        """Write this module's own entries (not its children's). Layers override
+        :meth:`_state_value` rather than this."""
+        state.save_own_entries(self, destination, prefix, keep_vars, seen)
+
+    def _state_value(self, name: str, param: Parameter, keep_vars: bool) -> Tensor | None:
+        """The state_dict value of one parameter; a packed layer rebuilds it from its pack
+        (revision 2) or leaves it out (revision 1, see :func:`packrt.contract_revision`)."""
+        del name
+        return param if keep_vars else param.detach()
+
+    def load_state_dict(
+        self,
+        state_dict: Mapping[str, Any],
+        strict: bool = True,
+        assign: bool = False,
+        *,
+        pack: bool = False,
+        weight_residency: str | None = None,
+    ) -> _IncompatibleKeys:
+        """Bind a flat checkpoint onto the tree by dotted names.
+
+        Copy mode (default) writes each value into the existing tensor, converting its
+        dtype; shapes must match and the tensor must have storage. ``assign=True`` binds
+        the incoming tensors themselves (their dtype; shapes must match), which is how a
+        meta-init model receives its weights; one tensor object under several keys
+        becomes one shared Parameter. ``strict=True`` raises StateDictError (a
+        RuntimeError) listing missing and unexpected keys; otherwise they are returned. A
+        failed copy raises regardless. ``pack`` and ``weight_residency`` go to the
+        layers this load binds. Nothing is written unless everything checks out.
+        """
+        return state.load_state_dict(self, state_dict, strict, assign, pack, weight_residency)
+
+    # -- placement (the work is in moves.py) -------------------------------------------------------
+    def to(self, *args: Any, **kwargs: Any) -> Self:
+        """Move the tree to a device, cast its floating-point tensors to a dtype, or both, in
+        place; returns the module. Takes ``to(device)``, ``to(dtype)`` (object, name or
+        DataType), ``to(device, dtype)``, ``to(tensor)`` and ``device=`` / ``dtype=`` /
+        ``non_blocking=``. Integer and bool tensors keep their dtype. A layer that cannot
+        serve the request raises before anything changes."""
+        moves.to(self, args, kwargs)
+        return self
+
+    def cpu(self) -> Self:
+        """Move the tree to the CPU: ``to("cpu")``."""
+        moves.place(self, Device("cpu"), None)
+        return self
+
+    def cuda(self, device: int | Device | str | None = None) -> Self:
+        """Move the tree to a CUDA device: the first by default, or the given index or device."""
+        moves.place(self, Device("cuda") if device is None else as_device(device), None)
+        return self
+
+    def half(self) -> Self:
+        """Cast the floating-point tensors to float16."""
+        moves.place(self, None, float16)
+        return self
+
+    def float(self) -> Self:
+        """Cast the floating-point tensors to float32."""
+        moves.place(self, None, float32)
+        return self
+
+    def double(self) -> Self:
+        """Cast the floating-point tensors to float64."""
+        moves.place(self, None, float64)
+        return self
+
+    def bfloat16(self) -> Self:
+        """Cast the floating-point tensors to bfloat16."""
+        moves.place(self, None, bfloat16)
+        return self
+
+    def to_empty(self, *, device: Any, recurse: bool = True) -> Self:
+        """Give every parameter and buffer fresh, uninitialized storage of its shape and dtype
+        on ``device`` (None keeps each tensor's device), copying no values. A storage-free
+        tensor from meta init re-declares there and stays storage-free until
+        ``load_state_dict(..., assign=True)`` binds it. ``recurse=False`` stops at this
+        module's own tensors."""
+        moves.to_empty(self, device, recurse)
+        return self
 
     # -- repr --------------------------------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -11,47 +11,26 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from packrt_core import dispatch
 from packrt_core.creation import empty, tensor
+from packrt_core.device import CPU
 from packrt_core.dtypes import as_dtype, float32, int8
-from packrt_core.errors import DeviceError, DTypeError, ShapeError, StateDictError
+from packrt_core.errors import DTypeError, StateDictError
 from packrt_core.meta import declaring
+from packrt_core.nn import checks
 from packrt_core.nn.linear import Linear
-from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import BoundLayer, BoundWeights
+from packrt_core.nn.residency import Pack, PackedLayer
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import PackedQuantizedLinear, pack_quantized_linear, quantize_per_channel
-from packrt_kernels_cpu.quantize import DEFAULT_SCRATCH_BYTES
 
 Array = Any
-
-
-class BoundQuantizedLinear(BoundWeights):
-    """QuantizedLinear's serving form: the int8 matrix, the scales and the bias, contiguous
-    and owned. Borrowed serves from the bound arrays themselves (no copy)."""
-
-    declared = ("weight", "scale", "bias")
-
-    def build(self, layer: Module, arrays: Mapping[str, Array | None]) -> PackedQuantizedLinear:
-        return pack_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
-
-    def serve_packed(self, layer: Module, pack: PackedQuantizedLinear, x: Array) -> Array:
-        return pack.forward(x)
-
-    def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
-        # The pack class copies nothing when constructed directly: a view over the bound arrays.
-        view = PackedQuantizedLinear(arrays["weight"], arrays["scale"], arrays["bias"], DEFAULT_SCRATCH_BYTES)
-        return view.forward(x)
-
-    def pack_nbytes(self, layer: Module) -> int:
-        return sum(p.nbytes for _, p in self._params(layer))
 
 
 # What each declared tensor must hold; copy mode converts anything else except the int8 weight.
 _EXPECTED = {"weight": int8, "scale": float32, "bias": float32}
 
 
-class QuantizedLinear(BoundLayer, Module):
+class QuantizedLinear(PackedLayer):
     """``y = (x @ weight.T) * scale + bias`` with ``weight`` int8 (out_features, in_features),
     ``scale`` float32 (out_features,) and ``bias`` float32 (out_features,) or None.
 
@@ -63,8 +42,12 @@ class QuantizedLinear(BoundLayer, Module):
     ±1/sqrt(in_features)) quantized per output channel; :meth:`from_float` quantizes an
     existing :class:`~packrt_core.nn.Linear`. The int8 weight cannot change dtype: ``to(dtype)``,
     ``half()``, ``float()`` and the other casts raise DTypeError on a tree holding this layer,
-    and leave the whole tree as it was. Default residency ``"packed"``.
+    and leave the whole tree as it was. Default residency ``"packed"``: the pack is the int8
+    matrix, the scales and the bias, contiguous and owned; ``borrowed`` serves from the bound
+    arrays themselves (no copy).
     """
+
+    declared = ("weight", "scale", "bias")
 
     def __init__(
         self,
@@ -76,7 +59,7 @@ class QuantizedLinear(BoundLayer, Module):
         device: Any = None,
         weight_residency: str | None = None,
     ) -> None:
-        super().__init__()
+        super().__init__(weight_residency)
         if dtype is not None and as_dtype(dtype) is not float32:
             raise DTypeError(
                 f"QuantizedLinear keeps an int8 weight with float32 scale and bias; dtype={dtype!r} cannot apply "
@@ -91,7 +74,7 @@ class QuantizedLinear(BoundLayer, Module):
         else:
             bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
             w = empty(out_features, in_features, dtype=float32).uniform_(-bound, bound)
-            q, s = quantize_per_channel(w.numpy())
+            q, s = dispatch.kernels_for(CPU).quantize_per_channel(w.numpy())
             weight, scale = tensor(q, device=device), tensor(s, device=device)
             b = empty(out_features, dtype=float32, device=device).uniform_(-bound, bound) if bias else None
         self.weight = Parameter(weight)
@@ -100,7 +83,17 @@ class QuantizedLinear(BoundLayer, Module):
             self.bias = Parameter(b)
         else:
             self.register_parameter("bias", None)
-        object.__setattr__(self, "_bound", BoundQuantizedLinear(weight_residency))
+
+    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        pack: Pack = kernels.pack_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
+        return pack
+
+    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        view: Pack = kernels.borrow_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
+        return view
+
+    def _pack_nbytes(self) -> int:
+        return sum(p.nbytes for _, p in self._declared_params())
 
     @classmethod
     def from_float(cls, linear: Linear, *, weight_residency: str | None = None) -> QuantizedLinear:
@@ -111,13 +104,13 @@ class QuantizedLinear(BoundLayer, Module):
             raise TypeError(f"QuantizedLinear.from_float takes a packrt.nn.Linear, got {type(linear).__name__}")
         weight: Tensor = linear._parameters["weight"]  # type: ignore[assignment]
         try:
-            q, s = quantize_per_channel(weight.cpu().numpy())
+            q, s = dispatch.kernels_for(CPU).quantize_per_channel(weight.cpu().numpy())
         except ValueError as err:
             raise ValueError(f"QuantizedLinear.from_float: cannot quantize the Linear's weight: {err}") from err
         device = weight.device
         bias = linear._parameters.get("bias")
         fresh = cls.__new__(cls)
-        Module.__init__(fresh)
+        PackedLayer.__init__(fresh, weight_residency)
         fresh.in_features, fresh.out_features = linear.in_features, linear.out_features
         fresh.weight = Parameter(tensor(q, device=device))
         fresh.scale = Parameter(tensor(s, device=device))
@@ -125,7 +118,6 @@ class QuantizedLinear(BoundLayer, Module):
             fresh.bias = Parameter(bias.to(float32).clone())
         else:
             fresh.register_parameter("bias", None)
-        object.__setattr__(fresh, "_bound", BoundQuantizedLinear(weight_residency))
         return fresh
 
     # -- Module hooks --------------------------------------------------------------------------
@@ -159,21 +151,15 @@ class QuantizedLinear(BoundLayer, Module):
 
     def forward(self, x: Tensor) -> Tensor:
         name = type(self).__name__
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{name} takes a packrt Tensor, got {type(x).__name__}")
-        if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ShapeError(f"{name} expects input (..., {self.in_features}), got shape {x.shape}")
+        checks.linear_input(name, x, self.in_features, self._parameters["weight"], dtype=False)  # type: ignore[arg-type]
         if not x.dtype.is_floating_point:
             raise DTypeError(
                 f"{name} takes floating-point input (weight-only int8), got {x.dtype.name}: cast it with x.float()"
             )
-        weight: Tensor = self._parameters["weight"]  # type: ignore[assignment]
-        if x.device != weight.device:
-            raise DeviceError(f"{name}: input on {x.device}, weights on {weight.device}: move one to the other")
-        return x._wrap(self._bound.forward(self, x._array()))
+        return self._serve(x)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-__all__ = ["BoundQuantizedLinear", "QuantizedLinear"]
+__all__ = ["QuantizedLinear"]

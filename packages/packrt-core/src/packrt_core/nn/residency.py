@@ -1,64 +1,71 @@
-"""Bound layer objects and weight residency.
+"""Weight residency and the one base class of layers that pack their weights.
 
-A layer with weights (Linear, Conv2d, Embedding, QuantizedLinear) declares them as
-parameters and serves through a *bound object* that owns the serving form (the *pack*)
-and keeps the weights at rest the way its residency says:
+A layer with weights (Linear, Conv2d, Embedding, QuantizedLinear) subclasses
+:class:`PackedLayer`: it declares its weights as parameters (``declared`` names them) and
+says how to turn their arrays into a serving form, a *pack*, in two ways: an owned pack
+(``_pack``) and a zero-copy one over the bound arrays (``_borrow``). Every residency serves
+``pack.forward(x)``; what differs is which pack and how long it lives:
 
-- ``packed``: one packed copy; the raw parameter storage is dropped (the Parameter object
-  stays; reading it rebuilds its values from the pack; an in-place edit restores raw
-  storage and the next forward repacks).
-- ``borrowed``: no pack; every forward computes from the bound tensor itself, so a
-  memory-mapped checkpoint stays the only copy and writes through its handle are seen.
-- ``auto``: packs when the pack fits the free memory, otherwise borrows; the decision is
+- ``packed``: one owned pack; each declared Parameter drops its raw storage (the object
+  stays; reading it rebuilds its values from the pack; an in-place edit restores raw storage
+  and the next forward repacks).
+- ``borrowed``: the zero-copy pack over the bound tensors, made per call (it costs nothing),
+  so a memory-mapped checkpoint stays the only copy and writes through its handle are seen.
+- ``auto``: ``packed`` when the pack fits the free memory, else ``borrowed``; the decision is
   recorded per layer (``layer.residency_decision``).
-- ``per_call``: nothing kept between calls; each forward rebuilds only what its kernel needs
-  beyond the bound arrays (a half-precision upcast) and frees it, the memory-pressure fallback.
-  For float32 weights that is nothing, so it computes like ``borrowed``; the two differ in
-  intent (``borrowed`` promises the bound storage is the serving copy).
+- ``per_call``: nothing kept between calls; for float32 weights it computes like ``borrowed``
+  (half weights convert for the call and the converted copy is freed). The two differ in
+  intent: ``borrowed`` promises the bound storage is the serving copy.
 
-Packing happens once, under a lock (forwards may run on many threads), on the first
-forward or at ``load_state_dict(..., pack=True)`` / ``initialize()``. A pack is swapped in
-by one reference assignment, so a forward beside an in-place edit uses the old pack or
-the new one, never a mix. Staleness is noticed by comparing each declared parameter's
-object, lineage and version with those the pack was built from.
+Packing happens once, under a lock (forwards may run on many threads), on the first forward
+or at ``load_state_dict(..., pack=True)`` / ``initialize()``. The pair (pack, stamp of the
+weights it was built from) is swapped in as one reference, so a forward beside an in-place
+edit uses the old pack or the new one, never a mix. Layers reach their kernels through their
+weights' device backend, never by importing a kernels package.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, ClassVar, Protocol
 
+import psutil
+
+from packrt_core import dispatch
 from packrt_core.errors import ResidencyError, StateDictError
+from packrt_core.nn.module import Module
+from packrt_core.nn.parameter import Parameter
 from packrt_core.nn.state import WEIGHT_RESIDENCIES
 from packrt_core.revision import current_revision
-
-if TYPE_CHECKING:
-    from packrt_core.nn.module import Module
-    from packrt_core.tensor import Tensor
+from packrt_core.tensor import Tensor
 
 Array = Any
 _free_override: list[int] = []
+# Per-instance state a deep copy starts afresh: a copy packs its own weights on its first forward.
+_FRESH_IN_A_COPY = ("_served", "_lock", "_decision", "pack_count")
+
+
+class Pack(Protocol):
+    """A serving form: what every residency calls."""
+
+    nbytes: int
+
+    def forward(self, x: Array) -> Array: ...
 
 
 def free_memory() -> int:
-    """Bytes the OS reports available (MemAvailable), or the override tests set."""
+    """Bytes the OS reports available (psutil), or the override tests set."""
     if _free_override:
         return _free_override[-1]
     env = os.environ.get("PACKRT_FREE_MEMORY_BYTES")
     if env:
         return int(env)
-    try:
-        with open("/proc/meminfo") as info:
-            for line in info:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62  # unknown: assume plenty, as a pack then only costs what it costs
+    return int(psutil.virtual_memory().available)
 
 
 @contextmanager
@@ -78,7 +85,10 @@ def check_residency(residency: str | None, where: str) -> None:
         )
 
 
-def _same_stamp(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+Stamp = tuple[tuple[str, Parameter, Any, int], ...]
+
+
+def _same_stamp(a: Stamp, b: Stamp) -> bool:
     """Same parameter objects, lineages and versions, in the same slots."""
     return len(a) == len(b) and all(
         x[0] == y[0] and x[1] is y[1] and x[2] is y[2] and x[3] == y[3] for x, y in zip(a, b, strict=True)
@@ -88,171 +98,192 @@ def _same_stamp(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 class _PackSource:
     """Gives a dropped parameter its values back from the pack that holds them."""
 
-    __slots__ = ("bound", "name", "pack")
+    __slots__ = ("index", "pack")
 
-    def __init__(self, bound: BoundWeights, pack: Any, name: str) -> None:
-        self.bound, self.pack, self.name = bound, pack, name
+    def __init__(self, pack: Any, index: int) -> None:
+        self.pack, self.index = pack, index
 
     def rebuild(self) -> Array:
-        return self.bound.unpack(self.pack)[self.name]
+        parts = self.pack.unpack()
+        return (parts if isinstance(parts, tuple) else (parts,))[self.index]
 
 
-class BoundWeights:
-    """The serving form of one layer. Subclasses say how to build a pack from the declared
-    arrays (:meth:`build`), serve from it (:meth:`serve_packed`) or from the raw arrays
-    (:meth:`serve_raw`), rebuild the declared arrays (:meth:`unpack`), and estimate a
-    pack's size before building it (:meth:`pack_nbytes`)."""
+class PackedLayer(Module):
+    """Base class of layers that serve their declared weights through a pack.
 
-    declared: tuple[str, ...] = ("weight", "bias")
-    default_residency = "packed"
+    Subclasses name their weights in ``declared`` (in the order their pack's ``unpack()``
+    returns them) and implement :meth:`_pack` and :meth:`_borrow`; the base class owns the
+    residency, the (pack, stamp) pair, loads, state dicts and ``initialize()``.
+    """
 
-    def __init__(self, residency: str | None = None) -> None:
-        check_residency(residency, type(self).__name__)
-        self.residency: str = residency or self.default_residency
-        self.decision: str | None = None  # what "auto" chose for the current weights
+    declared: ClassVar[tuple[str, ...]] = ("weight", "bias")
+    default_residency: ClassVar[str] = "packed"
+
+    _residency: str
+    _decision: str | None
+    _served: tuple[Pack, Stamp] | None
+    _lock: threading.Lock
+    pack_count: int
+
+    def __init__(self, weight_residency: str | None = None) -> None:
+        super().__init__()
+        check_residency(weight_residency, type(self).__name__)
+        self._residency = weight_residency or self.default_residency
+        self._decision = None  # what "auto" chose for the current weights
         self.pack_count = 0  # how many packs were built (threads share one)
-        # (pack, stamp of the weights it was built from), swapped as one reference so a reader
-        # never pairs a new pack with an old stamp or the reverse
-        self._served: tuple[Any, tuple[Any, ...]] | None = None
+        self._served = None
         self._lock = threading.Lock()
 
-    def __deepcopy__(self, memo: dict[int, Any]) -> BoundWeights:
-        fresh = type(self).__new__(type(self))
-        fresh.__dict__.update({k: v for k, v in self.__dict__.items() if k not in ("_served", "_lock")})
-        fresh._served, fresh._lock = None, threading.Lock()
-        fresh.decision, fresh.pack_count = None, 0
-        return fresh
-
-    # -- what subclasses provide -----------------------------------------------------------
-    def build(self, layer: Module, arrays: Mapping[str, Array | None]) -> Any:
+    # -- what subclasses provide -------------------------------------------------------------
+    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        """An owned serving form built from the declared arrays."""
         raise NotImplementedError
 
-    def serve_packed(self, layer: Module, pack: Any, x: Array) -> Array:
+    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+        """A zero-copy serving form over the declared arrays."""
         raise NotImplementedError
 
-    def serve_raw(self, layer: Module, arrays: Mapping[str, Array | None], x: Array) -> Array:
-        raise NotImplementedError
-
-    def unpack(self, pack: Any) -> dict[str, Array]:
-        """The declared arrays rebuilt from ``pack`` (whose ``unpack()`` gives them in declared order)."""
-        parts = pack.unpack()
-        return dict(zip(self.declared, parts if isinstance(parts, tuple) else (parts,), strict=True))
-
-    def pack_nbytes(self, layer: Module) -> int:
+    def _pack_nbytes(self) -> int:
         """The size a pack will take, before building it: each declared tensor in its compute
         dtype (half precision packs as float32)."""
-        return sum(p.numel() * max(p.dtype.itemsize, 4) for _, p in self._params(layer))
+        return sum(p.numel() * max(p.dtype.itemsize, 4) for _, p in self._declared_params())
 
-    # -- state ---------------------------------------------------------------------------------
-    def _params(self, layer: Module) -> Iterator[tuple[str, Tensor]]:
-        for name in self.declared:
-            param = layer._parameters.get(name)
-            if param is not None:
-                yield name, param
-
-    def _current_stamp(self, layer: Module) -> tuple[Any, ...]:
-        return tuple((name, p, p._lineage, p._lineage.version) for name, p in self._params(layer))
+    # -- the public face -------------------------------------------------------------------------
+    @property
+    def weight_residency(self) -> str:
+        """The residency this layer keeps its weights in ("packed", "borrowed", "auto", "per_call")."""
+        return self._residency
 
     @property
-    def _pack(self) -> Any:
-        served = self._served
-        return None if served is None else served[0]
+    def residency_decision(self) -> str | None:
+        """What ``auto`` chose for the current weights (None before the first decision)."""
+        return self._decision if self._residency == "auto" else self._residency
 
-    def _fresh_pack(self, layer: Module) -> Any:
-        """The resident pack if it was built from the layer's current weights, else None."""
-        served = self._served
-        if served is None or not _same_stamp(served[1], self._current_stamp(layer)):
-            return None
-        return served[0]
-
-    def arrays(self, layer: Module) -> dict[str, Array | None]:
-        """The declared parameters' current arrays (rebuilt where a pack holds them)."""
-        out: dict[str, Array | None] = dict.fromkeys(self.declared)
-        for name, param in self._params(layer):
-            out[name] = param._array()
-        return out
+    def set_weight_residency(self, residency: str) -> None:
+        """Change how this layer keeps its weights; the next forward applies it."""
+        check_residency(residency, type(self).__name__)
+        self._release()
+        self._residency = residency
+        self._decision = None
 
     @property
-    def packed(self) -> bool:
+    def is_packed(self) -> bool:
         """Whether a pack is resident now."""
-        return self._pack is not None
+        return self._served is not None
 
     @property
     def resident_pack_bytes(self) -> int:
-        pack = self._pack
-        return 0 if pack is None else int(pack.nbytes)
+        """Bytes the resident pack holds (0 without one)."""
+        served = self._served
+        return 0 if served is None else int(served[0].nbytes)
 
-    def effective(self, layer: Module) -> str:
-        """The residency a forward uses now: ``auto`` resolves to packed or borrowed."""
-        if self.residency != "auto":
-            return self.residency
-        if self.decision is None:  # decided once per binding; a load or a residency change resets it
-            self.decision = "packed" if self.pack_nbytes(layer) <= free_memory() else "borrowed"
-        return self.decision
+    def serving_residency(self) -> str:
+        """The residency a forward would use now (``auto`` resolved), without deciding anything."""
+        if self._residency != "auto":
+            return self._residency
+        if self._decision is not None:
+            return self._decision
+        return "packed" if self._pack_nbytes() <= free_memory() else "borrowed"
 
-    # -- serving -----------------------------------------------------------------------------------
-    def forward(self, layer: Module, x: Array) -> Array:
-        mode = self.effective(layer)
+    # -- serving ---------------------------------------------------------------------------------
+    def _serve(self, x: Tensor) -> Tensor:
+        """``pack.forward(x)`` with the pack this layer's residency serves from."""
+        try:
+            return x._wrap(self._serving_pack().forward(x._array()))
+        except dispatch.KernelError as err:
+            raise dispatch.packrt_error(err, type(self).__name__) from err
+
+    def _serving_pack(self) -> Pack:
+        if self._residency == "auto" and self._decision is None:  # decided once per binding
+            self._decision = self.serving_residency()
+        mode = self._decision if self._residency == "auto" else self._residency
         if mode == "packed":
-            return self.serve_packed(layer, self.current_pack(layer), x)
-        # borrowed and per_call both compute from the bound arrays; what a kernel needs beyond
-        # them (a half-precision upcast) is made for the call and freed, never kept
-        return self.serve_raw(layer, self.arrays(layer), x)
+            return self._current_pack()
+        return self._borrow(self._kernels(), self._arrays())
 
-    def current_pack(self, layer: Module) -> Any:
+    def _kernels(self) -> Any:
+        return dispatch.kernels_for(self._parameters[self.declared[0]].device)  # type: ignore[union-attr]
+
+    def _declared_params(self) -> Iterator[tuple[str, Parameter]]:
+        for name in self.declared:
+            param = self._parameters.get(name)
+            if param is not None:
+                yield name, param
+
+    def _arrays(self) -> dict[str, Array | None]:
+        """The declared parameters' current arrays (rebuilt where a pack holds them)."""
+        out: dict[str, Array | None] = dict.fromkeys(self.declared)
+        for name, param in self._declared_params():
+            out[name] = param._array()
+        return out
+
+    def _stamp(self) -> Stamp:
+        return tuple((name, p, p._lineage, p._lineage.version) for name, p in self._declared_params())
+
+    def _fresh_pack(self) -> Pack | None:
+        """The resident pack if it was built from the layer's current weights, else None."""
+        served = self._served
+        if served is None or not _same_stamp(served[1], self._stamp()):
+            return None
+        return served[0]
+
+    def _current_pack(self) -> Pack:
         """The pack for the layer's current weights, building it (once, under the lock) when
         there is none or the weights changed since it was built."""
-        pack = self._fresh_pack(layer)
+        pack = self._fresh_pack()
         if pack is not None:
             return pack
         with self._lock:
-            pack = self._fresh_pack(layer)
+            pack = self._fresh_pack()
             if pack is not None:
                 return pack
             while True:  # a seqlock read: never pack from storage an edit is halfway through
-                before = self._current_stamp(layer)
+                before = self._stamp()
                 if not any(s[2].writers for s in before):
-                    built = self.build(layer, self.arrays(layer))
-                    after = self._current_stamp(layer)
+                    built = self._pack(self._kernels(), self._arrays())
+                    after = self._stamp()
                     if _same_stamp(before, after) and not any(s[2].writers for s in after):
-                        return self._install(layer, built, after)
+                        return self._install(built, after)
                 time.sleep(0)
 
-    def _install(self, layer: Module, pack: Any, stamp: tuple[Any, ...] | None = None) -> Any:
+    def _install(self, pack: Pack, stamp: Stamp | None = None) -> Pack:
         """Swap ``pack`` in, record what it was built from, drop raw storage under packed."""
-        self._served = (pack, stamp if stamp is not None else self._current_stamp(layer))
+        self._served = (pack, stamp if stamp is not None else self._stamp())
         self.pack_count += 1
-        for name, param in self._params(layer):
-            param._drop(_PackSource(self, pack, name))
+        for name, param in self._declared_params():
+            param._drop(_PackSource(pack, self.declared.index(name)))
         return pack
 
-    def release(self, layer: Module) -> None:
+    def _release(self) -> None:
         """Give the raw storage back to the parameters and drop the pack (leaving ``packed``)."""
         with self._lock:
-            for _, param in self._params(layer):
+            for _, param in self._declared_params():
                 param._restore()
             self._served = None
 
-    def pack_now(self, layer: Module) -> None:
+    # -- Module hooks --------------------------------------------------------------------------
+    def _pack_now(self) -> None:
         """What the first forward would do, now: pack under packed (or auto when it fits);
         under borrowed and per_call only the decision is made, and nothing is copied. A layer
         whose weights are still storage-free (meta init, not loaded yet) has nothing to pack."""
-        if any(not p.has_storage for _, p in self._params(layer)):
+        if any(not p.has_storage for _, p in self._declared_params()):
             return
-        if self.effective(layer) == "packed":
-            self.current_pack(layer)
+        if self._residency == "auto" and self._decision is None:
+            self._decision = self.serving_residency()
+        mode = self._decision if self._residency == "auto" else self._residency
+        if mode == "packed":
+            self._current_pack()
 
-    # -- load_state_dict --------------------------------------------------------------------------
-    def prepare_load(
-        self, layer: Module, incoming: Mapping[str, Tensor], assign: bool, pack: bool, residency: str | None
-    ) -> Callable[[], None]:
+    def _prepare_load(
+        self, path: str, incoming: Mapping[str, Tensor], assign: bool, pack: bool, residency: str | None
+    ) -> Callable[[], None] | None:
         """Build what the load needs before anything is written (a pack from the incoming
         values when ``pack=True`` and the residency packs), and return the commit step."""
-        target = residency or self.residency
+        target = residency or self._residency
         prebuilt = None
         if pack and target in ("packed", "auto"):
             arrays: dict[str, Array | None] = dict.fromkeys(self.declared)
-            for name, param in self._params(layer):
+            for name, param in self._declared_params():
                 value = incoming.get(name)
                 if value is not None:
                     arrays[name] = (value if assign else value.to(param.dtype))._array()
@@ -260,139 +291,38 @@ class BoundWeights:
                     arrays[name] = param._array()
                 else:
                     raise StateDictError(
-                        f"{type(layer).__name__}: cannot pack at load, its {name!r} is storage-free and this load "
+                        f"{type(self).__name__}: cannot pack at load, its {name!r} is storage-free and this load "
                         "does not bind it"
                     )
-            if target == "packed" or self.pack_nbytes(layer) <= free_memory():
-                prebuilt = self.build(layer, arrays)
+            if target == "packed" or self._pack_nbytes() <= free_memory():
+                prebuilt = self._pack(self._kernels(), arrays)
 
         def commit() -> None:
-            self.release(layer)
-            self.residency = target
-            self.decision = None
+            self._release()
+            self._residency = target
+            self._decision = None
             if prebuilt is not None:
                 with self._lock:
                     if target == "auto":
-                        self.decision = "packed"
-                    self._install(layer, prebuilt)
+                        self._decision = "packed"
+                    self._install(prebuilt)
             elif pack:
-                self.pack_now(layer)
+                self._pack_now()
 
         return commit
 
-    def state_value(self, name: str, param: Tensor, keep_vars: bool) -> Tensor | None:
+    def _state_value(self, name: str, param: Parameter, keep_vars: bool) -> Tensor | None:
         """Revision 2: every declared weight, rebuilt from the pack where the raw was dropped.
         Revision 1: a packed layer's declared entries leave the dict."""
-        if name in self.declared and self._pack is not None and current_revision() == 1:
+        if name in self.declared and self._served is not None and current_revision() == 1:
             return None
         return param if keep_vars else param.detach()
 
-
-class BoundLayer:
-    """Mixin for a Module subclass that serves through a :class:`BoundWeights` in ``_bound``:
-    it wires loads, state dicts, ``initialize()`` and the repr to the bound object."""
-
-    _bound: BoundWeights
-
-    @property
-    def weight_residency(self) -> str:
-        """The residency this layer keeps its weights in ("packed", "borrowed", "auto", "per_call")."""
-        return self._bound.residency
-
-    @property
-    def residency_decision(self) -> str | None:
-        """What ``auto`` chose for the current weights (None before the first decision)."""
-        return self._bound.decision if self._bound.residency == "auto" else self._bound.residency
-
-    def set_weight_residency(self, residency: str) -> None:
-        """Change how this layer keeps its weights; the next forward applies it."""
-        check_residency(residency, type(self).__name__)
-        layer: Module = self  # type: ignore[assignment]
-        self._bound.release(layer)
-        self._bound.residency = residency
-        self._bound.decision = None
-
-    @property
-    def is_packed(self) -> bool:
-        """Whether a pack is resident now."""
-        return self._bound.packed
-
-    def _prepare_load(
-        self, path: str, incoming: Mapping[str, Tensor], assign: bool, pack: bool, residency: str | None
-    ) -> Callable[[], None] | None:
-        layer: Module = self  # type: ignore[assignment]
-        return self._bound.prepare_load(layer, incoming, assign, pack, residency)
-
-    def _pack_now(self) -> None:
-        layer: Module = self  # type: ignore[assignment]
-        self._bound.pack_now(layer)
-
-    def _state_value(self, name: str, param: Tensor, keep_vars: bool) -> Tensor | None:
-        return self._bound.state_value(name, param, keep_vars)
-
-
-class MemoryRow(NamedTuple):
-    """One module's resident bytes by kind."""
-
-    path: str
-    kind: str
-    residency: str
-    raw: int
-    packed: int
-    borrowed: int
-
-    @property
-    def total(self) -> int:
-        return self.raw + self.packed + self.borrowed
-
-
-class MemoryReport(list[MemoryRow]):
-    """Rows of :func:`memory_report`; ``str()`` prints them as a table with totals."""
-
-    def totals(self) -> dict[str, int]:
-        return {k: sum(getattr(r, k) for r in self) for k in ("raw", "packed", "borrowed")}
-
-    def __str__(self) -> str:
-        header = ("module", "type", "residency", "raw", "packed", "borrowed")
-        rows = [(r.path or "<root>", r.kind, r.residency, _mib(r.raw), _mib(r.packed), _mib(r.borrowed)) for r in self]
-        t = self.totals()
-        rows.append(("total", "", "", _mib(t["raw"]), _mib(t["packed"]), _mib(t["borrowed"])))
-        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-        lines = [
-            "  ".join(
-                str(c).ljust(w) if i < 3 else str(c).rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-            for row in [header, *rows]
-        ]
-        return "\n".join(lines)
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.2f} MiB"
-
-
-def memory_report(module: Module) -> MemoryReport:
-    """Resident bytes of every module that holds tensors, by kind: ``raw`` (storage its
-    parameters and buffers hold), ``packed`` (a bound layer's serving form) and ``borrowed``
-    (weights a layer serves from in place). A tied tensor is counted once."""
-    report = MemoryReport()
-    seen: set[int] = set()
-    for path, mod in module.named_modules():
-        found = getattr(mod, "_bound", None)
-        bound = found if isinstance(found, BoundWeights) else None
-        mode = bound.effective(mod) if bound is not None else "-"
-        served_in_place = set(bound.declared) if bound is not None and mode == "borrowed" else set()
-        raw = borrowed = 0
-        for registry in ("_parameters", "_buffers"):
-            for name, t in getattr(mod, registry).items():
-                if t is None or id(t) in seen:
-                    continue
-                seen.add(id(t))
-                if registry == "_parameters" and name in served_in_place:
-                    borrowed += t.storage_nbytes
-                else:
-                    raw += t.storage_nbytes
-        packed = bound.resident_pack_bytes if bound is not None else 0
-        if raw or packed or borrowed or bound is not None:
-            report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed))
-    return report
+    def __deepcopy__(self, memo: dict[int, Any]) -> PackedLayer:
+        fresh = type(self).__new__(type(self))
+        memo[id(self)] = fresh
+        for key, value in self.__dict__.items():
+            if key not in _FRESH_IN_A_COPY:
+                fresh.__dict__[key] = copy.deepcopy(value, memo)
+        fresh.__dict__.update(_served=None, _lock=threading.Lock(), _decision=None, pack_count=0)
+        return fresh

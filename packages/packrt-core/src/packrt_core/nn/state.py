@@ -1,4 +1,5 @@
-"""state_dict and load_state_dict (mixed into :class:`packrt_core.nn.Module`).
+"""state_dict and load_state_dict, as functions of the module they act on (``Module``'s
+methods of the same names delegate here).
 
 ``load_state_dict`` is transactional: every key, shape, dtype and storage is checked,
 and every layer prepares its part, before anything is written. A load that raises leaves
@@ -8,18 +9,18 @@ the extra memory it needs is what a layer's new pack takes, never a copy of the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from packrt_core.creation import from_numpy
 from packrt_core.errors import ResidencyError, StateDictError
 from packrt_core.nn.parameter import Buffer, Parameter
-from packrt_core.revision import current_revision
 from packrt_core.tensor import Tensor, _Lineage
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
     from packrt_core.nn.module import Module
 
 WEIGHT_RESIDENCIES = ("packed", "borrowed", "auto", "per_call")
@@ -50,126 +51,83 @@ class _Tie:
     places: list[tuple[Module, str, str]] = field(default_factory=list)
 
 
-def _join(prefix: str, name: str) -> str:
-    return f"{prefix}.{name}" if prefix else name
+def state_dict(root: Module, destination: dict[str, Any] | None, prefix: str, keep_vars: bool) -> dict[str, Any]:
+    """``root.state_dict(...)``: each module of the tree writes its own entries, in order."""
+    if destination is None:
+        destination = {}
+    seen: set[int] = set()
+    for path, module in root.named_modules():
+        module._save_to_state_dict(destination, prefix + (path + "." if path else ""), keep_vars, seen)
+    return destination
 
 
-class StateDictMethods:
-    """The state-dict half of Module."""
+def save_own_entries(module: Module, destination: dict[str, Any], prefix: str, keep_vars: bool, seen: set[int]) -> None:
+    """``module``'s own parameters (through its ``_state_value``), persistent buffers and extra state."""
+    for name, param in module._parameters.items():
+        if param is not None and id(param) not in seen:
+            seen.add(id(param))
+            value = module._state_value(name, param, keep_vars)
+            if value is not None:
+                destination[prefix + name] = value
+    for name, buf in module._buffers.items():
+        if buf is not None and name not in module._non_persistent and id(buf) not in seen:
+            seen.add(id(buf))
+            destination[prefix + name] = buf if keep_vars else buf.detach()
+    if module._has_extra_state():
+        destination[prefix + EXTRA_STATE_KEY] = module.get_extra_state()
 
-    if TYPE_CHECKING:
-        _parameters: dict[str, Parameter | None]
-        _buffers: dict[str, Tensor | None]
-        _non_persistent: set[str]
 
-        def named_modules(
-            self, memo: set[Module] | None = None, prefix: str = "", remove_duplicate: bool = True
-        ) -> Iterator[tuple[str, Module]]: ...
-        def get_extra_state(self) -> Any: ...
-        def _has_extra_state(self) -> bool: ...
-
-    def state_dict(
-        self, *, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
-    ) -> dict[str, Any]:
-        """The tree's parameters and persistent buffers as one flat dict with dotted keys in
-        registration order, ``prefix`` prepended to each key. Values share storage with the
-        module (``keep_vars=True`` hands out the Parameter/Buffer objects themselves); a
-        tied tensor appears once, under its first name. ``destination`` is filled in place.
-        A layer holding its weights in a bound serving form still contributes every weight
-        it declares, so a dict taken after a forward is complete (revision 2)."""
-        if destination is None:
-            destination = {}
-        seen: set[int] = set()
-        for path, module in self.named_modules():
-            module._save_to_state_dict(destination, prefix + (path + "." if path else ""), keep_vars, seen)
-        return destination
-
-    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool, seen: set[int]) -> None:
-        """Write this module's own entries (not its children's). Layers override
-        :meth:`_state_value` rather than this."""
-        for name, param in self._parameters.items():
-            if param is not None and id(param) not in seen:
-                seen.add(id(param))
-                value = self._state_value(name, param, keep_vars)
-                if value is not None:
-                    destination[prefix + name] = value
-        for name, buf in self._buffers.items():
-            if buf is not None and name not in self._non_persistent and id(buf) not in seen:
-                seen.add(id(buf))
-                destination[prefix + name] = buf if keep_vars else buf.detach()
-        if self._has_extra_state():
-            destination[prefix + EXTRA_STATE_KEY] = self.get_extra_state()
-
-    def _state_value(self, name: str, param: Parameter, keep_vars: bool) -> Tensor | None:
-        """The state_dict value of one parameter; a packed layer rebuilds it from its pack
-        (revision 2) or leaves it out (revision 1, see :func:`packrt.contract_revision`)."""
-        del name
-        return param if keep_vars else param.detach()
-
-    def load_state_dict(
-        self,
-        state_dict: Mapping[str, Any],
-        strict: bool = True,
-        assign: bool = False,
-        *,
-        pack: bool = False,
-        weight_residency: str | None = None,
-    ) -> _IncompatibleKeys:
-        """Bind a flat checkpoint onto the tree by dotted names.
-
-        Copy mode (default) writes each value into the existing tensor, converting its
-        dtype; shapes must match and the tensor must have storage. ``assign=True`` binds
-        the incoming tensors themselves (their dtype; shapes must match), which is how a
-        meta-init model receives its weights; one tensor object under several keys
-        becomes one shared Parameter. ``strict=True`` raises StateDictError (a
-        RuntimeError) listing missing and unexpected keys; otherwise they are returned. A
-        failed copy raises regardless. ``pack`` and ``weight_residency`` go to the
-        layers this load binds. Nothing is written unless everything checks out.
-        """
-        if not isinstance(state_dict, Mapping):
-            raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
-        if weight_residency is not None and weight_residency not in WEIGHT_RESIDENCIES:
-            raise ResidencyError(
-                f"unknown weight_residency {weight_residency!r}: "
-                f"expected one of {', '.join(WEIGHT_RESIDENCIES)} or None"
-            )
-        root: Module = self  # type: ignore[assignment]
-        ties, extra = _layout(root)
-        expected = {key for tie in ties for key in tie.keys} | set(extra)
-        unexpected = [key for key in state_dict if key not in expected]
-        missing: list[str] = []
-        problems: list[str] = []
-        chosen: list[tuple[_Tie, Tensor]] = []
-        for tie in ties:
-            present = [key for key in tie.keys if key in state_dict]
-            if not present:
-                missing.append(tie.keys[0])
-                continue
-            value = _as_tensor(state_dict[present[0]], present[0], problems)
-            for other in present[1:]:
-                if not _same_values(state_dict[present[0]], state_dict[other]):
-                    problems.append(
-                        f"{present[0]} and {other} name one tied tensor of the model, but the checkpoint gives "
-                        "them different values"
-                    )
-            if value is not None and _check_value(tie, present[0], value, assign, problems):
-                chosen.append((tie, value))
-        missing.extend(key for key in extra if key not in state_dict)
-        if strict and (missing or unexpected):
-            problems[:0] = _key_lines(missing, unexpected)
-        if problems:
-            raise StateDictError(_failure(root, problems))
-        commits = _prepare(root, chosen, assign, pack, weight_residency)
-        _restore_extra_state(extra, state_dict)
-        _write(chosen, assign)
-        for commit in commits:
-            commit()
-        if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
-            bound = {module for tie, _ in chosen for module, _, _ in tie.places}
-            for module in root.modules():
-                if module not in bound:
-                    module._pack_now()
-        return _IncompatibleKeys(missing, unexpected)
+def load_state_dict(
+    root: Module,
+    state_dict: Mapping[str, Any],
+    strict: bool,
+    assign: bool,
+    pack: bool,
+    weight_residency: str | None,
+) -> _IncompatibleKeys:
+    """``root.load_state_dict(...)``: validate everything, prepare every layer, then write."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
+    if weight_residency is not None and weight_residency not in WEIGHT_RESIDENCIES:
+        raise ResidencyError(
+            f"unknown weight_residency {weight_residency!r}: expected one of {', '.join(WEIGHT_RESIDENCIES)} or None"
+        )
+    ties, extra = _layout(root)
+    expected = {key for tie in ties for key in tie.keys} | set(extra)
+    unexpected = [key for key in state_dict if key not in expected]
+    missing: list[str] = []
+    problems: list[str] = []
+    chosen: list[tuple[_Tie, Tensor]] = []
+    for tie in ties:
+        present = [key for key in tie.keys if key in state_dict]
+        if not present:
+            missing.append(tie.keys[0])
+            continue
+        value = _as_tensor(state_dict[present[0]], present[0], problems)
+        for other in present[1:]:
+            if not _same_values(state_dict[present[0]], state_dict[other]):
+                problems.append(
+                    f"{present[0]} and {other} name one tied tensor of the model, but the checkpoint gives "
+                    "them different values"
+                )
+        if value is not None and _check_value(tie, present[0], value, assign, problems):
+            chosen.append((tie, value))
+    missing.extend(key for key in extra if key not in state_dict)
+    if strict and (missing or unexpected):
+        problems[:0] = _key_lines(missing, unexpected)
+    if problems:
+        raise StateDictError(_failure(root, problems))
+    commits = _prepare(root, chosen, assign, pack, weight_residency)
+    _restore_extra_state(extra, state_dict)
+    _write(chosen, assign)
+    for commit in commits:
+        commit()
+    if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
+        bound = {module for tie, _ in chosen for module, _, _ in tie.places}
+        for module in root.modules():
+            if module not in bound:
+                module._pack_now()
+    return _IncompatibleKeys(missing, unexpected)
 
 
 def _layout(root: Module) -> tuple[list[_Tie], dict[str, Module]]:
@@ -177,8 +135,6 @@ def _layout(root: Module) -> tuple[list[_Tie], dict[str, Module]]:
     extra-state keys of modules that restore extra state."""
     ties: dict[int, _Tie] = {}
     extra: dict[str, Module] = {}
-    from packrt_core.nn.module import Module
-
     for path, module in root.named_modules(remove_duplicate=False):
         prefix = path + "." if path else ""
         for registry in ("_parameters", "_buffers"):
@@ -190,8 +146,7 @@ def _layout(root: Module) -> tuple[list[_Tie], dict[str, Module]]:
                 place = (module, registry, name)
                 if place not in tie.places:
                     tie.places.append(place)
-        overrides = type(module).set_extra_state is not Module.set_extra_state
-        if overrides and module not in extra.values():
+        if module._restores_extra_state() and module not in extra.values():
             extra[prefix + EXTRA_STATE_KEY] = module
     return list(ties.values()), extra
 
@@ -200,8 +155,6 @@ def _as_tensor(value: Any, key: str, problems: list[str]) -> Tensor | None:
     if isinstance(value, Tensor):
         return value
     if isinstance(value, np.ndarray):
-        from packrt_core.creation import from_numpy
-
         return from_numpy(value)
     problems.append(f"{key}: the checkpoint value is a {type(value).__name__}; a packrt Tensor is expected")
     return None
@@ -255,8 +208,6 @@ def _prepare(
     root: Module, chosen: list[tuple[_Tie, Tensor]], assign: bool, pack: bool, residency: str | None
 ) -> list[Callable[[], None]]:
     """Ask each layer taking part to check and prepare its part; nothing is written yet."""
-    from packrt_core.nn.module import Module
-
     incoming: dict[Module, dict[str, Tensor]] = {}
     for tie, value in chosen:
         for module, _, name in tie.places:
@@ -265,8 +216,6 @@ def _prepare(
     problems = []
     paths = {module: path for path, module in root.named_modules()}
     for module, values in incoming.items():
-        if type(module)._prepare_load is Module._prepare_load:
-            continue
         try:
             commit = module._prepare_load(paths.get(module, ""), values, assign, pack, residency)
         except StateDictError as err:
@@ -320,8 +269,3 @@ def _bind(value: Tensor, old: Tensor) -> Tensor:
     if isinstance(old, Buffer):
         new.persistent = old.persistent  # type: ignore[attr-defined]
     return new
-
-
-def revision_drops_packed_entries() -> bool:
-    """Revision 1 leaves a packed layer's entries out of state_dict; revision 2 keeps them."""
-    return current_revision() == 1

@@ -1,0 +1,28 @@
+"""The three exceptions kernels raise, each also the builtin a numpy user expects.
+
+Kernels know arrays, not packrt's error hierarchy, so they raise these; packrt-core maps
+each one to its own error one to one (``KernelShapeError`` -> ``ShapeError`` and so on).
+Messages already use torch.nn.functional's argument names (``input``, ``weight``, ...), which
+callers pass in, so nothing downstream rewrites them.
+"""
+
+from __future__ import annotations
+
+
+class KernelError(Exception):
+    """Root of the errors a kernel raises on purpose."""
+
+
+class KernelShapeError(KernelError, ValueError):
+    """An argument's shape, rank or geometry does not fit the kernel."""
+
+
+class KernelDTypeError(KernelError, TypeError):
+    """An argument's dtype is not one the kernel computes in, or two arguments' dtypes differ."""
+
+
+class KernelIndexError(KernelError, IndexError):
+    """An index (an embedding id, a dimension) lies outside its range."""
+
+
+__all__ = ["KernelDTypeError", "KernelError", "KernelIndexError", "KernelShapeError"]
