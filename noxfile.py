@@ -3,7 +3,7 @@
     nox -s demo          the main job: load a model and serve it (see README)
     nox -t ci            what CI runs: build, per-package tests, demo smoke, lint
     nox -s tests         each package installed alone from its wheel, then its tests
-    nox -s lint          ruff and mypy over every package
+    nox -s lint          ruff, mypy and the import contracts over every package
     nox -s conformance   the conformance suite against packrt (both revisions) and torch
     nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
 
@@ -99,10 +99,11 @@ def demo_smoke(session: nox.Session) -> None:
 
 @nox.session(tags=["ci"])
 def lint(session: nox.Session) -> None:
-    """ruff and mypy over every package's sources and tests."""
+    """ruff and mypy over every package's sources and tests; the import contracts in .importlinter."""
     session.install(
         "ruff==0.17.6",
         "mypy==2.4.1",
+        "import-linter==2.16",
         "numpy>=2.0",
         "ml_dtypes>=0.5",
         "threadpoolctl>=3.5",
@@ -125,6 +126,8 @@ def lint(session: nox.Session) -> None:
         *[arg for name in [*PACKAGES.values(), "packrt_conformance"] for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )
+    # The dependency direction, independence and no-cycle contracts (read from the sources).
+    session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
 
 
 @nox.session(tags=["ci"])
