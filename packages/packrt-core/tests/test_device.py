@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
+
 import pytest
 
 import packrt_core as prt
@@ -25,6 +28,13 @@ def test_devices_hash_by_value_and_compare_with_strings() -> None:
     assert len({prt.Device("cuda"), prt.Device("cuda:0"), prt.Device("cpu")}) == 2
     assert prt.Device("cuda:1") == "cuda:1"
     assert prt.Device("cpu") != "not a device"
+
+
+def test_devices_are_immutable_values_that_pickle_by_name() -> None:
+    device = prt.Device("cuda:1")
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'index'"):
+        device.index = 2  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(device)) == device and str(device) == "cuda:1"
 
 
 def test_an_int_is_a_cuda_ordinal() -> None:

@@ -291,6 +291,18 @@ def test_attention_errors_name_query_key_value_and_mask() -> None:
         F.scaled_dot_product_attention(q, q, q, prt.ones(2, 2))
     with pytest.raises(ValueError, match=r"dropout_p must be 0.0 \(packrt serves inference"):
         F.scaled_dot_product_attention(q, q, q, dropout_p=0.1)
+    with pytest.raises(ShapeError, match=r"value's length must equal key's \(3\)"):
+        F.scaled_dot_product_attention(q, q, prt.ones(2, 4, 4))
+    with pytest.raises(ShapeError, match=r"query and key do not broadcast: size 2 vs 3 at dim -1"):
+        F.scaled_dot_product_attention(q, prt.ones(3, 3, 4), prt.ones(3, 3, 4))
+    with pytest.raises(ShapeError, match=r"query must have at least 2 dims"):
+        F.scaled_dot_product_attention(prt.ones(4), q, q)
+    with pytest.raises(DTypeError, match=r"attn_mask has dtype float64 but query"):
+        F.scaled_dot_product_attention(q, q, q, prt.ones(3, 3, dtype="float64"))
+    with pytest.raises(DTypeError, match=r"value has dtype float16 but query has float32"):
+        F.scaled_dot_product_attention(q, q, q.half())
+    # a bool mask is accepted whatever the query's dtype
+    assert F.scaled_dot_product_attention(q, q, q, prt.ones(3, 3, dtype="bool")).shape == (2, 3, 4)
 
 
 def test_conv2d_geometry_errors_name_the_bad_argument() -> None:
@@ -303,6 +315,16 @@ def test_conv2d_geometry_errors_name_the_bad_argument() -> None:
         F.conv2d(prt.ones(1, 3, 5, 5), w)
     with pytest.raises(ShapeError, match=r"conv2d: weight's out_channels=2 must be divisible by groups=4"):
         F.conv2d(x, prt.ones(2, 1, 3, 3), groups=4)
+    with pytest.raises(ShapeError, match=r"conv2d: weight must be 4-D \(out_channels, in_channels / groups"):
+        F.conv2d(x, prt.ones(2, 4, 3))
+    with pytest.raises(ShapeError, match=r"conv2d: bias must have shape \(2,\), got \(3,\)"):
+        F.conv2d(x, w, prt.ones(3))
+    with pytest.raises(ShapeError, match=r"conv2d: input must be 3 or 4-D \(N, C, H, W\) .* got shape \(2, 4\)"):
+        F.conv2d(prt.ones(2, 4), w)
+    with pytest.raises(DTypeError, match=r"conv2d: weight has dtype float64 but input has float32"):
+        F.conv2d(x, w.double())
+    with pytest.raises(ShapeError, match=r"conv2d: conv2d output would be 0x0: the input 2x2 .* dilated kernel 3x3"):
+        F.conv2d(prt.ones(1, 4, 2, 2), w)
 
 
 # -- in-place variants ---------------------------------------------------------------------------------

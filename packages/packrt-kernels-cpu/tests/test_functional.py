@@ -8,7 +8,6 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.functional import (
     embedding,
     gelu,
@@ -43,47 +42,11 @@ def test_linear_matches_torch_and_keeps_the_input_dtype(ref: Any, make: Any, rng
     ref.check(linear(x, w, b), expected)
 
 
-def test_linear_names_in_features_when_x_has_the_wrong_last_dim() -> None:
-    x = np.zeros((2, 7), np.float32)
-    w = np.zeros((3, 8), np.float32)
-    with pytest.raises(KernelShapeError, match=r"in_features=8, got input of shape \(2, 7\)"):
-        linear(x, w)
-
-
-def test_linear_names_the_bias_shape_it_expected() -> None:
-    with pytest.raises(KernelShapeError, match=r"bias must have shape \(3,\), got \(4,\)"):
-        linear(np.zeros((2, 8), np.float32), np.zeros((3, 8), np.float32), np.zeros(4, np.float32))
-
-
-def test_linear_refuses_mixed_dtypes_and_non_float_input() -> None:
-    with pytest.raises(KernelDTypeError, match="weight has dtype float64 but input has float32"):
-        linear(np.zeros((1, 2), np.float32), np.zeros((3, 2), np.float64))
-    with pytest.raises(KernelDTypeError, match="input has dtype int64; expected one of"):
-        linear(np.zeros((1, 2), np.int64), np.zeros((3, 2), np.int64))
-    with pytest.raises(KernelShapeError, match=r"weight must be 2-D \(out_features, in_features\)"):
-        linear(np.zeros((1, 2), np.float32), np.zeros(2, np.float32))
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_embedding_gathers_the_rows_torch_gathers(ref: Any, make: Any, rng: Any, dtype: Any) -> None:
     table = make(rng, (10, 4), dtype)
     ids = rng.integers(0, 10, size=(3, 5))
     ref.check(embedding(ids, table), ref.F.embedding(ref.t(ids), ref.t(table)), scale=0.0)
-
-
-@pytest.mark.parametrize("bad", [10, -1])
-def test_embedding_names_the_out_of_range_id_and_the_table_size(bad: int) -> None:
-    table = np.zeros((10, 4), np.float32)
-    ids = np.array([[1, 2], [bad, 3]])
-    with pytest.raises(KernelIndexError, match=rf"embedding id {bad} at position \(1, 0\) .* table of 10 rows"):
-        embedding(ids, table)
-
-
-def test_embedding_refuses_float_ids_and_non_matrix_tables() -> None:
-    with pytest.raises(KernelDTypeError, match=r"input must be an integer array, got dtype float32"):
-        embedding(np.zeros(2, np.float32), np.zeros((3, 4), np.float32))
-    with pytest.raises(KernelShapeError, match=r"weight must be 2-D"):
-        embedding(np.zeros(2, np.int64), np.zeros(3, np.float32))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -104,16 +67,6 @@ def test_rms_norm_matches_torch_including_its_default_eps(
     x = make(rng, (3, 6), dtype, 1e-3)  # tiny inputs make eps matter
     w = make(rng, (6,), dtype)
     ref.check(rms_norm(x, 6, w, eps), ref.F.rms_norm(ref.t(x), (6,), ref.t(w), eps))
-
-
-def test_norms_name_the_normalized_shape_that_does_not_fit() -> None:
-    x = np.zeros((2, 5), np.float32)
-    with pytest.raises(KernelShapeError, match=r"layer_norm: input.s trailing dimensions .* normalized_shape=\(4,\)"):
-        layer_norm(x, 4)
-    with pytest.raises(KernelShapeError, match=r"rms_norm: .*normalized_shape=\(5, 5\), got input of shape \(5,\)"):
-        rms_norm(np.zeros(5, np.float32), (5, 5))
-    with pytest.raises(KernelShapeError, match=r"weight must have shape \(5,\), got \(4,\)"):
-        layer_norm(x, 5, np.ones(4, np.float32))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -148,11 +101,6 @@ def test_relu_keeps_nan_and_dtype() -> None:
     np.testing.assert_array_equal(out.astype(np.float32), [np.nan, 0.0, 2.0])
 
 
-def test_gelu_names_the_approximations_it_knows() -> None:
-    with pytest.raises(KernelShapeError, match="gelu approximate must be 'none' or 'tanh', got 'erf'"):
-        gelu(np.zeros(2, np.float32), approximate="erf")
-
-
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_softmax_matches_torch_on_every_dim(ref: Any, make: Any, rng: Any, dtype: Any, dim: int) -> None:
@@ -171,9 +119,3 @@ def test_softmax_of_an_all_masked_row_is_nan_like_torch() -> None:
     out = softmax(np.array([[-np.inf, -np.inf], [0.0, -np.inf]], np.float32), -1)
     assert np.isnan(out[0]).all()
     np.testing.assert_array_equal(out[1], [1.0, 0.0])
-
-
-def test_softmax_names_a_dim_out_of_range() -> None:
-    with pytest.raises(KernelIndexError, match=r"dim=2 is out of range for a 2-D array \(expected -2 to 1\)"):
-        softmax(np.zeros((2, 2), np.float32), 2)
-    np.testing.assert_array_equal(softmax(np.array(3.0, np.float32), 0), 1.0)

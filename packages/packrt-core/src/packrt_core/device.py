@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Final
 
 from packrt_core.errors import DeviceError
@@ -11,14 +12,14 @@ _KNOWN_TYPES: Final = ("cpu", "cuda")
 _SPEC: Final = re.compile(r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?$")
 
 
+@dataclass(frozen=True, slots=True, init=False, eq=False, repr=False)
 class Device:
     """A device: ``Device("cpu")``, ``Device("cuda")`` (the first GPU), ``Device("cuda:1")``.
 
     ``Device("cuda")`` means ``cuda:0``: the two compare equal and print as ``cuda:0``.
-    The CPU has no index. Devices are immutable, hashable and compare by value.
+    The CPU has no index. Devices are immutable, hashable and compare by value (a device
+    string compares equal to the device it names).
     """
-
-    __slots__ = ("index", "type")
 
     type: str
     index: int | None
@@ -32,11 +33,9 @@ class Device:
             dev_type, dev_index = _parse(spec, index)
         else:
             raise DeviceError(f"cannot read {spec!r} as a device: expected a Device or a string like 'cuda:0'")
+        # A frozen dataclass sets its fields this way in a hand-written __init__ (it parses a spec).
         object.__setattr__(self, "type", dev_type)
         object.__setattr__(self, "index", dev_index)
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        raise AttributeError("Device is immutable")
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, str):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import difflib
 import enum
+from dataclasses import dataclass
 from typing import Any, Final
 
 import ml_dtypes
@@ -33,26 +34,16 @@ class DataType(enum.StrEnum):
     BOOL = "bool"
 
 
+@dataclass(frozen=True, slots=True, eq=False, repr=False)
 class dtype:  # noqa: N801 - lower case like numpy.dtype and torch.dtype, which users write
-    """One element type. Compare with ``is`` or ``==``; there is exactly one object per type."""
-
-    __slots__ = ("is_floating_point", "is_signed", "itemsize", "name", "numpy")
+    """One element type. Compare with ``is`` or ``==``; there is exactly one object per type
+    (``eq=False`` keeps identity comparison and hashing)."""
 
     name: str
     numpy: np.dtype[Any]
     itemsize: int
     is_floating_point: bool
     is_signed: bool
-
-    def __init__(self, name: str, np_dtype: Any) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "numpy", np.dtype(np_dtype))
-        object.__setattr__(self, "itemsize", np.dtype(np_dtype).itemsize)
-        object.__setattr__(self, "is_floating_point", name in _FLOAT_NAMES)
-        object.__setattr__(self, "is_signed", name not in ("uint8", "bool"))
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        raise AttributeError(f"packrt.{self.name} is immutable")
 
     def __repr__(self) -> str:
         return f"packrt.{self.name}"
@@ -71,18 +62,23 @@ class dtype:  # noqa: N801 - lower case like numpy.dtype and torch.dtype, which 
         return 2 if self.is_floating_point else 0 if self.name == "bool" else 1
 
 
+def _declare(name: str, np_dtype: Any) -> dtype:
+    as_numpy = np.dtype(np_dtype)
+    return dtype(name, as_numpy, as_numpy.itemsize, name in _FLOAT_NAMES, name not in ("uint8", "bool"))
+
+
 _FLOAT_NAMES: Final = frozenset({"float16", "bfloat16", "float32", "float64"})
 
-float16: Final = dtype("float16", np.float16)
-bfloat16: Final = dtype("bfloat16", ml_dtypes.bfloat16)
-float32: Final = dtype("float32", np.float32)
-float64: Final = dtype("float64", np.float64)
-int8: Final = dtype("int8", np.int8)
-uint8: Final = dtype("uint8", np.uint8)
-int16: Final = dtype("int16", np.int16)
-int32: Final = dtype("int32", np.int32)
-int64: Final = dtype("int64", np.int64)
-bool_: Final = dtype("bool", np.bool_)
+float16: Final = _declare("float16", np.float16)
+bfloat16: Final = _declare("bfloat16", ml_dtypes.bfloat16)
+float32: Final = _declare("float32", np.float32)
+float64: Final = _declare("float64", np.float64)
+int8: Final = _declare("int8", np.int8)
+uint8: Final = _declare("uint8", np.uint8)
+int16: Final = _declare("int16", np.int16)
+int32: Final = _declare("int32", np.int32)
+int64: Final = _declare("int64", np.int64)
+bool_: Final = _declare("bool", np.bool_)
 
 half: Final = float16
 float: Final = float32

@@ -23,7 +23,6 @@ from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
     compute_dtype,
-    require_float,
     require_ndim,
     require_same_dtype,
     require_shape,
@@ -99,18 +98,6 @@ def conv2d_geometry(
     return Conv2dGeometry((int(kh), int(kw)), (sh, sw), pads, (dh, dw), int(groups))
 
 
-def check_conv2d_input(x: Array, in_channels: int, geometry: Conv2dGeometry) -> None:
-    """ValueError when ``x`` is not (N, C, H, W)/(C, H, W) with C = ``in_channels``."""
-    require_ndim(x, (3, 4), "input", "(N, C, H, W) or (C, H, W)")
-    channels = x.shape[-3]
-    if channels != in_channels:
-        raise KernelShapeError(
-            f"input has {channels} channels (shape {tuple(x.shape)}) but the weight expects "
-            f"in_channels = weight.shape[1] * groups = {in_channels // geometry.groups} * {geometry.groups} "
-            f"= {in_channels}"
-        )
-
-
 def im2col(x: Array, geometry: Conv2dGeometry) -> tuple[Array, int, int]:
     """Columns (N, C * kh * kw, OH * OW) of an (N, C, H, W) array, plus (OH, OW).
 
@@ -171,12 +158,12 @@ def conv2d(
     dilation: IntPair = 1,
     groups: int = 1,
 ) -> Array:
-    """torch.nn.functional.conv2d on arrays: (N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW)."""
-    dt = require_float(x, "input")
-    require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
+    """torch.nn.functional.conv2d on arrays: (N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW).
+
+    The geometry arguments are parsed here (a KernelShapeError names a bad one); the arrays are
+    not checked: packrt-core's ``nn.checks.conv2d`` runs first.
+    """
     geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
-    check_conv2d_weight(w, b, geometry.groups, dt, "input")
-    check_conv2d_input(x, int(w.shape[1]) * geometry.groups, geometry)
     return conv2d_resolved(x, w, b, geometry)
 
 

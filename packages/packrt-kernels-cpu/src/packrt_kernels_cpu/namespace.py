@@ -17,7 +17,7 @@ import array_api_compat
 import ml_dtypes
 import numpy as np
 
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 Array = Any  # numpy.ndarray on the CPU, cupy.ndarray on CUDA
 
@@ -88,13 +88,6 @@ def require_shape(a: Array | None, expected: Sequence[int], name: str) -> None:
     """Raise ValueError naming ``name`` when ``a`` (if given) does not have shape ``expected``."""
     if a is not None and tuple(a.shape) != tuple(expected):
         raise KernelShapeError(f"{name} must have shape {tuple(expected)}, got {tuple(a.shape)}")
-
-
-def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
-    """``dim`` as a non-negative axis; IndexError (like torch) when it is outside [-ndim, ndim)."""
-    if not -ndim <= dim < ndim:
-        raise KernelIndexError(f"{name}={dim} is out of range for a {ndim}-D array (expected {-ndim} to {ndim - 1})")
-    return dim % ndim
 
 
 @contextlib.contextmanager

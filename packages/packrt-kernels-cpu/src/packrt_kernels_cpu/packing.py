@@ -27,13 +27,11 @@ from packrt_kernels_cpu.conv import (
     Conv2dGeometry,
     IntPair,
     Padding,
-    check_conv2d_input,
     check_conv2d_weight,
     conv2d_gemm,
     conv2d_geometry,
     conv2d_resolved,
 )
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -50,15 +48,6 @@ def _owned(a: Array, dtype: np.dtype[Any]) -> Array:
     return xp.array(a, dtype=dtype, order="C", copy=True)  # one copy, whatever the layout of ``a``
 
 
-def _check_x_dtype(x: Array, declared: np.dtype[Any], what: str) -> None:
-    dt = require_float(x, "input")
-    if dt != declared:
-        raise KernelDTypeError(
-            f"input has dtype {dt.name} but the {what} was packed from {declared.name} weights; "
-            f"cast the input to {declared.name} (or repack the weights in {dt.name})"
-        )
-
-
 class PackedLinear:
     """A linear layer's weight (and bias) as a contiguous (in, out) matrix in the compute dtype."""
 
@@ -70,11 +59,6 @@ class PackedLinear:
 
     def forward(self, x: Array) -> Array:
         """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
-        _check_x_dtype(x, self.dtype, "linear pack")
-        if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise KernelShapeError(
-                f"input's last dimension must equal in_features={self.in_features}, got input of shape {tuple(x.shape)}"
-            )
         out = gemm_rows(x.astype(self.wt.dtype, copy=False), self.wt)
         if self.b is not None:
             out += self.b
@@ -145,8 +129,6 @@ class PackedConv2d:
 
     def forward(self, x: Array) -> Array:
         """The convolution of ``x`` (N, C, H, W) or (C, H, W); same result as ``conv2d``."""
-        _check_x_dtype(x, self.dtype, "conv2d pack")
-        check_conv2d_input(x, self.weight_shape[1] * self.geometry.groups, self.geometry)
         xc = x.astype(self.w_groups.dtype, copy=False)
         batched = x.ndim == 4
         out = conv2d_gemm(xc if batched else xc[None], self.w_groups, self.b, self.geometry)

@@ -82,7 +82,8 @@ class Embedding(PackedLayer):
 
     def forward(self, ids: Tensor) -> Tensor:
         self._check_ids(ids)
-        return self._serve(ids)  # a bad id: the kernel names it, its position and the table size
+        checks.embedding_ids(type(self).__name__, ids, self._parameters["weight"])  # type: ignore[arg-type]
+        return self._serve(ids)
 
     def extra_repr(self) -> str:
         s = f"{self.num_embeddings}, {self.embedding_dim}"

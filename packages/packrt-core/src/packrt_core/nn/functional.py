@@ -4,10 +4,11 @@ Every function takes packrt Tensors and returns a new Tensor on the input's devi
 input's dtype (half precision is computed in float32 and rounded once). The kernels come from
 that device's backend (:func:`packrt_core.dispatch.kernels_for`), so the same call runs numpy
 code on the CPU and cupy code on CUDA. The tensors an operation combines must share a device: a
-mismatch is a DeviceError naming both arguments. Shape, dtype and index problems the kernels
-find come back as ShapeError, DTypeError and IndexingError (still ValueError, TypeError and
-IndexError), one for one, prefixed with the function's name; the kernels already use torch's
-argument names (``input``, ``weight``, ``bias``, ...). A wrong argument *value* (``p=1.5``,
+mismatch is a DeviceError naming both arguments. Arguments are checked once, here, by
+:mod:`packrt_core.nn.checks` (the kernels check nothing): a wrong shape, dtype or index is a
+ShapeError, DTypeError or IndexingError (still ValueError, TypeError and IndexError) prefixed
+with the function's name and using torch's argument names (``input``, ``weight``, ``bias``,
+...). A wrong argument *value* (``p=1.5``,
 ``approximate="fast"``) is a plain ValueError naming the argument.
 
 Results agree with torch 2.13 within ``packrt_kernels_cpu.KERNEL_TOLERANCES`` for float16,
@@ -23,8 +24,8 @@ import numpy as np
 
 from packrt_core import dispatch
 from packrt_core.dtypes import as_dtype
+from packrt_core.nn import checks
 from packrt_core.nn.checks import operands as _operands
-from packrt_core.nn.checks import require_float as _require_float
 from packrt_core.tensor import Tensor
 
 IntPair = int | Sequence[int]
@@ -48,8 +49,8 @@ def _write_back(fn: str, target: Tensor, values: Any) -> Tensor:
 def linear(input: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """``input @ weight.T + bias``; ``weight`` is (out_features, in_features) as torch stores it."""
     x, w, b = _operands("linear", ("input", input), ("weight", weight), ("bias", bias))
-    with dispatch.kernel_errors("linear"):
-        return input._wrap(_kernels(input).linear(x, w, b))
+    checks.linear_args("linear", input, weight, bias)
+    return input._wrap(_kernels(input).linear(x, w, b))
 
 
 def embedding(input: Tensor, weight: Tensor) -> Tensor:
@@ -59,8 +60,8 @@ def embedding(input: Tensor, weight: Tensor) -> Tensor:
     table size; nothing is gathered in that case.
     """
     ids, table = _operands("embedding", ("input", input), ("weight", weight))
-    with dispatch.kernel_errors("embedding"):
-        return weight._wrap(_kernels(weight).embedding(ids, table))
+    checks.embedding_ids("embedding", input, weight)
+    return weight._wrap(_kernels(weight).embedding(ids, table))
 
 
 def conv2d(
@@ -78,9 +79,15 @@ def conv2d(
     A bad stride, padding, dilation or group count is a ShapeError naming it.
     """
     x, w, b = _operands("conv2d", ("input", input), ("weight", weight), ("bias", bias))
+    checks.floating("conv2d", input)
+    checks.rank_is("conv2d", weight, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
+    kernels = _kernels(input)
+    with dispatch.kernel_errors("conv2d"):  # the geometry arguments: parsed once, by the kernels' helper
+        geometry = kernels.conv2d_geometry(weight.shape[2:], stride, padding, dilation, groups)
+    checks.conv2d_args("conv2d", input, weight, bias, geometry.groups)
     with dispatch.kernel_errors("conv2d"):
-        out = _kernels(input).conv2d(x, w, b, stride, padding, dilation, groups)
-    return input._wrap(out)
+        geometry.output_size(input.shape[-2], input.shape[-1])
+    return input._wrap(kernels.conv2d(x, w, b, stride, padding, dilation, groups))
 
 
 # -- normalization -----------------------------------------------------------------------------------
@@ -94,8 +101,8 @@ def layer_norm(
     """Normalize over the trailing ``normalized_shape`` dims (mean 0, biased variance 1), then
     scale by ``weight`` and shift by ``bias`` when given (each of shape ``normalized_shape``)."""
     x, w, b = _operands("layer_norm", ("input", input), ("weight", weight), ("bias", bias))
-    with dispatch.kernel_errors("layer_norm"):
-        return input._wrap(_kernels(input).layer_norm(x, normalized_shape, w, b, eps))
+    checks.norm_args("layer_norm", input, normalized_shape, ("weight", weight), ("bias", bias))
+    return input._wrap(_kernels(input).layer_norm(x, normalized_shape, w, b, eps))
 
 
 def rms_norm(
@@ -110,16 +117,16 @@ def rms_norm(
     half-precision input), as torch does.
     """
     x, w = _operands("rms_norm", ("input", input), ("weight", weight))
-    with dispatch.kernel_errors("rms_norm"):
-        return input._wrap(_kernels(input).rms_norm(x, normalized_shape, w, eps))
+    checks.norm_args("rms_norm", input, normalized_shape, ("weight", weight))
+    return input._wrap(_kernels(input).rms_norm(x, normalized_shape, w, eps))
 
 
 # -- activations ---------------------------------------------------------------------------------------
 def relu(input: Tensor, inplace: bool = False) -> Tensor:
     """``max(input, 0)`` elementwise (NaN stays NaN). ``inplace=True`` overwrites ``input`` and returns it."""
     (x,) = _operands("relu", ("input", input))
-    with dispatch.kernel_errors("relu"):
-        out = _kernels(input).relu(x)
+    checks.floating("relu", input)
+    out = _kernels(input).relu(x)
     return _write_back("relu", input, out) if inplace else input._wrap(out)
 
 
@@ -128,22 +135,22 @@ def gelu(input: Tensor, approximate: str = "none") -> Tensor:
     if approximate not in _GELU_APPROXIMATIONS:
         raise ValueError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
     (x,) = _operands("gelu", ("input", input))
-    with dispatch.kernel_errors("gelu"):
-        return input._wrap(_kernels(input).gelu(x, approximate))
+    checks.floating("gelu", input)
+    return input._wrap(_kernels(input).gelu(x, approximate))
 
 
 def sigmoid(input: Tensor) -> Tensor:
     """``1 / (1 + exp(-input))`` elementwise, without overflow for large ``|input|``."""
     (x,) = _operands("sigmoid", ("input", input))
-    with dispatch.kernel_errors("sigmoid"):
-        return input._wrap(_kernels(input).sigmoid(x))
+    checks.floating("sigmoid", input)
+    return input._wrap(_kernels(input).sigmoid(x))
 
 
 def silu(input: Tensor, inplace: bool = False) -> Tensor:
     """SiLU (swish), ``input * sigmoid(input)``. ``inplace=True`` overwrites ``input`` and returns it."""
     (x,) = _operands("silu", ("input", input))
-    with dispatch.kernel_errors("silu"):
-        out = _kernels(input).silu(x)
+    checks.floating("silu", input)
+    out = _kernels(input).silu(x)
     return _write_back("silu", input, out) if inplace else input._wrap(out)
 
 
@@ -160,8 +167,9 @@ def softmax(input: Tensor, dim: int, *, dtype: Any = None) -> Tensor:
         _operands("softmax", ("input", input))  # raises the TypeError naming input
     source = input if dtype is None else input.to(as_dtype(dtype))
     (x,) = _operands("softmax", ("input", source))
-    with dispatch.kernel_errors("softmax"):
-        return source._wrap(_kernels(source).softmax(x, int(dim)))
+    checks.floating("softmax", source)
+    axis = checks.dim_in_range("softmax", int(dim), source.ndim)
+    return source._wrap(_kernels(source).softmax(x, axis))
 
 
 def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
@@ -177,7 +185,7 @@ def dropout(input: Tensor, p: float = 0.5, training: bool = True, inplace: bool 
     (x,) = _operands("dropout", ("input", input))
     if not training or p == 0 or input.numel() == 0:
         return input
-    _require_float("dropout", input)
+    checks.floating("dropout", input)
     xp = input._xp
     cd = np.dtype(np.float32) if input.dtype.itemsize == 2 else np.dtype(x.dtype)  # half computes in float32
     if p == 1:
@@ -215,8 +223,8 @@ def scaled_dot_product_attention(
     q, k, v, mask = _operands(
         "scaled_dot_product_attention", ("query", query), ("key", key), ("value", value), ("attn_mask", attn_mask)
     )
-    with dispatch.kernel_errors("scaled_dot_product_attention"):
-        out = _kernels(query).scaled_dot_product_attention(q, k, v, mask, is_causal, scale)
+    checks.attention_args("scaled_dot_product_attention", query, key, value, attn_mask, is_causal)
+    out = _kernels(query).scaled_dot_product_attention(q, k, v, mask, is_causal, scale)
     return query._wrap(out)
 
 

@@ -187,11 +187,9 @@ class PackedLayer(Module):
 
     # -- serving ---------------------------------------------------------------------------------
     def _serve(self, x: Tensor) -> Tensor:
-        """``pack.forward(x)`` with the pack this layer's residency serves from."""
-        try:
-            return x._wrap(self._serving_pack().forward(x._array()))
-        except dispatch.KernelError as err:
-            raise dispatch.packrt_error(err, type(self).__name__) from err
+        """``pack.forward(x)`` with the pack this layer's residency serves from (the layer has
+        checked ``x``; the kernels check nothing)."""
+        return x._wrap(self._serving_pack().forward(x._array()))
 
     def _serving_pack(self) -> Pack:
         if self._residency == "auto" and self._decision is None:  # decided once per binding
