@@ -88,4 +88,4 @@ class NonFiniteError(HookError, ArithmeticError):
         return tuple(found)
 
 
-__all__ = ["HookError", "HookResultError", "NonFiniteError", "UnknownModuleError"]
+__all__ = ["HookError", "HookResultError", "NonFiniteError", "PackrtError", "UnknownModuleError"]
