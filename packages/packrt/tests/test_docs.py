@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[3]
-PAGES = ["README.md", "docs/hooks.md", "docs/module.md"]
+PAGES = ["README.md", "docs/architecture.md", "docs/hooks.md", "docs/module.md"]
 
 
 def _blocks(page: Path) -> list[str]:
