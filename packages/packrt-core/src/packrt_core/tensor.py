@@ -567,10 +567,7 @@ class Tensor:
                 return other._binary(op, self)
             out = tensor_math.binary(self._xp, op, a, self._dtype, other._array(), other._dtype)
         elif isinstance(other, NUMBER):
-            if reverse:
-                out = tensor_math.reflected(self._xp, op, a, self._dtype, other)
-            else:
-                out = tensor_math.binary(self._xp, op, a, self._dtype, other, None)
+            out = tensor_math.binary(self._xp, op, a, self._dtype, other, None, reverse)
         else:
             return NotImplemented  # type: ignore[no-any-return]
         return self._wrap(out)

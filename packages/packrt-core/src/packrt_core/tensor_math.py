@@ -69,8 +69,11 @@ def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
         return False
 
 
-def binary(xp: ModuleType, op: str, a: Array, a_dtype: dtype, b: Array, b_dtype: dtype | None) -> Array:
-    """``xp.<op>(a, b)`` in the promoted dtype; ``b_dtype`` None means ``b`` is a Python number."""
+def binary(
+    xp: ModuleType, op: str, a: Array, a_dtype: dtype, b: Array, b_dtype: dtype | None, reverse: bool = False
+) -> Array:
+    """``xp.<op>(a, b)`` in the promoted dtype; ``b_dtype`` None means ``b`` is a Python number,
+    which ``reverse`` puts on the left (``2 - t``)."""
     if b_dtype is not None:
         target = promote_types(a_dtype, b_dtype)
         if b_dtype is not target:
@@ -84,25 +87,11 @@ def binary(xp: ModuleType, op: str, a: Array, a_dtype: dtype, b: Array, b_dtype:
     if a_dtype is not target:
         a = a.astype(target.numpy)
     try:
-        out = getattr(xp, op)(a, b)
+        out = getattr(xp, op)(b, a) if reverse else getattr(xp, op)(a, b)
     except OverflowError as err:
         raise DTypeError(f"{op}: the number {b!r} does not fit {target.name}") from err
     want = bool_.numpy if op in COMPARISONS else target.numpy
     return out if out.dtype == want else out.astype(want)
-
-
-def reflected(xp: ModuleType, op: str, a: Array, a_dtype: dtype, number: Any) -> Array:
-    """``number <op> a`` for a Python number on the left (``2 - t``)."""
-    target = promote_with_scalar(a_dtype, number)
-    if op == "divide" and not target.is_floating_point:
-        target = float32
-    if a_dtype is not target:
-        a = a.astype(target.numpy)
-    try:
-        out = getattr(xp, op)(number, a)
-    except OverflowError as err:
-        raise DTypeError(f"{op}: the number {number!r} does not fit {target.name}") from err
-    return out if out.dtype == target.numpy else out.astype(target.numpy)
 
 
 def unary(xp: ModuleType, op: str, a: Array, a_dtype: dtype) -> Array:

@@ -79,21 +79,18 @@ def embedding(ids: Array, table: Array) -> Array:
     return array_namespace(ids, table).take(table, ids, axis=0)
 
 
-def _norm_axes(x: Array, normalized_shape: int | Sequence[int]) -> tuple[int, ...]:
-    k = 1 if isinstance(normalized_shape, int) else len(tuple(normalized_shape))
+Dims = int | Sequence[int]  # torch's normalized_shape: the trailing dims a norm runs over
+
+
+def _norm_axes(x: Array, shape: Dims) -> tuple[int, ...]:
+    k = 1 if isinstance(shape, int) else len(tuple(shape))
     return tuple(range(x.ndim - k, x.ndim))
 
 
-def layer_norm(
-    x: Array,
-    normalized_shape: int | Sequence[int],
-    w: Array | None = None,
-    b: Array | None = None,
-    eps: float = 1e-5,
-) -> Array:
-    """Normalize over the trailing ``normalized_shape`` dims (biased variance), then ``* w + b``."""
+def layer_norm(x: Array, shape: Dims, w: Array | None = None, b: Array | None = None, eps: float = 1e-5) -> Array:
+    """Normalize over the trailing ``shape`` dims (biased variance), then ``* w + b``."""
     dt = np.dtype(x.dtype)
-    axes = _norm_axes(x, normalized_shape)
+    axes = _norm_axes(x, shape)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
@@ -108,16 +105,14 @@ def layer_norm(
     return out.astype(dt, copy=False)
 
 
-def rms_norm(
-    x: Array, normalized_shape: int | Sequence[int], w: Array | None = None, eps: float | None = None
-) -> Array:
+def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = None) -> Array:
     """``x / sqrt(mean(x^2) + eps) * w`` over the trailing dims.
 
     ``eps=None`` means the machine epsilon of the dtype the arithmetic runs in (float32's for
     half inputs), as torch does.
     """
     dt = np.dtype(x.dtype)
-    axes = _norm_axes(x, normalized_shape)
+    axes = _norm_axes(x, shape)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)

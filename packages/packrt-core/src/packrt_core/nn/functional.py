@@ -228,17 +228,17 @@ def scaled_dot_product_attention(
     return query._wrap(out)
 
 
-__all__ = [
-    "conv2d",
-    "dropout",
-    "embedding",
-    "gelu",
-    "layer_norm",
+__all__ = [  # in the order the page defines them
     "linear",
-    "relu",
+    "embedding",
+    "conv2d",
+    "layer_norm",
     "rms_norm",
-    "scaled_dot_product_attention",
+    "relu",
+    "gelu",
     "sigmoid",
     "silu",
     "softmax",
+    "dropout",
+    "scaled_dot_product_attention",
 ]
