@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from bench_support import check_close, mark, rand, require_torch, to_torch
 
-from packrt_kernels_cpu import conv2d, pack_conv2d, scaled_dot_product_attention
+from packrt_kernels_cpu import conv2d, conv2d_geometry, pack_conv2d, scaled_dot_product_attention
 
 CONV_X, CONV_W = (8, 32, 32, 32), (64, 32, 3, 3)
 HEADS = (4, 8, 128, 64)
@@ -28,9 +28,10 @@ def test_conv2d_3x3(benchmark: Any, dtype: str, impl: str) -> None:
     ref_x, ref_w, ref_b = (to_torch(a).float() for a in (x, w, b))
     expected = torch.nn.functional.conv2d(ref_x, ref_w, ref_b, padding=1)
     if impl == "packrt":
-        fn: Any = lambda: conv2d(x, w, b, padding=1)  # noqa: E731
+        geometry = conv2d_geometry((3, 3), padding=1)
+        fn: Any = lambda: conv2d(x, w, b, geometry)  # noqa: E731
     elif impl == "packrt-packed":
-        pack = pack_conv2d(w, b, padding=1)
+        pack = pack_conv2d(w, b, conv2d_geometry((3, 3), padding=1))
         fn = lambda: pack.forward(x)  # noqa: E731
     else:
         tx, tw, tb = to_torch(x), to_torch(w), to_torch(b)

@@ -10,10 +10,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
 from packrt_kernels_cpu.errors import KernelShapeError
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
+
+
+def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:
+    """The geometry torch's keyword arguments describe, for weight ``w``."""
+    return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)
 
 
 @pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel:UserWarning")  # torch's own note
@@ -34,12 +39,12 @@ def test_conv2d_matches_torch(ref: Any, make: Any, rng: Any, dtype: Any, geometr
     w = make(rng, (8, 4 // groups, 3, 2), dtype, 0.3)
     b = make(rng, (8,), dtype)
     want = ref.F.conv2d(ref.t(x), ref.t(w), ref.t(b), **geometry)
-    ref.check(conv2d(x, w, b, **geometry), want)
+    ref.check(conv2d(x, w, b, resolve(w, **geometry)), want)
 
 
 def test_unbatched_input_gives_unbatched_output(ref: Any, make: Any, rng: Any) -> None:
     x, w = make(rng, (3, 6, 6), np.float32), make(rng, (5, 3, 3, 3), np.float32)
-    out = conv2d(x, w, padding=1)
+    out = conv2d(x, w, None, resolve(w, padding=1))
     assert out.shape == (5, 6, 6)
     ref.check(out, ref.F.conv2d(ref.t(x), ref.t(w), padding=1))
 
@@ -91,12 +96,12 @@ def test_conv2d_geometry_property_against_torch(
     b = r.standard_normal(groups * cout_per).astype(np.float32) if bias else None
     kwargs = {"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw), "groups": groups}
     want = ref.F.conv2d(ref.t(x), ref.t(w), None if b is None else ref.t(b), **kwargs)
-    ref.check(conv2d(x, w, b, **kwargs), want)
+    ref.check(conv2d(x, w, b, resolve(w, **kwargs)), want)
 
 
 def test_conv2d_names_an_input_smaller_than_the_kernel() -> None:
     with pytest.raises(KernelShapeError, match=r"conv2d output would be 0x0: the input 2x2 .* dilated kernel 3x3"):
-        conv2d(np.zeros((1, 1, 2, 2), np.float32), np.zeros((1, 1, 3, 3), np.float32))
+        conv2d_geometry((3, 3)).output_size(2, 2)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu.conv import conv2d
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.functional import embedding, linear
 from packrt_kernels_cpu.packing import linear_borrowed, pack_conv2d, pack_embedding, pack_linear
@@ -110,10 +110,11 @@ def test_pack_linear_names_a_bad_bias_or_weight_at_pack_time() -> None:
 def test_conv_pack_forward_equals_conv2d_and_unpacks_bit_for_bit(make: Any, rng: Any, dtype: Any) -> None:
     x, w, b = make(rng, (2, 6, 7, 7), dtype), make(rng, (4, 3, 3, 2), dtype), make(rng, (4,), dtype)
     geometry: dict[str, Any] = {"stride": 2, "padding": (1, 0), "dilation": 1, "groups": 2}
-    packed = pack_conv2d(w, b, **geometry)
+    resolved = conv2d_geometry((3, 2), **geometry)
+    packed = pack_conv2d(w, b, resolved)
     assert packed.w_groups.shape == (2, 2, 3 * 3 * 2)
-    np.testing.assert_array_equal(packed.forward(x), conv2d(x, w, b, **geometry))
-    np.testing.assert_array_equal(packed.forward(x[0]), conv2d(x[0], w, b, **geometry))
+    np.testing.assert_array_equal(packed.forward(x), conv2d(x, w, b, resolved))
+    np.testing.assert_array_equal(packed.forward(x[0]), conv2d(x[0], w, b, resolved))
     w2, b2 = packed.unpack()
     assert w2.dtype == w.dtype and w2.shape == w.shape
     np.testing.assert_array_equal(_bits(w2), _bits(w))
@@ -125,9 +126,11 @@ def test_conv_pack_forward_equals_conv2d_and_unpacks_bit_for_bit(make: Any, rng:
 
 def test_conv_pack_validates_geometry_and_groups_once() -> None:
     with pytest.raises(KernelShapeError, match="weight's out_channels=4 must be divisible by groups=3"):
-        pack_conv2d(np.zeros((4, 1, 3, 3), np.float32), groups=3)
+        pack_conv2d(np.zeros((4, 1, 3, 3), np.float32), None, conv2d_geometry((3, 3), groups=3))
     with pytest.raises(KernelShapeError, match="stride must be >= 1"):
-        pack_conv2d(np.zeros((4, 1, 3, 3), np.float32), stride=0)
+        conv2d_geometry((3, 3), stride=0)
+    with pytest.raises(KernelShapeError, match=r"weight.s kernel is \(3, 3\) but the geometry .* for \(2, 2\)"):
+        pack_conv2d(np.zeros((4, 1, 3, 3), np.float32), None, conv2d_geometry((2, 2)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

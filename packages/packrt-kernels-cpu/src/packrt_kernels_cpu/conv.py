@@ -149,26 +149,10 @@ def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any
     require_shape(b, (w.shape[0],), "bias")
 
 
-def conv2d(
-    x: Array,
-    w: Array,
-    b: Array | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> Array:
-    """torch.nn.functional.conv2d on arrays: (N, C, H, W) * (O, C/groups, kh, kw) -> (N, O, OH, OW).
-
-    The geometry arguments are parsed here (a KernelShapeError names a bad one); the arrays are
-    not checked: packrt-core's ``nn.checks.conv2d`` runs first.
-    """
-    geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
-    return conv2d_resolved(x, w, b, geometry)
-
-
-def conv2d_resolved(x: Array, w: Array, b: Array | None, geometry: Conv2dGeometry) -> Array:
-    """``conv2d`` with the geometry already resolved and the arguments already checked."""
+def conv2d(x: Array, w: Array, b: Array | None, geometry: Conv2dGeometry) -> Array:
+    """torch.nn.functional.conv2d on arrays, (N, C, H, W) or (C, H, W) * (O, C/groups, kh, kw),
+    with the geometry resolved once by :func:`conv2d_geometry`. A hot-path kernel: it checks
+    nothing (packrt-core's ``nn.checks.conv2d_args`` runs first)."""
     dt = np.dtype(x.dtype)
     cd = compute_dtype(dt)
     w_groups = w.astype(cd, copy=False).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)

@@ -25,13 +25,11 @@ import numpy as np
 
 from packrt_kernels_cpu.conv import (
     Conv2dGeometry,
-    IntPair,
-    Padding,
     check_conv2d_weight,
+    conv2d,
     conv2d_gemm,
-    conv2d_geometry,
-    conv2d_resolved,
 )
+from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -145,18 +143,14 @@ class PackedConv2d:
         return w, None if self.b is None else _owned(self.b, self.dtype)
 
 
-def pack_conv2d(
-    w: Array,
-    b: Array | None = None,
-    stride: IntPair = 1,
-    padding: Padding = 0,
-    dilation: IntPair = 1,
-    groups: int = 1,
-) -> PackedConv2d:
-    """Pack a conv2d weight (out, in/groups, kh, kw) and bias, validating the geometry once."""
+def pack_conv2d(w: Array, b: Array | None, geometry: Conv2dGeometry) -> PackedConv2d:
+    """Pack a conv2d weight (out, in/groups, kh, kw) and bias for ``geometry``, checking both fit it."""
     dt = require_float(w, "weight")
     require_ndim(w, 4, "weight", "(out_channels, in_channels / groups, kh, kw)")
-    geometry = conv2d_geometry((int(w.shape[2]), int(w.shape[3])), stride, padding, dilation, groups)
+    if tuple(int(s) for s in w.shape[2:]) != geometry.kernel_size:
+        raise KernelShapeError(
+            f"weight's kernel is {tuple(w.shape[2:])} but the geometry was resolved for {geometry.kernel_size}"
+        )
     check_conv2d_weight(w, b, geometry.groups, dt, "weight")
     cd = compute_dtype(dt)
     w_groups = _owned(w, cd).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
@@ -172,7 +166,7 @@ class Conv2dView:
         self.w, self.b, self.geometry = w, b, geometry
 
     def forward(self, x: Array) -> Array:
-        return conv2d_resolved(x, self.w, self.b, self.geometry)
+        return conv2d(x, self.w, self.b, self.geometry)
 
 
 def borrow_conv2d(w: Array, b: Array | None, geometry: Conv2dGeometry) -> Conv2dView:

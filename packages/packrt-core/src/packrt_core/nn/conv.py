@@ -88,9 +88,7 @@ class Conv2d(PackedLayer):
         declare_weight_and_bias(self, shape, in_channels // groups * kh * kw, bias, dtype, device)
 
     def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
-        pack: Pack = kernels.pack_conv2d(
-            arrays["weight"], arrays["bias"], self.stride, self.padding, self.dilation, self.groups
-        )
+        pack: Pack = kernels.pack_conv2d(arrays["weight"], arrays["bias"], self.geometry)
         return pack
 
     def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:

@@ -87,7 +87,7 @@ def conv2d(
     checks.conv2d_args("conv2d", input, weight, bias, geometry.groups)
     with dispatch.kernel_errors("conv2d"):
         geometry.output_size(input.shape[-2], input.shape[-1])
-    return input._wrap(kernels.conv2d(x, w, b, stride, padding, dilation, groups))
+    return input._wrap(kernels.conv2d(x, w, b, geometry))
 
 
 # -- normalization -----------------------------------------------------------------------------------
