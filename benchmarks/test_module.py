@@ -18,16 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from bench_support import (
-    check_close,
-    mark,
-    rand,
-    require_keyword,
-    require_nn,
-    require_torch,
-    to_torch,
-    traced,
-)
+from bench_support import check_close, mark, rand, require_keyword, require_nn, require_torch, to_torch, traced
 
 import packrt_core as prt
 

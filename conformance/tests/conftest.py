@@ -2,4 +2,31 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+
+import pytest
+
 pytest_plugins = ["pytester"]
+
+
+def _require(module: str, flag: str, why: str) -> None:
+    """Skip when ``module`` does not import, unless ``flag``=1 in the environment makes that a failure."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        if os.environ.get(flag) == "1":
+            pytest.fail(f"{module} is required ({flag}=1) but cannot be imported")
+        pytest.skip(why)
+
+
+@pytest.fixture(scope="module")
+def require_packrt() -> None:
+    """Skip when packrt is missing, unless PACKRT_REQUIRE_PACKRT=1 makes its absence a failure."""
+    _require("packrt", "PACKRT_REQUIRE_PACKRT", "packrt is not installed: the mutants wrap its adapter")
+
+
+@pytest.fixture(scope="module")
+def require_torch() -> None:
+    """Skip when torch is missing, unless PACKRT_REQUIRE_TORCH=1 makes its absence a failure."""
+    _require("torch", "PACKRT_REQUIRE_TORCH", "torch is not installed")

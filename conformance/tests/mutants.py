@@ -2,7 +2,8 @@
 
 Each mutant is the real packrt adapter whose ``nn`` namespace hands out subclasses of packrt's
 ``Module`` / ``Linear`` / ``Sequential`` with a fault mixed in (packrt itself is never touched), or
-whose adapter method lies. ``breaks`` names the clauses a run against the mutant must fail;
+whose adapter method lies. A fault class overrides only the methods it breaks and becomes its
+mutant through :func:`mutant`. ``breaks`` names the clauses a run against the mutant must fail;
 ``revision`` is the contract revision the fault shows under; ``suite_files`` is the part of the
 suite worth running for it (the rest would only cost time). Load one with
 ``--impl mutants:WalkOrderReversed`` with this directory on ``PYTHONPATH``.
@@ -11,7 +12,7 @@ suite worth running for it (the rest would only cost time). Load one with
 from __future__ import annotations
 
 import types
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from packrt_conformance.adapters.packrt_adapter import PackrtAdapter
@@ -41,59 +42,67 @@ class Mutant(PackrtAdapter):
         return self.nn.Linear(in_features, out_features, bias=bias, device=self.device)
 
 
+def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[type], type[Mutant]]:
+    """Turn the decorated fault class into the Mutant (of the same name) that mixes it in."""
+
+    def make(mixin: type) -> type[Mutant]:
+        attrs = {
+            "__doc__": mixin.__doc__,
+            "__module__": mixin.__module__,
+            "fault": fault,
+            "breaks": frozenset(breaks),
+            "suite_files": suite_files,
+            "mixin": mixin,
+        }
+        return type(mixin.__name__, (Mutant,), attrs)
+
+    return make
+
+
 # -- walks -----------------------------------------------------------------------------------------
-class _ReversedChildren:
+@mutant(
+    "walk-order-reversed",
+    {
+        "module.order.walks",
+        "named_parameters.order",
+        "named_buffers.order",
+        "named_children.order",
+        "children.direct-in-order",
+        "named_modules.self-first",
+        "module.order.state-dict",
+        "state_dict.flat-dotted-keys",
+    },
+    "test_walks",
+    "test_state_dict",
+)
+class WalkOrderReversed:
     """Children are visited in reverse registration order, by every walk built on the tree."""
 
-    _modules: dict[str, Any]
-
-    def named_modules(
-        self, memo: set[Any] | None = None, prefix: str = "", remove_duplicate: bool = True, *, recurse: bool = True
-    ) -> Iterator[tuple[str, Any]]:
-        if memo is None:
-            memo = set()
-        if remove_duplicate:
-            if self in memo:
-                return
-            memo.add(self)
-        yield prefix, self
-        for name, child in reversed(list(self._modules.items())):  # the fault
-            if child is None:
-                continue
-            path = f"{prefix}.{name}" if prefix else name
-            if recurse:
-                yield from child.named_modules(memo, path, remove_duplicate)
-            elif not remove_duplicate or child not in memo:
-                memo.add(child)
-                yield path, child
-
-    def named_children(self) -> Iterator[tuple[str, Any]]:
-        seen: set[Any] = set()
-        for name, child in reversed(list(self._modules.items())):  # the fault
-            if child is not None and child not in seen:
-                seen.add(child)
-                yield name, child
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "_modules", _NewestFirst(self._modules))  # type: ignore[has-type]  # the fault
 
 
-class WalkOrderReversed(Mutant):
-    fault = "walk-order-reversed"
-    mixin = _ReversedChildren
-    breaks = frozenset(
-        {
-            "module.order.walks",
-            "named_parameters.order",
-            "named_buffers.order",
-            "named_children.order",
-            "children.direct-in-order",
-            "named_modules.self-first",
-            "module.order.state-dict",
-            "state_dict.flat-dotted-keys",
-        }
-    )
-    suite_files = ("test_walks", "test_state_dict")
+class _NewestFirst(dict[str, Any]):
+    """A child registry whose ``items()`` run from the last registration to the first."""
+
+    def items(self) -> Any:
+        return reversed(list(super().items()))
 
 
-class _NoDedup:
+@mutant(
+    "dedup-off",
+    {
+        "module.dedup.walks",
+        "named_parameters.shared-first-name",
+        "parameters.shared-once",
+        "named_buffers.remove-duplicate",
+        "module.dedup.state-dict",
+    },
+    "test_walks",
+    "test_state_dict",
+)
+class DedupOff:
     """A tensor reachable under several names is listed under every one of them."""
 
     def named_parameters(
@@ -110,22 +119,16 @@ class _NoDedup:
         super()._save_to_state_dict(destination, prefix, keep_vars, set())  # type: ignore[misc]
 
 
-class DedupOff(Mutant):
-    fault = "dedup-off"
-    mixin = _NoDedup
-    breaks = frozenset(
-        {
-            "module.dedup.walks",
-            "named_parameters.shared-first-name",
-            "parameters.shared-once",
-            "named_buffers.remove-duplicate",
-            "module.dedup.state-dict",
-        }
-    )
-    suite_files = ("test_walks", "test_state_dict")
-
-
-class _AlwaysDedup:
+@mutant(
+    "remove-duplicate-ignored",
+    {
+        "named_parameters.remove-duplicate-false",
+        "named_buffers.remove-duplicate",
+        "named_modules.remove-duplicate-false",
+    },
+    "test_walks",
+)
+class RemoveDuplicateIgnored:
     """``remove_duplicate=False`` is ignored: a shared tensor or module is always listed once."""
 
     def named_modules(
@@ -144,77 +147,40 @@ class _AlwaysDedup:
         yield from super().named_buffers(prefix, recurse, True)  # type: ignore[misc]
 
 
-class RemoveDuplicateIgnored(Mutant):
-    fault = "remove-duplicate-ignored"
-    mixin = _AlwaysDedup
-    breaks = frozenset(
-        {
-            "named_parameters.remove-duplicate-false",
-            "named_buffers.remove-duplicate",
-            "named_modules.remove-duplicate-false",
-        }
-    )
-    suite_files = ("test_walks",)
-
-
 # -- hooks -----------------------------------------------------------------------------------------
-class _NoAlwaysCall:
+@mutant("always-call-ignored", {"register_forward_hook.always-call"}, "test_hooks")
+class HooksSkippedOnRaise:
     """``always_call=True`` is dropped: no forward hook runs when forward raises."""
 
-    def register_forward_hook(
-        self,
-        hook: Callable[..., Any],
-        *,
-        prepend: bool = False,
-        with_kwargs: bool = False,
-        always_call: bool = False,
-    ) -> Any:
-        return super().register_forward_hook(hook, prepend=prepend, with_kwargs=with_kwargs)  # type: ignore[misc]
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        flags.pop("always_call", None)  # the fault
+        return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
 
 
-class HooksSkippedOnRaise(Mutant):
-    fault = "always-call-ignored"
-    mixin = _NoAlwaysCall
-    breaks = frozenset({"register_forward_hook.always-call"})
-    suite_files = ("test_hooks",)
-
-
-class _NoPrepend:
+@mutant(
+    "prepend-ignored",
+    {
+        "register_forward_hook.prepend",
+        "register_forward_hook.registration-order",
+        "register_forward_pre_hook.prepend",
+        "register_forward_pre_hook.registration-order",
+    },
+    "test_hooks",
+)
+class PrependIgnored:
     """``prepend=True`` is dropped: every hook joins the end of its registry."""
 
-    def register_forward_pre_hook(
-        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
-    ) -> Any:
-        return super().register_forward_pre_hook(hook, with_kwargs=with_kwargs)  # type: ignore[misc]
+    def register_forward_pre_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        flags.pop("prepend", None)  # the fault
+        return super().register_forward_pre_hook(hook, **flags)  # type: ignore[misc]
 
-    def register_forward_hook(
-        self,
-        hook: Callable[..., Any],
-        *,
-        prepend: bool = False,
-        with_kwargs: bool = False,
-        always_call: bool = False,
-    ) -> Any:
-        return super().register_forward_hook(  # type: ignore[misc]
-            hook, with_kwargs=with_kwargs, always_call=always_call
-        )
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        flags.pop("prepend", None)  # the fault
+        return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
 
 
-class PrependIgnored(Mutant):
-    fault = "prepend-ignored"
-    mixin = _NoPrepend
-    breaks = frozenset(
-        {
-            "register_forward_hook.prepend",
-            "register_forward_hook.registration-order",
-            "register_forward_pre_hook.prepend",
-            "register_forward_pre_hook.registration-order",
-        }
-    )
-    suite_files = ("test_hooks",)
-
-
-class _UnwrappedPreHookResult:
+@mutant("pre-hook-one-tuple-missing", {"register_forward_pre_hook.single-value-wrapped"}, "test_hooks")
+class PreHookResultNotWrapped:
     """A pre-hook's non-tuple result is used as the argument tuple itself (``forward(*result)``)."""
 
     def register_forward_pre_hook(
@@ -231,15 +197,9 @@ class _UnwrappedPreHookResult:
         return super().register_forward_pre_hook(unwrapped, prepend=prepend)  # type: ignore[misc]
 
 
-class PreHookResultNotWrapped(Mutant):
-    fault = "pre-hook-one-tuple-missing"
-    mixin = _UnwrappedPreHookResult
-    breaks = frozenset({"register_forward_pre_hook.single-value-wrapped"})
-    suite_files = ("test_hooks",)
-
-
 # -- registration and placement --------------------------------------------------------------------
-class _BufferFlagIgnored:
+@mutant("buffer-flag-ignored", {"register_buffer.buffer-flag-wins"}, "test_registration")
+class BufferFlagIgnored:
     """register_buffer's ``persistent`` argument decides even when handed a Buffer with its own flag."""
 
     _non_persistent: set[str]
@@ -252,79 +212,50 @@ class _BufferFlagIgnored:
             self._non_persistent.add(name)
 
 
-class BufferFlagIgnored(Mutant):
-    fault = "buffer-flag-ignored"
-    mixin = _BufferFlagIgnored
-    breaks = frozenset({"register_buffer.buffer-flag-wins"})
-    suite_files = ("test_registration",)
-
-
-class _CastsIntegers:
+@mutant(
+    "to-casts-integer-buffers",
+    {
+        "to.only-floating",
+        "to.dtype-name",
+        "to.keywords",
+        "half.casts-floating",
+        "float.casts-floating",
+        "double.casts-floating",
+        "bfloat16.casts-floating",
+    },
+    "test_placement",
+)
+class IntegerBuffersCast:
     """A dtype cast reaches integer and bool tensors too, not only floating-point ones."""
 
-    def _place(self, device: Any, dtype_: Any) -> Any:
-        out = super()._place(device, dtype_)  # type: ignore[misc]
-        if dtype_ is not None:
-            for t in self._tensors():  # type: ignore[attr-defined]
+    def _check_placement(self, path: str, device: Any, dtype: Any) -> None:
+        # The per-module hook every placement calls before it casts the floating-point tensors.
+        super()._check_placement(path, device, dtype)  # type: ignore[misc]
+        if dtype is not None:
+            own = [*self.named_parameters(recurse=False), *self.named_buffers(recurse=False)]  # type: ignore[attr-defined]
+            for _, t in own:
                 if not t.dtype.is_floating_point and t.has_storage:
-                    t._rebind(t._placed(t.device, dtype_), t.device)
-        return out
-
-
-class IntegerBuffersCast(Mutant):
-    fault = "to-casts-integer-buffers"
-    mixin = _CastsIntegers
-    breaks = frozenset(
-        {
-            "to.only-floating",
-            "to.dtype-name",
-            "to.keywords",
-            "half.casts-floating",
-            "float.casts-floating",
-            "double.casts-floating",
-            "bfloat16.casts-floating",
-        }
-    )
-    suite_files = ("test_placement",)
+                    t._rebind(t._placed(t.device, dtype), t.device)  # the fault
 
 
 # -- loading ---------------------------------------------------------------------------------------
-class _StrictIgnored:
+@mutant(
+    "strict-ignored", {"load_state_dict.strict.raises", "load_state_dict.strict.runtime-error-lists-keys"}, "test_load"
+)
+class StrictIgnored:
     """``strict=True`` is treated as ``strict=False``: key mismatches come back, never raise."""
 
-    def load_state_dict(
-        self,
-        state_dict: Mapping[str, Any],
-        strict: bool = True,
-        assign: bool = False,
-        *,
-        pack: bool = False,
-        weight_residency: str | None = None,
-    ) -> Any:
-        return super().load_state_dict(  # type: ignore[misc]
-            state_dict, False, assign, pack=pack, weight_residency=weight_residency
-        )
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+        return super().load_state_dict(state_dict, False, *args, **kwargs)  # type: ignore[misc]  # the fault
 
 
-class StrictIgnored(Mutant):
-    fault = "strict-ignored"
-    mixin = _StrictIgnored
-    breaks = frozenset({"load_state_dict.strict.raises", "load_state_dict.strict.runtime-error-lists-keys"})
-    suite_files = ("test_load",)
-
-
-class _WritesAsItGoes:
+@mutant("non-transactional-load", {"load_state_dict.failed-load-leaves-module-unchanged"}, "test_load")
+class NonTransactionalLoad:
     """A copy load writes each key in turn before the whole checkpoint is checked, so a load that
     fails on a later key has already changed the tensors of the earlier ones."""
 
     def load_state_dict(
-        self,
-        state_dict: Mapping[str, Any],
-        strict: bool = True,
-        assign: bool = False,
-        *,
-        pack: bool = False,
-        weight_residency: str | None = None,
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False, **options: Any
     ) -> Any:
         if not assign:
             slots = dict(self.named_parameters(remove_duplicate=False))  # type: ignore[attr-defined]
@@ -334,16 +265,7 @@ class _WritesAsItGoes:
                 if target is None or not target.has_storage or tuple(target.shape) != tuple(value.shape):
                     break  # the naive loop meets the bad key here; the real load below raises for it
                 target.copy_(value)
-        return super().load_state_dict(  # type: ignore[misc]
-            state_dict, strict, assign, pack=pack, weight_residency=weight_residency
-        )
-
-
-class NonTransactionalLoad(Mutant):
-    fault = "non-transactional-load"
-    mixin = _WritesAsItGoes
-    breaks = frozenset({"load_state_dict.failed-load-leaves-module-unchanged"})
-    suite_files = ("test_load",)
+        return super().load_state_dict(state_dict, strict, assign, **options)  # type: ignore[misc]
 
 
 # -- revisions -------------------------------------------------------------------------------------

@@ -70,3 +70,17 @@ def test_non_literal_clause_argument_is_flagged(tmp_path: Path) -> None:
     cdir, sdir = _tree(tmp_path, CLAUSES, tests)
     assert marked_clause_ids(sdir / "test_m.py") == [("<non-literal>", 3), ("m.two", 3)]
     assert "test_m.py:3: test names unknown clause '<non-literal>'" in check(cdir, sdir).problems
+
+
+def test_a_clause_param_case_marks_its_literal_clause_id(tmp_path: Path) -> None:
+    tests = (
+        "import pytest\n"
+        "from packrt_conformance.suite._support import clause_param\n"
+        'P = [clause_param("m.one", 1, "m.two"), clause_param(CID, 2)]\n'
+    )
+    cdir, sdir = _tree(tmp_path, CLAUSES, tests)
+    assert marked_clause_ids(sdir / "test_m.py") == [("m.one", 3), ("<non-literal>", 3)]
+    assert check(cdir, sdir).problems == [
+        "test_m.py:3: test names unknown clause '<non-literal>'",
+        "clause 'm.two' has no test: add @pytest.mark.clause('m.two') to a suite test",
+    ]

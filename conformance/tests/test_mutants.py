@@ -37,17 +37,6 @@ def _load_mutants() -> Any:
 MUTANTS = _load_mutants().MUTANTS
 
 
-@pytest.fixture(scope="module")
-def require_packrt() -> None:
-    """Skip when packrt is missing, unless PACKRT_REQUIRE_PACKRT=1 makes its absence a failure."""
-    try:
-        import packrt  # noqa: F401
-    except ImportError:
-        if os.environ.get("PACKRT_REQUIRE_PACKRT") == "1":
-            pytest.fail("packrt is required (PACKRT_REQUIRE_PACKRT=1) but cannot be imported")
-        pytest.skip("packrt is not installed: the mutants wrap its adapter")
-
-
 def _env() -> dict[str, str]:
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
     return {**os.environ, "PYTHONPATH": path}

@@ -53,8 +53,8 @@ def suite(pytester: pytest.Pytester) -> pytest.Pytester:
     return pytester
 
 
-def _run(p: pytest.Pytester, *args: str) -> pytest.RunResult:
-    return p.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", "fake_adapter:ADAPTER", *args)
+def _run(p: pytest.Pytester, *args: str, impl: str = "fake_adapter:ADAPTER") -> pytest.RunResult:
+    return p.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", impl, *args)
 
 
 def test_outcomes_follow_revision_capability_and_failure(suite: pytest.Pytester) -> None:
@@ -118,23 +118,13 @@ def test_unknown_clause_in_a_marker_is_a_usage_error(pytester: pytest.Pytester) 
 
 def test_unknown_adapter_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_x="def test_x(): pass\n")
-    result = pytester.runpytest_subprocess("-p", "packrt_conformance.plugin", "--impl", "nothing-here")
+    result = _run(pytester, impl="nothing-here")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*no adapter entry point of that name*"])
 
 
 def test_cuda_run_without_a_gpu_skips_every_test_with_the_reason(suite: pytest.Pytester) -> None:
-    result = suite.runpytest_subprocess(
-        "-p",
-        "packrt_conformance.plugin",
-        "--impl",
-        "fake_adapter:DeviceFakeAdapter",
-        "--device",
-        "cuda",
-        "-rs",
-        "--report-json",
-        "out.json",
-    )
+    result = _run(suite, "--device", "cuda", "-rs", "--report-json", "out.json", impl="fake_adapter:DeviceFakeAdapter")
     assert result.ret == pytest.ExitCode.OK
     result.assert_outcomes(skipped=5)
     result.stdout.fnmatch_lines(
@@ -151,16 +141,7 @@ def test_cuda_run_without_a_gpu_skips_every_test_with_the_reason(suite: pytest.P
 
 
 def test_cuda_run_where_a_gpu_answers_runs_the_tests(suite: pytest.Pytester) -> None:
-    result = suite.runpytest_subprocess(
-        "-p",
-        "packrt_conformance.plugin",
-        "--impl",
-        "fake_adapter:gpu_fake",
-        "--device",
-        "cuda:0",
-        "--report-json",
-        "out.json",
-    )
+    result = _run(suite, "--device", "cuda:0", "--report-json", "out.json", impl="fake_adapter:gpu_fake")
     result.assert_outcomes(passed=2, failed=1, skipped=2)
     result.stdout.fnmatch_lines(
         ["reproduce: packrt-conformance --impl fake_adapter:gpu_fake --revision 2 --device cuda:0 *"]

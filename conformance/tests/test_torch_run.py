@@ -7,7 +7,6 @@ it, exactly the listed clauses fail (so the file is neither stale nor incomplete
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -18,16 +17,7 @@ from packrt_conformance.report import validate_report
 
 EXPECTATIONS = Path(__file__).parents[1] / "expectations" / "torch.txt"
 
-
-@pytest.fixture(autouse=True)
-def _require_torch() -> None:
-    """Skip when torch is missing, unless PACKRT_REQUIRE_TORCH=1 makes its absence a failure."""
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":
-            pytest.fail("torch is required (PACKRT_REQUIRE_TORCH=1) but cannot be imported")
-        pytest.skip("torch is not installed")
+pytestmark = pytest.mark.usefixtures("require_torch")
 
 
 def _run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, str]]:

@@ -2,8 +2,8 @@
 
 ``python -m packrt_conformance.check`` exits 1 and lists the problems when the shipped registry
 and the shipped suite disagree. Clause IDs are read statically from ``pytest.mark.clause("...")``
-calls in the suite's ``test_*.py`` files (literal strings only, so the check needs no implementation
-and imports nothing it checks).
+calls, and from the first argument of ``clause_param("...", ...)`` cases, in the suite's ``test_*.py``
+files (literal strings only, so the check needs no implementation and imports nothing it checks).
 """
 
 from __future__ import annotations
@@ -45,20 +45,32 @@ def _is_clause_mark(func: ast.expr) -> bool:
     )
 
 
+def _is_clause_param(func: ast.expr) -> bool:
+    # clause_param("id", *values): the suite's one-case helper (suite/_support.py)
+    return isinstance(func, ast.Name) and func.id == "clause_param"
+
+
 def marked_clause_ids(path: Path) -> list[tuple[str, int]]:
-    """(clause ID, line) for every ``pytest.mark.clause`` argument in one test file.
+    """(clause ID, line) for every ``pytest.mark.clause`` argument and ``clause_param`` ID in one test file.
 
     A non-literal argument is reported as the ID ``<non-literal>`` so the check can flag it.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _is_clause_mark(node.func):
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    found.append((arg.value, node.lineno))
-                else:
-                    found.append(("<non-literal>", node.lineno))
+        if not isinstance(node, ast.Call):
+            continue
+        if _is_clause_mark(node.func):
+            ids = node.args
+        elif _is_clause_param(node.func):
+            ids = node.args[:1]
+        else:
+            continue
+        for arg in ids:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                found.append((arg.value, node.lineno))
+            else:
+                found.append(("<non-literal>", node.lineno))
     return found
 
 

@@ -15,6 +15,7 @@ revision-1 clause that fails is recorded as ``superseded``, not failed.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +32,17 @@ from packrt_conformance.report import ClauseResult, build_report, render_markdow
 __all__ = ["ConformanceState"]
 
 
+@dataclass
 class ConformanceState:
     """Everything one run shares: the registry, the adapter, the revision, the outcomes."""
 
-    def __init__(
-        self,
-        registry: Registry,
-        adapter: Adapter | None,
-        spec: str | None,
-        revision: int,
-        expectations: Expectations,
-    ) -> None:
-        self.registry = registry
-        self.adapter = adapter
-        self.spec = spec
-        self.revision = revision
-        self.expectations = expectations
-        self.results: dict[str, ClauseResult] = {}
-        self.xpassed: list[str] = []
+    registry: Registry
+    adapter: Adapter | None
+    spec: str | None
+    revision: int
+    expectations: Expectations
+    results: dict[str, ClauseResult] = field(default_factory=dict)
+    xpassed: list[str] = field(default_factory=list)
 
     @property
     def device_skip(self) -> str | None:

@@ -32,20 +32,12 @@ class FakeModule:
         for name, child in self._children.items():
             yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
 
-    def register_forward_pre_hook(
-        self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
-    ) -> RemovableHandle:
-        return self._forward_pre_hooks.add(hook, prepend=prepend, with_kwargs=with_kwargs)
+    # The flags (prepend, with_kwargs and, for forward hooks, always_call) go to the registry as given.
+    def register_forward_pre_hook(self, hook: Callable[..., Any], **flags: bool) -> RemovableHandle:
+        return self._forward_pre_hooks.add(hook, **flags)
 
-    def register_forward_hook(
-        self,
-        hook: Callable[..., Any],
-        *,
-        prepend: bool = False,
-        with_kwargs: bool = False,
-        always_call: bool = False,
-    ) -> RemovableHandle:
-        return self._forward_hooks.add(hook, prepend=prepend, with_kwargs=with_kwargs, always_call=always_call)
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> RemovableHandle:
+        return self._forward_hooks.add(hook, **flags)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if not (self._forward_pre_hooks or self._forward_hooks):

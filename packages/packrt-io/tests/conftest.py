@@ -178,17 +178,11 @@ class FakeModule:
         yield from ()
 
     def load_state_dict(
-        self,
-        state_dict: Any,
-        strict: bool = True,
-        assign: bool = False,
-        *,
-        pack: bool = False,
-        weight_residency: Any = None,
+        self, state_dict: Any, strict: bool = True, assign: bool = False, **options: Any
     ) -> IncompatibleKeys:
         from packrt_core.errors import StateDictError
 
-        self.load_calls.append({"strict": strict, "assign": assign, "pack": pack, "weight_residency": weight_residency})
+        self.load_calls.append({"strict": strict, "assign": assign, **options})  # pack, weight_residency
         own = self.state_dict()
         accepted = set(self.slots) | set(own)
         missing = [key for key in own if key not in state_dict]

@@ -46,10 +46,10 @@ def test_shards_fill_in_order_and_an_oversize_tensor_sits_alone() -> None:
 @pytest.mark.parametrize(
     ("name", "single", "index"),
     [
-        ("x.safetensors", "x.safetensors", "x.safetensors.index.json"),
-        ("x.safetensors.index.json", "x.safetensors", "x.safetensors.index.json"),
-        ("x.index.json", "x.safetensors", "x.index.json"),
-        ("out", "out/model.safetensors", "out/model.safetensors.index.json"),
+        pytest.param("x.safetensors", "x.safetensors", "x.safetensors.index.json", id="file"),
+        pytest.param("x.safetensors.index.json", "x.safetensors", "x.safetensors.index.json", id="index"),
+        pytest.param("x.index.json", "x.safetensors", "x.index.json", id="index-without-safetensors"),
+        pytest.param("out", "out/model.safetensors", "out/model.safetensors.index.json", id="directory"),
     ],
 )
 def test_a_save_target_is_a_file_an_index_or_a_directory(tmp_path: Path, name: str, single: str, index: str) -> None:

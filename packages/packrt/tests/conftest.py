@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -11,10 +12,9 @@ import pytest
 @pytest.fixture(scope="session")
 def torch() -> ModuleType:
     """torch 2.13 (CPU); skips without it, or fails when PACKRT_REQUIRE_TORCH=1 says it must be there."""
+    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
+        return pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
     try:
-        import torch as torch_module
+        return importlib.import_module("torch")
     except ImportError as err:
-        if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":
-            pytest.fail(f"torch is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
-        pytest.skip("torch is not installed (pip install torch==2.13.0)")
-    return torch_module
+        pytest.fail(f"torch is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")

@@ -199,24 +199,18 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "inspect" in capsys.readouterr().out
 
 
+def _inspect_in_a_subprocess(path: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m packrt.cli inspect PATH``, run to the end with its output captured as text."""
+    command = [sys.executable, "-m", "packrt.cli", "inspect", str(path)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
 def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
     path = _save(tmp_path / "m.safetensors", {"w": np.zeros(2, np.float32)}, format="pt")
-    result = subprocess.run(
-        [sys.executable, "-m", "packrt.cli", "inspect", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _inspect_in_a_subprocess(path)
     assert result.returncode == 0, result.stderr
     assert "w     F32    [2]        8" in result.stdout
-    missing = subprocess.run(
-        [sys.executable, "-m", "packrt.cli", "inspect", str(tmp_path / "none.safetensors")],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    missing = _inspect_in_a_subprocess(tmp_path / "none.safetensors")
     assert missing.returncode == 2
     assert "none.safetensors': cannot be opened" in missing.stderr
     assert json.loads(json.dumps(result.stdout))  # plain text, nothing binary
@@ -248,14 +242,7 @@ def test_inspect_into_a_reader_that_closes_early_exits_141_with_nothing_on_stder
 
 
 def test_inspect_read_to_the_end_still_exits_0(tmp_path: Path) -> None:
-    path = _many_tensors(tmp_path / "many.safetensors")
-    result = subprocess.run(
-        [sys.executable, "-m", "packrt.cli", "inspect", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = _inspect_in_a_subprocess(_many_tensors(tmp_path / "many.safetensors"))
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     assert "tensors: 6000, 24000 bytes" in result.stdout

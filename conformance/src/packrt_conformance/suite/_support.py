@@ -1,4 +1,4 @@
-"""Shared builders and assertions for the suite: standard module trees and signature matching.
+"""Shared builders and assertions for the suite: standard module trees, signature matching, clause cases.
 
 Everything here goes through the adapter, so the same trees are built on every implementation.
 """
@@ -9,6 +9,7 @@ import inspect
 from typing import Any
 
 import numpy as np
+import pytest
 
 from packrt_conformance.adapter import Adapter
 
@@ -24,6 +25,11 @@ _KINDS = {
 SAMPLE_PARAMS = ["scale", "encoder.weight", "encoder.bias", "decoder.gain"]
 SAMPLE_BUFFERS = ["mask", "decoder.steps", "decoder.cache"]
 SAMPLE_STATE = ["scale", "mask", "encoder.weight", "encoder.bias", "decoder.gain", "decoder.steps"]
+
+
+def clause_param(clause: str, *values: Any) -> Any:
+    """One parametrized case that checks ``clause`` and is named after it."""
+    return pytest.param(*values, marks=pytest.mark.clause(clause), id=clause)
 
 
 def sample_tree(impl: Adapter) -> Any:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import forward_module, raising_module
+from packrt_conformance.suite._support import clause_param, forward_module, raising_module
 
 
 @pytest.mark.clause("forward.call-runs-hooks")
@@ -57,17 +57,6 @@ def test_forward_hook_with_kwargs_receives_the_keywords(impl: Adapter) -> None:
     assert seen == [((1,), {"y": 5}, 15)]
 
 
-@pytest.mark.clause("register_forward_hook.registration-order", "register_forward_hook.prepend")
-def test_forward_hooks_run_in_order_and_prepend_goes_first(impl: Adapter) -> None:
-    m = forward_module(impl)
-    log: list[str] = []
-    m.register_forward_hook(lambda mod, a, o: log.append("first"))
-    m.register_forward_hook(lambda mod, a, o: log.append("second"))
-    m.register_forward_hook(lambda mod, a, o: log.append("prepended"), prepend=True)
-    m(1)
-    assert log == ["prepended", "first", "second"]
-
-
 @pytest.mark.clause("register_forward_hook.always-call")
 def test_always_call_hook_runs_when_forward_raises(impl: Adapter) -> None:
     m = raising_module(impl)
@@ -79,17 +68,6 @@ def test_always_call_hook_runs_when_forward_raises(impl: Adapter) -> None:
         m(1)
     assert seen == [None]
     assert skipped == []
-
-
-@pytest.mark.clause("register_forward_hook.handle-remove")
-def test_removed_forward_hook_no_longer_runs(impl: Adapter) -> None:
-    m = forward_module(impl)
-    log: list[int] = []
-    handle = m.register_forward_hook(lambda mod, a, o: log.append(o))
-    m(1)
-    handle.remove()
-    m(2)
-    assert log == [10]
 
 
 @pytest.mark.clause("register_forward_pre_hook.runs-before-forward")
@@ -137,22 +115,46 @@ def test_pre_hook_with_kwargs_replaces_args_and_kwargs(impl: Adapter) -> None:
     assert seen == [((1,), {"y": 5})]
 
 
-@pytest.mark.clause("register_forward_pre_hook.registration-order", "register_forward_pre_hook.prepend")
-def test_pre_hooks_run_in_order_and_prepend_goes_first(impl: Adapter) -> None:
+# -- rules both registries keep ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    "register",
+    [
+        pytest.param(
+            "register_forward_hook",
+            marks=pytest.mark.clause("register_forward_hook.registration-order", "register_forward_hook.prepend"),
+            id="register_forward_hook",
+        ),
+        pytest.param(
+            "register_forward_pre_hook",
+            marks=pytest.mark.clause(
+                "register_forward_pre_hook.registration-order", "register_forward_pre_hook.prepend"
+            ),
+            id="register_forward_pre_hook",
+        ),
+    ],
+)
+def test_hooks_run_in_registration_order_and_prepend_goes_first(impl: Adapter, register: str) -> None:
     m = forward_module(impl)
     log: list[str] = []
-    m.register_forward_pre_hook(lambda mod, a: log.append("first"))
-    m.register_forward_pre_hook(lambda mod, a: log.append("second"))
-    m.register_forward_pre_hook(lambda mod, a: log.append("prepended"), prepend=True)
+    add = getattr(m, register)
+    add(lambda mod, args, *out: log.append("first"))
+    add(lambda mod, args, *out: log.append("second"))
+    add(lambda mod, args, *out: log.append("prepended"), prepend=True)
     m(1)
     assert log == ["prepended", "first", "second"]
 
 
-@pytest.mark.clause("register_forward_pre_hook.handle-remove")
-def test_removed_pre_hook_no_longer_runs(impl: Adapter) -> None:
+@pytest.mark.parametrize(
+    "register",
+    [
+        clause_param("register_forward_hook.handle-remove", "register_forward_hook"),
+        clause_param("register_forward_pre_hook.handle-remove", "register_forward_pre_hook"),
+    ],
+)
+def test_removed_hook_no_longer_runs(impl: Adapter, register: str) -> None:
     m = forward_module(impl)
     log: list[Any] = []
-    handle = m.register_forward_pre_hook(lambda mod, a: log.append(a))
+    handle = getattr(m, register)(lambda mod, args, *out: log.append(args))
     m(1)
     handle.remove()
     m(2)

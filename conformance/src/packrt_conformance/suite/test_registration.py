@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import forward_module, names
+from packrt_conformance.suite._support import clause_param, forward_module, names
 
 
 @pytest.mark.clause("init.empty-registries")
@@ -78,13 +78,23 @@ def test_child_tensors_enumerate_under_the_dotted_name(impl: Adapter) -> None:
     assert names(m.named_parameters()) == ["proj.weight", "proj.bias"]
 
 
-@pytest.mark.clause("add_module.none-slot")
-def test_add_module_none_files_an_empty_slot(impl: Adapter) -> None:
+@pytest.mark.parametrize(
+    ("register", "walk"),
+    [
+        clause_param("add_module.none-slot", "add_module", "children"),
+        clause_param("register_parameter.none-empty-slot", "register_parameter", "parameters"),
+        clause_param("register_buffer.none-empty-slot", "register_buffer", "buffers"),
+    ],
+)
+def test_registering_none_files_an_empty_slot_that_reads_back_none_and_is_not_walked(
+    impl: Adapter, register: str, walk: str
+) -> None:
     m = impl.nn.Module()
-    m.add_module("slot", None)
+    getattr(m, register)("slot", None)
     assert m.slot is None
-    assert list(m.children()) == []
+    assert list(getattr(m, walk)()) == []
     assert names(m.named_modules()) == [""]
+    assert m.state_dict() == {}
 
 
 @pytest.mark.clause("register_module.same-as-add-module")
@@ -104,16 +114,6 @@ def test_register_parameter_matches_assignment(impl: Adapter) -> None:
     b.w = p
     assert a.w is p
     assert [(n, t is p) for n, t in a.named_parameters()] == [(n, t is p) for n, t in b.named_parameters()]
-
-
-@pytest.mark.clause("register_parameter.none-empty-slot")
-def test_register_parameter_none_reads_back_none_and_is_not_walked(impl: Adapter) -> None:
-    m = impl.nn.Module()
-    m.register_parameter("bias", None)
-    m.weight = impl.parameter([1.0])
-    assert m.bias is None
-    assert names(m.named_parameters()) == ["weight"]
-    assert list(m.state_dict()) == ["weight"]
 
 
 @pytest.mark.clause("register_buffer.files-buffer")
@@ -155,12 +155,3 @@ def test_buffer_objects_own_persistent_flag_wins(impl: Adapter) -> None:
     m.register_buffer("dropped", impl.buffer([1.0], persistent=False))
     m.register_buffer("kept", impl.buffer([2.0], persistent=True), persistent=False)
     assert list(m.state_dict()) == ["kept"], "the Buffer's flag must decide, not register_buffer's argument"
-
-
-@pytest.mark.clause("register_buffer.none-empty-slot")
-def test_register_buffer_none_is_an_empty_slot(impl: Adapter) -> None:
-    m = impl.nn.Module()
-    m.register_buffer("running", None)
-    assert m.running is None
-    assert list(m.buffers()) == []
-    assert m.state_dict() == {}

@@ -12,214 +12,81 @@ from typing import Any
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import NO_DEFAULT, signature_problems
+from packrt_conformance.suite._support import NO_DEFAULT, clause_param, signature_problems
 
+_NAME = ("name", "pos", NO_DEFAULT)
+_TARGET = ("target", "pos", NO_DEFAULT)
+_RECURSE = ("recurse", "pos", True)
+_PREFIX = ("prefix", "pos", "")
+_DEDUP = ("remove_duplicate", "pos", True)
+_LOAD = [("state_dict", "pos", NO_DEFAULT), ("strict", "pos", True), ("assign", "pos", False)]
+_HOOK = [("hook", "pos", NO_DEFAULT), ("prepend", "kw", False), ("with_kwargs", "kw", False)]
+_VARIADIC = [("args", "*"), ("kwargs", "**")]
+
+# (clause, method, the (name, kind, default) list its signature must start with: see signature_problems)
 SIGNATURES = [
-    pytest.param("__init__", [], marks=pytest.mark.clause("init.signature"), id="init.signature"),
-    pytest.param(
-        "add_module",
-        [("name", "pos", NO_DEFAULT), ("module", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("add_module.signature"),
-        id="add_module.signature",
-    ),
-    pytest.param(
-        "apply",
-        [("fn", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("apply.signature"),
-        id="apply.signature",
-    ),
-    pytest.param("bfloat16", [], marks=pytest.mark.clause("bfloat16.signature"), id="bfloat16.signature"),
-    pytest.param("double", [], marks=pytest.mark.clause("double.signature"), id="double.signature"),
-    pytest.param("float", [], marks=pytest.mark.clause("float.signature"), id="float.signature"),
-    pytest.param("half", [], marks=pytest.mark.clause("half.signature"), id="half.signature"),
-    pytest.param("cpu", [], marks=pytest.mark.clause("cpu.signature"), id="cpu.signature"),
-    pytest.param("children", [], marks=pytest.mark.clause("children.signature"), id="children.signature"),
-    pytest.param("eval", [], marks=pytest.mark.clause("eval.signature"), id="eval.signature"),
-    pytest.param("extra_repr", [], marks=pytest.mark.clause("extra_repr.signature"), id="extra_repr.signature"),
-    pytest.param("modules", [], marks=pytest.mark.clause("modules.signature"), id="modules.signature"),
-    pytest.param(
-        "named_children",
-        [],
-        marks=pytest.mark.clause("named_children.signature"),
-        id="named_children.signature",
-    ),
-    pytest.param(
-        "get_extra_state",
-        [],
-        marks=pytest.mark.clause("get_extra_state.signature"),
-        id="get_extra_state.signature",
-    ),
-    pytest.param(
-        "buffers",
-        [("recurse", "pos", True)],
-        marks=pytest.mark.clause("buffers.signature"),
-        id="buffers.signature",
-    ),
-    pytest.param(
-        "parameters",
-        [("recurse", "pos", True)],
-        marks=pytest.mark.clause("parameters.signature"),
-        id="parameters.signature",
-    ),
-    pytest.param("cuda", [("device", "pos", None)], marks=pytest.mark.clause("cuda.signature"), id="cuda.signature"),
-    pytest.param(
-        "forward",
-        [("args", "*"), ("kwargs", "**")],
-        marks=pytest.mark.clause("forward.signature"),
-        id="forward.signature",
-    ),
-    pytest.param(
-        "get_buffer",
-        [("target", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("get_buffer.signature"),
-        id="get_buffer.signature",
-    ),
-    pytest.param(
-        "get_parameter",
-        [("target", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("get_parameter.signature"),
-        id="get_parameter.signature",
-    ),
-    pytest.param(
-        "get_submodule",
-        [("target", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("get_submodule.signature"),
-        id="get_submodule.signature",
-    ),
-    pytest.param(
+    clause_param("add_module.signature", "add_module", [_NAME, ("module", "pos", NO_DEFAULT)]),
+    clause_param("apply.signature", "apply", [("fn", "pos", NO_DEFAULT)]),
+    clause_param("bfloat16.signature", "bfloat16", []),
+    clause_param("buffers.signature", "buffers", [_RECURSE]),
+    clause_param("children.signature", "children", []),
+    clause_param("cpu.signature", "cpu", []),
+    clause_param("cuda.signature", "cuda", [("device", "pos", None)]),
+    clause_param("double.signature", "double", []),
+    clause_param("eval.signature", "eval", []),
+    clause_param("extra_repr.signature", "extra_repr", []),
+    clause_param("float.signature", "float", []),
+    clause_param("forward.signature", "forward", _VARIADIC),
+    clause_param("get_buffer.signature", "get_buffer", [_TARGET]),
+    clause_param("get_extra_state.signature", "get_extra_state", []),
+    clause_param("get_parameter.signature", "get_parameter", [_TARGET]),
+    clause_param("get_submodule.signature", "get_submodule", [_TARGET]),
+    clause_param("half.signature", "half", []),
+    clause_param("init.signature", "__init__", []),
+    clause_param("initialize.signature", "initialize", []),
+    clause_param("load_state_dict.signature", "load_state_dict", _LOAD),
+    clause_param(
+        "load_state_dict.signature.pack-keywords",
         "load_state_dict",
-        [("state_dict", "pos", NO_DEFAULT), ("strict", "pos", True), ("assign", "pos", False)],
-        marks=pytest.mark.clause("load_state_dict.signature"),
-        id="load_state_dict.signature",
+        [*_LOAD, ("pack", "kw", False), ("weight_residency", "kw", None)],
     ),
-    pytest.param(
-        "load_state_dict",
-        [
-            ("state_dict", "pos", NO_DEFAULT),
-            ("strict", "pos", True),
-            ("assign", "pos", False),
-            ("pack", "kw", False),
-            ("weight_residency", "kw", None),
-        ],
-        marks=pytest.mark.clause("load_state_dict.signature.pack-keywords"),
-        id="load_state_dict.signature.pack-keywords",
+    clause_param(
+        "load_state_dict.signature-rev1", "load_state_dict", [("state", "pos", NO_DEFAULT), ("strict", "pos", True)]
     ),
-    pytest.param(
-        "named_buffers",
-        [("prefix", "pos", ""), ("recurse", "pos", True), ("remove_duplicate", "pos", True)],
-        marks=pytest.mark.clause("named_buffers.signature"),
-        id="named_buffers.signature",
-    ),
-    pytest.param(
-        "named_parameters",
-        [("prefix", "pos", ""), ("recurse", "pos", True), ("remove_duplicate", "pos", True)],
-        marks=pytest.mark.clause("named_parameters.signature"),
-        id="named_parameters.signature",
-    ),
-    pytest.param(
-        "named_modules",
-        [("memo", "pos", None), ("prefix", "pos", ""), ("remove_duplicate", "pos", True)],
-        marks=pytest.mark.clause("named_modules.signature"),
-        id="named_modules.signature",
-    ),
-    pytest.param(
+    clause_param("modules.signature", "modules", []),
+    clause_param("named_buffers.signature", "named_buffers", [_PREFIX, _RECURSE, _DEDUP]),
+    clause_param("named_buffers.signature-rev1", "named_buffers", [_RECURSE]),
+    clause_param("named_children.signature", "named_children", []),
+    clause_param("named_modules.signature", "named_modules", [("memo", "pos", None), _PREFIX, _DEDUP]),
+    clause_param("named_modules.signature-rev1", "named_modules", [_PREFIX, ("_memo", "pos", None)]),
+    clause_param("named_parameters.signature", "named_parameters", [_PREFIX, _RECURSE, _DEDUP]),
+    clause_param("named_parameters.signature-rev1", "named_parameters", [_RECURSE]),
+    clause_param("parameters.signature", "parameters", [_RECURSE]),
+    clause_param(
+        "register_buffer.signature",
         "register_buffer",
-        [("name", "pos", NO_DEFAULT), ("tensor", "pos", NO_DEFAULT), ("persistent", "pos", True)],
-        marks=pytest.mark.clause("register_buffer.signature"),
-        id="register_buffer.signature",
+        [_NAME, ("tensor", "pos", NO_DEFAULT), ("persistent", "pos", True)],
     ),
-    pytest.param(
-        "register_forward_hook",
-        [
-            ("hook", "pos", NO_DEFAULT),
-            ("prepend", "kw", False),
-            ("with_kwargs", "kw", False),
-            ("always_call", "kw", False),
-        ],
-        marks=pytest.mark.clause("register_forward_hook.signature"),
-        id="register_forward_hook.signature",
-    ),
-    pytest.param(
-        "register_forward_pre_hook",
-        [("hook", "pos", NO_DEFAULT), ("prepend", "kw", False), ("with_kwargs", "kw", False)],
-        marks=pytest.mark.clause("register_forward_pre_hook.signature"),
-        id="register_forward_pre_hook.signature",
-    ),
-    pytest.param(
-        "register_module",
-        [("name", "pos", NO_DEFAULT), ("module", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("register_module.signature"),
-        id="register_module.signature",
-    ),
-    pytest.param(
-        "register_parameter",
-        [("name", "pos", NO_DEFAULT), ("param", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("register_parameter.signature"),
-        id="register_parameter.signature",
-    ),
-    pytest.param(
-        "set_extra_state",
-        [("state", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("set_extra_state.signature"),
-        id="set_extra_state.signature",
-    ),
-    pytest.param(
+    clause_param("register_forward_hook.signature", "register_forward_hook", [*_HOOK, ("always_call", "kw", False)]),
+    clause_param("register_forward_pre_hook.signature", "register_forward_pre_hook", _HOOK),
+    clause_param("register_module.signature", "register_module", [_NAME, ("module", "pos", NO_DEFAULT)]),
+    clause_param("register_parameter.signature", "register_parameter", [_NAME, ("param", "pos", NO_DEFAULT)]),
+    clause_param("set_extra_state.signature", "set_extra_state", [("state", "pos", NO_DEFAULT)]),
+    clause_param(
+        "set_submodule.signature",
         "set_submodule",
-        [("target", "pos", NO_DEFAULT), ("module", "pos", NO_DEFAULT), ("strict", "pos", False)],
-        marks=pytest.mark.clause("set_submodule.signature"),
-        id="set_submodule.signature",
+        [_TARGET, ("module", "pos", NO_DEFAULT), ("strict", "pos", False)],
     ),
-    pytest.param(
+    clause_param(
+        "state_dict.signature",
         "state_dict",
         [("destination", "kw", None), ("prefix", "kw", ""), ("keep_vars", "kw", False)],
-        marks=pytest.mark.clause("state_dict.signature"),
-        id="state_dict.signature",
     ),
-    pytest.param("to", [("args", "*"), ("kwargs", "**")], marks=pytest.mark.clause("to.signature"), id="to.signature"),
-    pytest.param(
-        "to_empty",
-        [("device", "kw", NO_DEFAULT), ("recurse", "kw", True)],
-        marks=pytest.mark.clause("to_empty.signature"),
-        id="to_empty.signature",
-    ),
-    pytest.param("train", [("mode", "pos", True)], marks=pytest.mark.clause("train.signature"), id="train.signature"),
-    pytest.param("initialize", [], marks=pytest.mark.clause("initialize.signature"), id="initialize.signature"),
-    pytest.param(
-        "named_buffers",
-        [("recurse", "pos", True)],
-        marks=pytest.mark.clause("named_buffers.signature-rev1"),
-        id="named_buffers.signature-rev1",
-    ),
-    pytest.param(
-        "named_parameters",
-        [("recurse", "pos", True)],
-        marks=pytest.mark.clause("named_parameters.signature-rev1"),
-        id="named_parameters.signature-rev1",
-    ),
-    pytest.param(
-        "named_modules",
-        [("prefix", "pos", ""), ("_memo", "pos", None)],
-        marks=pytest.mark.clause("named_modules.signature-rev1"),
-        id="named_modules.signature-rev1",
-    ),
-    pytest.param(
-        "load_state_dict",
-        [("state", "pos", NO_DEFAULT), ("strict", "pos", True)],
-        marks=pytest.mark.clause("load_state_dict.signature-rev1"),
-        id="load_state_dict.signature-rev1",
-    ),
-    pytest.param(
-        "state_dict",
-        [("prefix", "kw", "")],
-        marks=pytest.mark.clause("state_dict.signature-rev1"),
-        id="state_dict.signature-rev1",
-    ),
-    pytest.param(
-        "to",
-        [("target", "pos", NO_DEFAULT)],
-        marks=pytest.mark.clause("to.signature-rev1"),
-        id="to.signature-rev1",
-    ),
+    clause_param("state_dict.signature-rev1", "state_dict", [("prefix", "kw", "")]),
+    clause_param("to.signature", "to", _VARIADIC),
+    clause_param("to.signature-rev1", "to", [_TARGET]),
+    clause_param("to_empty.signature", "to_empty", [("device", "kw", NO_DEFAULT), ("recurse", "kw", True)]),
+    clause_param("train.signature", "train", [("mode", "pos", True)]),
 ]
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import sample_tree, shared_child_tree
+from packrt_conformance.suite._support import clause_param, sample_tree, shared_child_tree
 
 
 def _deep(impl: Adapter) -> Any:
@@ -57,35 +57,11 @@ def test_get_submodule_empty_path_is_the_module(impl: Adapter) -> None:
     assert root.get_submodule("") is root
 
 
-@pytest.mark.clause("get_submodule.missing-raises")
-def test_get_submodule_missing_segment_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="nowhere"):
-        _deep(impl).get_submodule("encoder.nowhere")
-
-
-@pytest.mark.clause("get_submodule.wrong-kind-raises")
-def test_get_submodule_through_a_parameter_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="scale"):
-        _deep(impl).get_submodule("decoder.scale")
-
-
 @pytest.mark.clause("get_parameter.dotted-path")
 def test_get_parameter_returns_the_parameter_object(impl: Adapter) -> None:
     root = _deep(impl)
     assert root.get_parameter("decoder.scale") is root.decoder.scale
     assert root.get_parameter("encoder.layers.2.weight") is root.encoder.layers[2].weight
-
-
-@pytest.mark.clause("get_parameter.missing-raises")
-def test_get_parameter_missing_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="absent"):
-        _deep(impl).get_parameter("decoder.absent")
-
-
-@pytest.mark.clause("get_parameter.wrong-kind-raises")
-def test_get_parameter_on_a_buffer_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="mask"):
-        _deep(impl).get_parameter("decoder.mask")
 
 
 @pytest.mark.clause("get_buffer.dotted-path")
@@ -94,25 +70,38 @@ def test_get_buffer_returns_the_buffer(impl: Adapter) -> None:
     assert root.get_buffer("decoder.mask") is root.decoder.mask
 
 
-@pytest.mark.clause("get_buffer.missing-raises")
-def test_get_buffer_missing_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="absent"):
-        _deep(impl).get_buffer("decoder.absent")
+@pytest.mark.parametrize(
+    ("getter", "path", "named"),
+    [
+        clause_param("get_submodule.missing-raises", "get_submodule", "encoder.nowhere", "nowhere"),
+        clause_param("get_submodule.wrong-kind-raises", "get_submodule", "decoder.scale", "scale"),
+        clause_param("get_parameter.missing-raises", "get_parameter", "decoder.absent", "absent"),
+        clause_param("get_parameter.wrong-kind-raises", "get_parameter", "decoder.mask", "mask"),
+        clause_param("get_buffer.missing-raises", "get_buffer", "decoder.absent", "absent"),
+        clause_param("get_buffer.wrong-kind-raises", "get_buffer", "decoder.scale", "scale"),
+    ],
+)
+def test_a_getter_raises_attribute_error_naming_a_missing_or_wrong_kind_segment(
+    impl: Adapter, getter: str, path: str, named: str
+) -> None:
+    with pytest.raises(AttributeError, match=named):
+        getattr(_deep(impl), getter)(path)
 
 
-@pytest.mark.clause("get_buffer.wrong-kind-raises")
-def test_get_buffer_on_a_parameter_raises(impl: Adapter) -> None:
-    with pytest.raises(AttributeError, match="scale"):
-        _deep(impl).get_buffer("decoder.scale")
-
-
-@pytest.mark.clause("set_submodule.replaces")
-def test_set_submodule_replaces_the_module_at_the_path(impl: Adapter) -> None:
+@pytest.mark.parametrize(
+    ("parent", "name"),
+    [
+        clause_param("set_submodule.replaces", "encoder.layers", "1"),
+        clause_param("set_submodule.default-creates-last", "decoder", "head"),
+    ],
+)
+def test_set_submodule_files_the_module_at_the_path(impl: Adapter, parent: str, name: str) -> None:
     root = _deep(impl)
     new = impl.linear(2, 2)
-    root.set_submodule("encoder.layers.1", new)
-    assert root.get_submodule("encoder.layers.1") is new
-    assert root.encoder.layers[1] is new
+    root.set_submodule(f"{parent}.{name}", new)
+    assert root.get_submodule(f"{parent}.{name}") is new
+    assert getattr(root.get_submodule(parent), name) is new
+    assert (name, new) in list(root.get_submodule(parent).named_children())
 
 
 @pytest.mark.clause("set_submodule.strict-requires-existing")
@@ -121,15 +110,6 @@ def test_strict_set_submodule_refuses_a_missing_target(impl: Adapter) -> None:
     with pytest.raises(AttributeError, match="head"):
         root.set_submodule("decoder.head", impl.linear(2, 2), strict=True)
     assert not hasattr(root.decoder, "head")
-
-
-@pytest.mark.clause("set_submodule.default-creates-last")
-def test_set_submodule_creates_a_missing_last_segment(impl: Adapter) -> None:
-    root = _deep(impl)
-    head = impl.linear(2, 2)
-    root.set_submodule("decoder.head", head)
-    assert root.get_submodule("decoder.head") is head
-    assert ("head", head) in list(root.decoder.named_children())
 
 
 @pytest.mark.clause("extra_repr.in-repr")

@@ -10,6 +10,7 @@ from packrt_conformance.adapter import Adapter
 from packrt_conformance.suite._support import (
     SAMPLE_BUFFERS,
     SAMPLE_PARAMS,
+    clause_param,
     names,
     sample_tree,
     shared_child_tree,
@@ -58,16 +59,28 @@ def test_remove_duplicate_false_yields_every_name_of_a_tie(impl: Adapter) -> Non
     assert pairs[0][1] is pairs[2][1]
 
 
-@pytest.mark.clause("named_parameters.prefix")
+@pytest.mark.parametrize(
+    ("walk", "expected"),
+    [
+        clause_param("named_parameters.prefix", "named_parameters", SAMPLE_PARAMS),
+        clause_param("named_buffers.prefix", "named_buffers", SAMPLE_BUFFERS),
+    ],
+)
 @given(prefix=_PREFIX)
-def test_named_parameters_prepends_the_prefix(impl: Adapter, prefix: str) -> None:
+def test_named_tensor_walks_prepend_the_prefix(impl: Adapter, walk: str, expected: list[str], prefix: str) -> None:
     root = sample_tree(impl)
-    assert names(root.named_parameters(prefix=prefix)) == [f"{prefix}.{n}" for n in SAMPLE_PARAMS]
+    assert names(getattr(root, walk)(prefix=prefix)) == [f"{prefix}.{n}" for n in expected]
 
 
-@pytest.mark.clause("named_parameters.recurse-false")
-def test_named_parameters_without_recursion_stops_at_own(impl: Adapter) -> None:
-    assert names(sample_tree(impl).named_parameters(recurse=False)) == ["scale"]
+@pytest.mark.parametrize(
+    ("walk", "own"),
+    [
+        clause_param("named_parameters.recurse-false", "named_parameters", "scale"),
+        clause_param("named_buffers.recurse", "named_buffers", "mask"),
+    ],
+)
+def test_named_tensor_walks_without_recursion_stop_at_own(impl: Adapter, walk: str, own: str) -> None:
+    assert names(getattr(sample_tree(impl), walk)(recurse=False)) == [own]
 
 
 @pytest.mark.clause("named_parameters.layer-tensors")
@@ -78,35 +91,22 @@ def test_layer_tensors_are_walked_with_loose_parameters(impl: Adapter) -> None:
     assert names(root.named_parameters()) == ["loose", "layer.weight", "layer.bias"]
 
 
-@pytest.mark.clause("parameters.recurse")
-def test_parameters_recurse_flag(impl: Adapter) -> None:
+@pytest.mark.parametrize(
+    ("walk", "own", "everything"),
+    [
+        clause_param("parameters.recurse", "parameters", "scale", SAMPLE_PARAMS),
+        clause_param("buffers.recurse", "buffers", "mask", SAMPLE_BUFFERS),
+    ],
+)
+def test_tensor_walks_recurse_flag(impl: Adapter, walk: str, own: str, everything: list[str]) -> None:
     root = sample_tree(impl)
-    assert [p is root.scale for p in root.parameters(recurse=False)] == [True]
-    assert len(list(root.parameters())) == len(SAMPLE_PARAMS)
-
-
-@pytest.mark.clause("buffers.recurse")
-def test_buffers_recurse_flag(impl: Adapter) -> None:
-    root = sample_tree(impl)
-    assert [b is root.mask for b in root.buffers(recurse=False)] == [True]
-    assert len(list(root.buffers())) == len(SAMPLE_BUFFERS)
+    assert [t is getattr(root, own) for t in getattr(root, walk)(recurse=False)] == [True]
+    assert len(list(getattr(root, walk)())) == len(everything)
 
 
 @pytest.mark.clause("named_buffers.non-persistent-included")
 def test_named_buffers_include_non_persistent(impl: Adapter) -> None:
     assert "decoder.cache" in names(sample_tree(impl).named_buffers())
-
-
-@pytest.mark.clause("named_buffers.prefix")
-@given(prefix=_PREFIX)
-def test_named_buffers_prepends_the_prefix(impl: Adapter, prefix: str) -> None:
-    root = sample_tree(impl)
-    assert names(root.named_buffers(prefix=prefix)) == [f"{prefix}.{n}" for n in SAMPLE_BUFFERS]
-
-
-@pytest.mark.clause("named_buffers.recurse")
-def test_named_buffers_without_recursion_stops_at_own(impl: Adapter) -> None:
-    assert names(sample_tree(impl).named_buffers(recurse=False)) == ["mask"]
 
 
 @pytest.mark.clause("named_buffers.remove-duplicate")

@@ -38,28 +38,17 @@ EXTRA_STATE_SUFFIX = "_extra_state"
 
 
 class CheckpointModule(Protocol):
-    """The part of the Module contract checkpoints use (``packrt.nn.Module`` provides all of it)."""
+    """The calls checkpoints make on a module, each with the keywords it passes (``packrt.nn.Module``
+    takes them all, as does any module that keeps the Module contract)."""
 
-    def state_dict(
-        self, *, destination: dict[str, Any] | None = None, prefix: str = "", keep_vars: bool = False
-    ) -> dict[str, Any]: ...
+    def state_dict(self, *, keep_vars: bool) -> dict[str, Any]: ...
 
-    def named_parameters(
-        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
-    ) -> Iterator[tuple[str, Any]]: ...
+    def named_parameters(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]: ...
 
-    def named_buffers(
-        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
-    ) -> Iterator[tuple[str, Any]]: ...
+    def named_buffers(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]: ...
 
     def load_state_dict(
-        self,
-        state_dict: Mapping[str, Any],
-        strict: bool = True,
-        assign: bool = False,
-        *,
-        pack: bool = False,
-        weight_residency: Any = None,
+        self, state_dict: Mapping[str, Any], *, strict: bool, assign: bool, pack: bool, weight_residency: str | None
     ) -> Any: ...
 
 
@@ -132,11 +121,11 @@ def load_checkpoint(
     module: CheckpointModule,
     path: PathLike,
     *,
+    progress: bool | None = None,
     strict: bool = True,
     assign: bool = True,
     pack: bool = False,
     weight_residency: str | None = None,
-    progress: bool | None = None,
 ) -> Any:
     """Load a checkpoint (file, index, or directory holding either) into ``module``; return its result.
 
