@@ -7,7 +7,7 @@ import tracemalloc
 import pytest
 
 import packrt_core as prt
-from packrt_core.errors import StorageFreeError
+from packrt_core.errors import IndexingError, ShapeError, StorageFreeError
 
 
 def test_factories_declare_storage_free_tensors_inside_meta_init() -> None:
@@ -60,7 +60,7 @@ def test_declaring_ten_gigabytes_allocates_under_a_megabyte() -> None:
     assert peak < 2**20
 
 
-@pytest.mark.parametrize("read", ["numpy", "tolist", "item", "sum", "add", "getitem", "dlpack"])
+@pytest.mark.parametrize("read", ["numpy", "tolist", "item", "sum", "add", "slice-then-read", "dlpack"])
 def test_reading_a_storage_free_tensor_raises_instead_of_returning_garbage(read: str) -> None:
     with prt.meta_init():
         t = prt.zeros(1)
@@ -70,7 +70,7 @@ def test_reading_a_storage_free_tensor_raises_instead_of_returning_garbage(read:
         "item": t.item,
         "sum": t.sum,
         "add": lambda: t + 1,
-        "getitem": lambda: t[0],
+        "slice-then-read": lambda: t[0].item(),
         "dlpack": t.__dlpack__,
     }
     with pytest.raises(StorageFreeError, match="storage-free"):
@@ -82,3 +82,63 @@ def test_casting_a_storage_free_tensor_re_declares_it() -> None:
         t = prt.zeros(2, 3)
     h = t.half()
     assert not h.has_storage and h.dtype is prt.float16 and h.shape == (2, 3)
+
+
+SHAPE_OPS = {
+    "reshape": (lambda t: t.reshape(1, 512), (1, 512)),
+    "reshape(-1)": (lambda t: t.reshape(-1, 2), (256, 2)),
+    "view": (lambda t: t.view(8, 64), (8, 64)),
+    "flatten": (lambda t: t.reshape(8, 64).flatten(), (512,)),
+    "unsqueeze": (lambda t: t.unsqueeze(0), (1, 512)),
+    "squeeze": (lambda t: t.reshape(1, 512, 1).squeeze(), (512,)),
+    "transpose": (lambda t: t.reshape(8, 64).transpose(0, 1), (64, 8)),
+    "permute": (lambda t: t.reshape(2, 4, 64).permute(2, 0, 1), (64, 2, 4)),
+    "T": (lambda t: t.reshape(8, 64).T, (64, 8)),
+    "expand": (lambda t: t.reshape(1, 512).expand(4, -1), (4, 512)),
+    "slice": (lambda t: t[:, None][10:20:2], (5, 1)),
+    "contiguous": (lambda t: t.contiguous(), (512,)),
+    "to(dtype)": (lambda t: t.to("float16"), (512,)),
+    "new_empty": (lambda t: t.new_empty(3, 4), (3, 4)),
+    "empty_like": (lambda t: prt.empty_like(t), (512,)),
+    "zeros_like": (lambda t: prt.zeros_like(t, dtype="float32"), (512,)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SHAPE_OPS))
+def test_shape_only_operations_work_on_storage_free_tensors_and_stay_storage_free(op: str) -> None:
+    with prt.meta_init():
+        positions = prt.arange(512)  # how a Hugging Face BERT declares position_ids
+    make, shape = SHAPE_OPS[op]
+    out = make(positions)
+    assert out.shape == shape and not out.has_storage and out.storage_nbytes == 0
+    with pytest.raises(StorageFreeError, match="storage-free"):
+        out.numpy()
+
+
+def test_arange_reshape_under_meta_init_declares_what_bert_declares() -> None:
+    with prt.meta_init():
+        ids = prt.arange(512).reshape(1, 512)
+    assert ids.shape == (1, 512) and ids.dtype is prt.int64 and not ids.has_storage
+
+
+def test_shape_errors_on_storage_free_tensors_are_the_same_as_with_storage() -> None:
+    with prt.meta_init():
+        t = prt.zeros(6)
+    with pytest.raises(ShapeError, match=r"cannot reshape a tensor of shape \(6,\) \(6 elements\) into \(4,\)"):
+        t.reshape(4)
+    with pytest.raises(ShapeError, match=r"cannot expand shape \(6,\) to \(4, 5\)"):
+        t.expand(4, 5)
+    with pytest.raises(IndexingError, match=r"index 7 is out of range for a tensor of shape \(6,\)"):
+        t[7]
+
+
+def test_new_tensors_from_a_tensor_with_storage_have_storage_and_its_dtype() -> None:
+    base = prt.ones(2, dtype="float16")
+    fresh = base.new_zeros(3)
+    assert fresh.has_storage and fresh.dtype is prt.float16 and fresh.tolist() == [0.0, 0.0, 0.0]
+    assert base.new_full((2,), 7, dtype="int32").tolist() == [7, 7]
+    assert prt.ones_like(base).tolist() == [1.0, 1.0] and prt.full_like(base, 2.5).dtype is prt.float16
+    with prt.meta_init():
+        assert not base.new_ones(2).has_storage  # inside meta_init every factory declares
+    with pytest.raises(ShapeError, match="negative sizes"):
+        base.new_empty(-1)

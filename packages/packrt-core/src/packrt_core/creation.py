@@ -103,6 +103,27 @@ def _factory(size: tuple[Any, ...], dtype_: dtype, device: Any, fill: Any) -> Te
     return Tensor._make(backend.full(shape, fill, dtype_.numpy, index), dev, dtype_)
 
 
+def empty_like(t: Tensor, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of ``t``'s shape (and dtype and device unless given), values uninitialized;
+    storage-free when ``t`` is or inside ``meta_init``."""
+    return t.new_empty(t.shape, dtype=dtype, device=device)
+
+
+def zeros_like(t: Tensor, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """Like :func:`empty_like`, filled with zeros."""
+    return t.new_zeros(t.shape, dtype=dtype, device=device)
+
+
+def ones_like(t: Tensor, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """Like :func:`empty_like`, filled with ones."""
+    return t.new_ones(t.shape, dtype=dtype, device=device)
+
+
+def full_like(t: Tensor, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+    """Like :func:`empty_like`, every element ``fill_value``."""
+    return t.new_full(t.shape, fill_value, dtype=dtype, device=device)
+
+
 def _dtype_or(dtype_: Any, default: dtype) -> dtype:
     return as_dtype(dtype_) if dtype_ is not None else default
 
@@ -183,15 +204,19 @@ __all__ = [
     "ALL_DTYPES",
     "arange",
     "empty",
+    "empty_like",
     "from_dlpack",
     "from_numpy",
     "full",
+    "full_like",
     "get_num_threads",
     "manual_seed",
     "ones",
+    "ones_like",
     "rand",
     "randn",
     "set_num_threads",
     "tensor",
     "zeros",
+    "zeros_like",
 ]

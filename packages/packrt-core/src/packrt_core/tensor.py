@@ -23,6 +23,7 @@ import numpy as np
 from packrt_core import dispatch, tensor_math
 from packrt_core.device import CPU, Device, as_device
 from packrt_core.dtypes import (
+    as_dtype,
     bfloat16,
     bool_,
     float16,
@@ -41,13 +42,17 @@ from packrt_core.errors import (
     ShapeError,
     StorageFreeError,
 )
+from packrt_core.meta import declaring
 from packrt_core.placement import parse_to_args
 from packrt_core.tensor_math import NUMBER, normalize_dim, shape_of
 
 _dim = normalize_dim
 _shape_of = shape_of
 
-_DEFAULT_SHOWN = (float32, int64, bool_)  # dtypes the repr leaves out, as PyTorch does
+_DEFAULT_SHOWN = (float32, int64, bool_)
+_ONE_BYTE = np.zeros(
+    (), np.uint8
+)  # what a storage-free tensor's shape-only views alias  # dtypes the repr leaves out, as PyTorch does
 _DLPACK_DEVICE = {"cpu": 1, "cuda": 2}
 
 
@@ -371,6 +376,37 @@ class Tensor:
             host = host.astype(dtype_.numpy)
         return dst.from_host(host, device.index or 0)
 
+    def new_empty(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        """A tensor of ``size`` with uninitialized values, in this tensor's dtype and device unless
+        given; storage-free when this tensor is (or inside ``meta_init``), as PyTorch's meta tensors."""
+        return self._new(size, dtype, device, None)
+
+    def new_zeros(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        """Like :meth:`new_empty`, filled with zeros."""
+        return self._new(size, dtype, device, 0)
+
+    def new_ones(self, *size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+        """Like :meth:`new_empty`, filled with ones."""
+        return self._new(size, dtype, device, 1)
+
+    def new_full(self, size: Any, fill_value: Any, *, dtype: Any = None, device: Any = None) -> Tensor:
+        """Like :meth:`new_empty`, every element ``fill_value``."""
+        return self._new((size,), dtype, device, fill_value)
+
+    def _new(self, size: tuple[Any, ...], dtype_: Any, device: Any, fill: Any) -> Tensor:
+        shape = _shape_of(size)
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"a shape cannot have negative sizes, got {shape}")
+        dt = as_dtype(dtype_) if dtype_ is not None else self._dtype
+        dev = as_device(device) if device is not None else self._device
+        if not self.has_storage or declaring():
+            return Tensor._make(None, dev, dt, shape=shape)
+        backend = dispatch.backend_for(dev)
+        index = dev.index or 0
+        if fill is None:
+            return Tensor._make(backend.empty(shape, dt.numpy, index), dev, dt)
+        return Tensor._make(backend.full(shape, fill, dt.numpy, index), dev, dt)
+
     def cpu(self) -> Tensor:
         return self.to(CPU)
 
@@ -400,6 +436,8 @@ class Tensor:
         return Tensor._make(self._data, self._device, self._dtype, self._lineage, self._shape)
 
     def contiguous(self) -> Tensor:
+        if not self.has_storage:
+            return self
         data = self._array()
         if data.flags.c_contiguous:
             return self
@@ -420,12 +458,29 @@ class Tensor:
         return new
 
     # -- shape and views -----------------------------------------------------------------
+    # Shape-only operations also work on storage-free tensors (as on PyTorch's meta tensors):
+    # they run on a zero-byte stand-in of the tensor's shape, and the result is declared
+    # storage-free with the shape numpy computed. Reading values still raises.
+    def _layout(self) -> Any:
+        """The storage, or for a storage-free tensor a stand-in of its shape whose elements all
+        alias one byte (numpy computes every view of it without allocating)."""
+        if self.has_storage:
+            return self._array()
+        return np.broadcast_to(_ONE_BYTE, self._shape)
+
+    def _shaped(self, out: Any, shares: bool = True) -> Tensor:
+        """A tensor over ``out`` (a view of :meth:`_layout`): storage-free when this one is."""
+        if not self.has_storage:
+            return Tensor._make(None, self._device, self._dtype, shape=tuple(out.shape))
+        return Tensor._make(out, self._device, self._dtype, self._lineage if shares else None)
+
     def reshape(self, *shape: Any) -> Tensor:
         """The same elements in a new shape: a view when the layout allows, else a copy."""
-        data = self._array()
+        data = self._layout()
         target = _shape_of(shape)
         try:
-            return self._view(data.reshape(target))
+            out = data.reshape(target)
+            return self._view(out) if self.has_storage else self._shaped(out)
         except ValueError as err:
             raise ShapeError(
                 f"cannot reshape a tensor of shape {self._shape} ({self.numel()} elements) into {target}"
@@ -433,7 +488,7 @@ class Tensor:
 
     def view(self, *shape: Any) -> Tensor:
         """Like reshape, but always a view: a layout that would need a copy is a ShapeError."""
-        data = self._array()
+        data = self._layout()
         target = _shape_of(shape)
         try:
             out = data.view()
@@ -443,22 +498,22 @@ class Tensor:
                 f"view{target} is impossible for a tensor of shape {self._shape} and strides "
                 f"{data.strides} without a copy: use reshape() or contiguous().view()"
             ) from err
-        return Tensor._make(out, self._device, self._dtype, self._lineage)
+        return self._shaped(out)
 
     def flatten(self) -> Tensor:
         return self.reshape(-1)
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
-        data = self._array()
+        data = self._layout()
         a, b = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
-        return Tensor._make(data.swapaxes(a, b), self._device, self._dtype, self._lineage)
+        return self._shaped(data.swapaxes(a, b))
 
     def permute(self, *dims: Any) -> Tensor:
-        data = self._array()
+        data = self._layout()
         order = tuple(_dim(d, self.ndim) for d in _shape_of(dims))
         if sorted(order) != list(range(self.ndim)):
             raise ShapeError(f"permute{tuple(dims)} is not a permutation of the {self.ndim} dimensions")
-        return Tensor._make(data.transpose(order), self._device, self._dtype, self._lineage)
+        return self._shaped(data.transpose(order))
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's and torch's name
@@ -469,25 +524,23 @@ class Tensor:
         return self.transpose(-2, -1)
 
     def unsqueeze(self, dim: int) -> Tensor:
-        data = self._array()
+        data = self._layout()
         d = _dim(dim, self.ndim + 1)
-        return Tensor._make(
-            data.reshape((*self._shape[:d], 1, *self._shape[d:])), self._device, self._dtype, self._lineage
-        )
+        return self._shaped(data.reshape((*self._shape[:d], 1, *self._shape[d:])))
 
     def squeeze(self, dim: int | None = None) -> Tensor:
         """Drop size-1 dimensions (all of them, or ``dim`` when it has size 1; otherwise unchanged)."""
-        data = self._array()
+        data = self._layout()
         if dim is None:
             shape = tuple(s for s in self._shape if s != 1)
         else:
             d = _dim(dim, self.ndim)
             shape = self._shape if self._shape[d] != 1 else self._shape[:d] + self._shape[d + 1 :]
-        return Tensor._make(data.reshape(shape), self._device, self._dtype, self._lineage)
+        return self._shaped(data.reshape(shape))
 
     def expand(self, *sizes: Any) -> Tensor:
         """A read-only broadcast view; -1 keeps a dimension's size."""
-        data = self._array()
+        data = self._layout()
         target = list(_shape_of(sizes))
         offset = len(target) - self.ndim
         if offset < 0:
@@ -497,8 +550,8 @@ class Tensor:
                 target[offset + i] = s
             elif s != 1 and s != target[offset + i]:
                 raise ShapeError(f"cannot expand shape {self._shape} to {tuple(target)}: dimension {i} has size {s}")
-        out = self._xp.broadcast_to(data, tuple(target))
-        return Tensor._make(out, self._device, self._dtype, self._lineage)
+        xp = self._xp if self.has_storage else np
+        return self._shaped(xp.broadcast_to(data, tuple(target)))
 
     def _index(self, index: Any) -> Any:
         """A tensor-free index; reports whether it is basic (numpy returns a view for those)."""
@@ -521,13 +574,13 @@ class Tensor:
         return tuple(converted), basic
 
     def __getitem__(self, index: Any) -> Tensor:
-        data = self._array()
+        data = self._layout()
         idx, basic = self._index(index)
         try:
             out = data[idx]
         except IndexError as err:
             raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
-        return Tensor._make(out, self._device, self._dtype, self._lineage if basic else None)
+        return self._shaped(out, shares=basic)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         data = self._writable("index assignment")
