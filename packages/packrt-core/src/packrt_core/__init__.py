@@ -28,17 +28,14 @@ from packrt_core.dtypes import (
     DataType,
     bfloat16,
     bool_,
-    double,
     dtype,
     float16,
     float32,
     float64,
-    half,
     int8,
     int16,
     int32,
     int64,
-    long,
     uint8,
 )
 from packrt_core.dtypes import float as float
@@ -47,6 +44,7 @@ from packrt_core.revision import contract_revision, current_revision
 from packrt_core.tensor import Tensor
 
 bool = bool_
+half, double, long = float16, float64, int64  # torch's aliases: the same objects, not new dtypes
 
 __version__ = "0.2.0.dev0"
 
