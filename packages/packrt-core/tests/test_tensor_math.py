@@ -188,3 +188,12 @@ def test_python_conversions_and_iteration() -> None:
     assert t.flatten().shape == (4,) and t.mT.tolist() == [[1.5, 3.0], [2.0, 4.0]]
     with pytest.raises(TypeError, match="len\\(\\) of a 0-d tensor"):
         len(prt.tensor(1.0))
+
+
+def test_and_or_xor_combine_bool_masks_and_integers_and_refuse_floats() -> None:
+    a, b = prt.tensor([True, True, False]), prt.tensor([True, False, False])
+    assert (a & b).tolist() == [True, False, False] and (a | b).tolist() == [True, True, False]
+    assert (a ^ b).tolist() == [False, True, False] and (a & b).dtype is prt.bool
+    assert (prt.tensor([6, 3]) & 5).tolist() == [4, 1] and (1 | prt.tensor([2, 4])).tolist() == [3, 5]
+    with pytest.raises(DTypeError, match=r"bitwise_and \(& \| \^\) needs bool or integer tensors, got float32"):
+        prt.ones(2) & prt.ones(2)

@@ -679,6 +679,24 @@ class Tensor:
     def __ge__(self, other: Any) -> Tensor:
         return self._binary("greater_equal", other)
 
+    def __and__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_and", other)
+
+    def __rand__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_and", other, True)
+
+    def __or__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_or", other)
+
+    def __ror__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_or", other, True)
+
+    def __xor__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_xor", other)
+
+    def __rxor__(self, other: Any) -> Tensor:
+        return self._binary("bitwise_xor", other, True)
+
     def __neg__(self) -> Tensor:
         if self._dtype is bool_:
             raise DTypeError("negation of a bool tensor is not defined: use ~t (logical not)")

@@ -31,6 +31,7 @@ from packrt_core.errors import DTypeError, IndexingError, ShapeError
 Array = Any
 NUMBER = (int, float, bool, np.number, np.bool_)
 COMPARISONS = frozenset({"equal", "not_equal", "less", "less_equal", "greater", "greater_equal"})
+BITWISE = frozenset({"bitwise_and", "bitwise_or", "bitwise_xor"})  # & | ^: bool and integer tensors only
 HALF = (float16, bfloat16)
 
 
@@ -84,6 +85,8 @@ def binary(
         target = promote_with_scalar(a_dtype, b)
     if op == "divide" and not target.is_floating_point:
         target = float32  # true division of integers gives the default float, as in PyTorch
+    if op in BITWISE and target.is_floating_point:
+        raise DTypeError(f"{op} (& | ^) needs bool or integer tensors, got {target.name}: compare first (t > 0)")
     if a_dtype is not target:
         a = a.astype(target.numpy)
     try:
