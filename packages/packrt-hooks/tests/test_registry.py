@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import copy
+import gc
 import pickle
+import weakref
 from typing import Any
 
 import pytest
@@ -264,3 +266,41 @@ def test_a_deep_copy_sends_a_bound_method_callback_to_the_copied_owner() -> None
     twin = copy.deepcopy(owner)
     twin.registry.add(lambda *a: None)
     assert (owner.changes, twin.changes) == (0, 1)
+
+
+class _Owner:
+    """An object that keeps its registry and is told of every change (as a Module is)."""
+
+    def __init__(self) -> None:
+        self.changes = 0
+        self.registry = HookRegistry(self.changed)
+
+    def changed(self) -> None:
+        self.changes += 1
+
+
+def test_a_bound_method_callback_does_not_keep_its_owner_alive() -> None:
+    owner = _Owner()
+    owner.registry.add(lambda *a: None)
+    assert owner.changes == 1
+    alive = weakref.ref(owner)
+    gc.disable()
+    try:
+        del owner
+        assert alive() is None  # freed by reference counting alone: the registry made no cycle
+    finally:
+        gc.enable()
+
+
+def test_a_registry_whose_owner_is_gone_still_registers_and_calls_nothing() -> None:
+    owner = _Owner()
+    registry = owner.registry
+    del owner
+    registry.add(lambda *a: None)  # the weak callback is dead: nothing to tell, nothing raised
+    assert len(registry) == 1
+
+
+def test_a_pickled_owner_keeps_its_callback() -> None:
+    twin = pickle.loads(pickle.dumps(_Owner()))
+    twin.registry.add(lambda *a: None)
+    assert twin.changes == 1

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import threading
+import types
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +36,14 @@ class HookEntry:
     always_call: bool = False
 
 
+def _weakly(callback: Callable[[], None] | None) -> Callable[[], None] | weakref.WeakMethod[Any] | None:
+    """A bound method as a weak reference (its owner usually holds the registry: no cycle);
+    any other callable as it is."""
+    if isinstance(callback, types.MethodType):
+        return weakref.WeakMethod(callback)
+    return callback
+
+
 class _Registration:
     """The part of a handle that takes one entry back out of one registry."""
 
@@ -52,7 +62,9 @@ class HookRegistry:
 
     ``bool(registry)`` is True when at least one hook is registered. ``on_change`` (optional)
     is called after every registration and removal, so an owner can keep a single flag that
-    its call path tests instead of asking each registry on every call.
+    its call path tests instead of asking each registry on every call. A bound-method
+    ``on_change`` is held weakly: the registry never keeps its owner alive, so an owner that
+    holds its registries is freed by reference counting, without waiting for the cyclic GC.
     ``always_call`` is stored for every entry, but only forward hooks honour it (see
     :func:`~packrt_hooks.call_with_hooks`).
     """
@@ -61,7 +73,7 @@ class HookRegistry:
 
     def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self._entries: tuple[HookEntry, ...] = ()
-        self._on_change = on_change
+        self._on_change = _weakly(on_change)
         # Changes are read-modify-write of the tuple; the lock keeps two threads that register
         # at once from losing one entry. Calls only read the tuple and never take it.
         self._lock = threading.Lock()
@@ -111,8 +123,14 @@ class HookRegistry:
         self._changed()
 
     def _changed(self) -> None:
-        if self._on_change is not None:
-            self._on_change()
+        callback = self._callback()
+        if callback is not None:
+            callback()
+
+    def _callback(self) -> Callable[[], None] | None:
+        """The live ``on_change`` (None when there is none, or its owner is gone)."""
+        held = self._on_change
+        return held() if isinstance(held, weakref.WeakMethod) else held
 
     @property
     def entries(self) -> tuple[HookEntry, ...]:
@@ -136,7 +154,7 @@ class HookRegistry:
     def __copy__(self) -> HookRegistry:
         # A shallow copy shares the hook objects but not the registry: removing through
         # either side's handles leaves the other side's hooks registered.
-        new = HookRegistry(self._on_change)
+        new = HookRegistry(self._callback())
         new._entries = self._entries
         new._next_key = self._next_key
         return new
@@ -152,17 +170,17 @@ class HookRegistry:
         )
         new._next_key = self._next_key
         # A bound-method callback follows the copied owner, as bound-method hooks do.
-        new._on_change = copy.deepcopy(self._on_change, memo)
+        new._on_change = _weakly(copy.deepcopy(self._callback(), memo))
         return new
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"entries": self._entries, "next_key": self._next_key, "on_change": self._on_change}
+        return {"entries": self._entries, "next_key": self._next_key, "on_change": self._callback()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._lock = threading.Lock()
         self._entries = tuple(state["entries"])
         self._next_key = int(state["next_key"])
-        self._on_change = state.get("on_change")
+        self._on_change = _weakly(state.get("on_change"))
 
     def __repr__(self) -> str:
         names = ", ".join(describe_hook(entry.hook) for entry in self._entries)
