@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import copy as _copy
+import threading
 from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, NamedTuple, Self
@@ -56,12 +57,19 @@ _ONE_BYTE = np.zeros(
 _DLPACK_DEVICE = {"cpu": 1, "cuda": 2}
 
 
+# Every in-place write fetches its storage and writes it while holding this lock, and a
+# packed layer swaps its pack in and drops raw storage while holding it too: so a write can
+# never land in storage a pack has just dropped (its edit would be lost). Forwards never take
+# it, and a pack is built outside it.
+WRITES = threading.Lock()
+
+
 class _Lineage:
     """The version counter a tensor shares with its views.
 
-    An in-place write runs inside ``with lineage:``, which counts it as in progress and bumps
-    the version when it ends; a layer building a pack from the storage checks both (a
-    seqlock) so it never packs half of an edit.
+    An in-place write runs inside ``with lineage:``, which holds :data:`WRITES`, counts the
+    write as in progress and bumps the version when it ends; a layer building a pack from the
+    storage checks both (a seqlock) so it never packs half of an edit.
     """
 
     __slots__ = ("__weakref__", "version", "writers")
@@ -71,11 +79,13 @@ class _Lineage:
         self.writers = 0
 
     def __enter__(self) -> None:
+        WRITES.acquire()
         self.writers += 1
 
     def __exit__(self, *exc: object) -> None:
         self.writers -= 1
         self.version += 1
+        WRITES.release()
 
 
 class MaxResult(NamedTuple):
@@ -201,21 +211,25 @@ class Tensor:
             )
         return data
 
-    def _writable(self, what: str) -> Any:
-        """The storage an in-place write may change: StorageFreeError without storage,
-        ReadOnlyError for a read-only view."""
+    def _check_writable(self, what: str) -> None:
+        """StorageFreeError without storage, ReadOnlyError for a read-only view: what an
+        in-place write checks before it takes :data:`WRITES`."""
         data = self._data
-        if data is None:
+        if data is None and not self.has_storage:
             raise StorageFreeError(
                 f"{what} cannot write into a storage-free tensor (shape {self._shape}, {self._dtype.name}): "
                 "bind its value with load_state_dict(..., assign=True) or give it storage with to_empty()"
             )
-        if not data.flags.writeable:
+        if data is not None and not data.flags.writeable:
             raise ReadOnlyError(
                 f"{what} cannot write into a read-only tensor (a view made by expand(), or of a read-only "
                 "array): clone() it first"
             )
-        return data
+
+    def _write_target(self) -> Any:
+        """The storage to write into; called inside ``with self._lineage:`` (a Parameter whose
+        pack holds its values gets real storage back first)."""
+        return self._data
 
     @property
     def _version(self) -> int:
@@ -583,12 +597,12 @@ class Tensor:
         return self._shaped(out, shares=basic)
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        data = self._writable("index assignment")
+        self._check_writable("index assignment")
         idx, _ = self._index(index)
         src = self._operand(value, "index assignment")
         try:
             with self._lineage:
-                data[idx] = src
+                self._write_target()[idx] = src
         except IndexError as err:
             raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
         except ValueError as err:
@@ -804,12 +818,13 @@ class Tensor:
 
     # -- in-place writes ---------------------------------------------------------------------
     def _inplace(self, op: str, label: str, other: Any, alpha: Any = None) -> Self:
-        dst = self._writable(label)
+        self._check_writable(label)
         src = self._operand(other, label)
         src_dtype = other._dtype if isinstance(other, Tensor) else None
         xp = self._xp
         src = tensor_math.inplace_source(xp, op, label, self._shape, self._dtype, src, src_dtype, alpha)
         with self._lineage:
+            dst = self._write_target()
             getattr(xp, op)(dst, src, out=dst, casting="same_kind")
         return self
 
@@ -828,7 +843,7 @@ class Tensor:
     def copy_(self, src: Any) -> Self:
         """Write ``src``'s values into this tensor: its dtype converts, its shape must broadcast
         to this one, and it may live on another device."""
-        dst = self._writable("copy_")
+        self._check_writable("copy_")
         if isinstance(src, Tensor):
             values = src._array()
             if src._device != self._device:
@@ -839,15 +854,15 @@ class Tensor:
         if shape != self._shape and not tensor_math.broadcasts_to(shape, self._shape):
             raise ShapeError(f"copy_ needs a source that broadcasts to {self._shape}, got shape {shape}")
         with self._lineage:
-            self._xp.copyto(dst, values, casting="unsafe")
+            self._xp.copyto(self._write_target(), values, casting="unsafe")
         return self
 
     def fill_(self, value: Any) -> Self:
         """Set every element to ``value`` (a no-op on a storage-free tensor: nothing to fill)."""
         if self.has_storage:
-            dst = self._writable("fill_")
+            self._check_writable("fill_")
             with self._lineage:
-                dst.fill(value)
+                self._write_target().fill(value)
         return self
 
     def zero_(self) -> Self:
@@ -866,10 +881,10 @@ class Tensor:
             return self
         if not self._dtype.is_floating_point:
             raise DTypeError(f"{kind}_ needs a floating-point tensor, this one is {self._dtype.name}")
-        dst = self._writable(f"{kind}_")
+        self._check_writable(f"{kind}_")
         draws = self._backend.random(kind, self._shape, self._dtype.numpy, a, b, self._device.index or 0)
         with self._lineage:
-            dst[...] = draws
+            self._write_target()[...] = draws
         return self
 
     # -- repr ------------------------------------------------------------------------------

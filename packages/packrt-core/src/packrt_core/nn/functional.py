@@ -41,7 +41,7 @@ def _kernels(t: Tensor) -> Any:
 def _write_back(fn: str, target: Tensor, values: Any) -> Tensor:
     """Store ``values`` into ``target`` (an ``inplace=True`` call) through the tensor's own in-place
     path, so its version moves and views and packs see the edit like any other write."""
-    target._writable(f"{fn}(inplace=True)")  # refuses read-only and storage-free targets, naming fn
+    target._check_writable(f"{fn}(inplace=True)")  # refuses read-only and storage-free targets, naming fn
     return target.copy_(target._wrap(values))
 
 

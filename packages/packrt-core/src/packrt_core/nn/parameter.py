@@ -67,9 +67,8 @@ class Parameter(Tensor):
             return self._source.rebuild()
         return super()._array()
 
-    def _writable(self, what: str) -> Any:
-        self._restore()
-        return super()._writable(what)
+    def _write_target(self) -> Any:
+        return self._restore()  # under WRITES: a pack cannot drop it again before the write lands
 
     @property
     def has_storage(self) -> bool:

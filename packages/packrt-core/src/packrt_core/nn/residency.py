@@ -42,7 +42,7 @@ from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
 from packrt_core.nn.state import WEIGHT_RESIDENCIES
 from packrt_core.revision import current_revision
-from packrt_core.tensor import Tensor
+from packrt_core.tensor import WRITES, Tensor
 
 Array = Any
 _free_override: list[int] = []
@@ -239,13 +239,15 @@ class PackedLayer(Module):
                 before = self._stamp()
                 if not any(s[2].writers for s in before):
                     built = self._pack(self._kernels(), self._arrays())
-                    after = self._stamp()
-                    if _same_stamp(before, after) and not any(s[2].writers for s in after):
-                        return self._install(built, after)
+                    with WRITES:  # no write can start (or be halfway) while the pack goes in
+                        after = self._stamp()
+                        if _same_stamp(before, after):
+                            return self._install(built, after)
                 time.sleep(0)
 
     def _install(self, pack: Pack, stamp: Stamp | None = None) -> Pack:
-        """Swap ``pack`` in, record what it was built from, drop raw storage under packed."""
+        """Swap ``pack`` in, record what it was built from, drop raw storage under packed.
+        The caller holds :data:`~packrt_core.tensor.WRITES`."""
         self._served = (pack, stamp if stamp is not None else self._stamp())
         self.pack_count += 1
         for name, param in self._declared_params():
@@ -254,7 +256,7 @@ class PackedLayer(Module):
 
     def _release(self) -> None:
         """Give the raw storage back to the parameters and drop the pack (leaving ``packed``)."""
-        with self._lock:
+        with self._lock, WRITES:
             for _, param in self._declared_params():
                 param._restore()
             self._served = None
@@ -300,7 +302,7 @@ class PackedLayer(Module):
             self._residency = target
             self._decision = None
             if prebuilt is not None:
-                with self._lock:
+                with self._lock, WRITES:
                     if target == "auto":
                         self._decision = "packed"
                     self._install(prebuilt)
