@@ -12,14 +12,26 @@ are listed in :mod:`packrt.models.encoder` and :mod:`packrt.models.decoder`; the
 plain torch module tree built the same way, so ``state_dict`` keys carry over one to one.
 """
 
+from packrt.models.attention import KVCache
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
+from packrt.models.generation import CausalLM
+from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.layers import MultiHeadAttention
+from packrt.models.llama import LlamaForCausalLM
+from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 
 __all__ = [
     "BertEncoder",
     "CausalDecoder",
+    "CausalLM",
+    "GPT2LMHeadModel",
+    "KVCache",
+    "LlamaForCausalLM",
+    "UnsupportedModelError",
+    "from_pretrained",
+    "supported",
     "DecoderConfig",
     "EncoderConfig",
     "MultiHeadAttention",

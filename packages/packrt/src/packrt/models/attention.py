@@ -1,0 +1,150 @@
+"""Causal self-attention with a key/value cache, shared by the causal LM families.
+
+- :class:`KVCache`: per layer, keys and values (batch, kv_heads, capacity, head_dim) allocated once
+  at the first write, plus a (batch, capacity) key mask for left-padded prompts. Generation writes
+  each step's keys at its position and attends over the cached prefix: the prefix is never re-run.
+- :class:`Step`: what one forward call covers (its first position, its length, the key mask). It
+  builds each attention mask once per call (one for full attention, one per sliding window), not
+  once per layer, and needs none at all for a one-token decode step without padding: the window
+  is then a slice of the cache.
+- :func:`attend`: grouped-query attention through ``scaled_dot_product_attention``. Queries are
+  viewed as (batch, kv_heads, group, seq, head_dim) and keys as (batch, kv_heads, 1, seq, head_dim),
+  so every query head of a group reads its key head by broadcasting, never by a repeated copy.
+
+Masks follow transformers: query ``i`` sees key ``j`` when ``j <= i``, when ``j > i - window`` for
+a sliding-window layer, and when ``attention_mask[b, j]`` is 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import packrt
+from packrt import nn
+from packrt.errors import ShapeError
+
+_functional = nn.functional
+
+
+class KVCache:
+    """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` positions.
+
+    ``length`` is how many positions hold keys. A layer's buffers are allocated at its first
+    :meth:`write`, in the dtype and on the device of the keys written, and reused after.
+    """
+
+    def __init__(self, layers: int, batch: int, capacity: int) -> None:
+        self.layers = layers
+        self.batch = batch
+        self.capacity = capacity
+        self.length = 0
+        self.keys: list[packrt.Tensor | None] = [None] * layers
+        self.values: list[packrt.Tensor | None] = [None] * layers
+        self.key_mask_array = np.ones((batch, capacity), dtype=bool)
+        self.key_mask = packrt.from_numpy(self.key_mask_array)
+        self.padded = False
+
+    def set_padding(self, attention_mask: np.ndarray) -> None:
+        """Mark the prompt's padding (0 in ``attention_mask`` (batch, prompt)) as keys nobody sees."""
+        prompt = attention_mask.shape[1]
+        self.key_mask_array[:, :prompt] = attention_mask != 0
+        self.padded = not bool(self.key_mask_array[:, :prompt].all())
+
+    def write(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> tuple[packrt.Tensor, packrt.Tensor]:
+        """Store ``k``/``v`` (batch, kv_heads, seq, head_dim) at ``start``; return all keys/values so far."""
+        stop = start + k.shape[2]
+        if stop > self.capacity:
+            raise ShapeError(
+                f"KVCache: positions {start}..{stop - 1} do not fit a cache of {self.capacity} positions; "
+                "make the cache as long as the prompt plus max_new_tokens"
+            )
+        keys, values = self.keys[layer], self.values[layer]
+        if keys is None or values is None:
+            batch, heads, _, dim = k.shape
+            keys = packrt.zeros(batch, heads, self.capacity, dim, dtype=k.dtype, device=k.device)
+            values = packrt.zeros(batch, heads, self.capacity, dim, dtype=v.dtype, device=v.device)
+            self.keys[layer], self.values[layer] = keys, values
+        keys[:, :, start:stop] = k
+        values[:, :, start:stop] = v
+        return keys[:, :, :stop], values[:, :, :stop]
+
+
+class Step:
+    """One forward call: ``length`` new positions from ``offset``, over a cache or alone.
+
+    ``key_mask`` (batch, offset + length), True for keys that may be seen, is None when nothing
+    is padding. :meth:`mask` returns, per window, the first key position taken and the bool mask
+    (or None with ``causal=True`` for the plain causal case), computed once and kept.
+    """
+
+    def __init__(self, offset: int, length: int, key_mask: packrt.Tensor | None) -> None:
+        self.offset = offset
+        self.length = length
+        self.key_mask = key_mask
+        self._masks: dict[int | None, tuple[int, packrt.Tensor | None, bool]] = {}
+
+    def mask(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
+        """(first key, mask (batch or 1, length, keys) or None, is_causal) for a layer's window."""
+        found = self._masks.get(window)
+        if found is None:
+            found = self._build(window)
+            self._masks[window] = found
+        return found
+
+    def _build(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
+        total = self.offset + self.length
+        first = 0 if window is None else max(0, self.offset - window + 1)
+        if self.length == 1:  # a decode step: every cached key in [first, total) is in its window
+            if self.key_mask is None:
+                return first, None, False
+            return first, self.key_mask[:, first:total].unsqueeze(1), False
+        if self.key_mask is None and self.offset == 0 and (window is None or window >= total):
+            return first, None, True
+        queries = np.arange(self.offset, total)[:, None]
+        keys = np.arange(first, total)[None, :]
+        allowed = keys <= queries
+        if window is not None:
+            allowed &= keys > queries - window
+        mask = packrt.from_numpy(allowed[None])
+        if self.key_mask is not None:
+            mask = mask & self.key_mask[:, first:total].unsqueeze(1)
+        return first, mask, False
+
+
+def attend(
+    q: packrt.Tensor,
+    k: packrt.Tensor,
+    v: packrt.Tensor,
+    *,
+    step: Step,
+    cache: KVCache | None,
+    layer: int,
+    window: int | None = None,
+    scale: float | None = None,
+) -> packrt.Tensor:
+    """Attention of queries (B, H, T, D) over keys/values (B, KV, T, D) and the cached prefix.
+
+    ``H`` must be a multiple of ``KV`` (grouped-query attention; KV == H is plain multi-head).
+    Returns (B, H, T, D).
+    """
+    if cache is not None:
+        k, v = cache.write(layer, k, v, step.offset)
+    first, mask, causal = step.mask(window)
+    if first:
+        k, v = k[:, :, first:], v[:, :, first:]
+    batch, heads, length, dim = q.shape
+    groups = heads // k.shape[1]
+    if groups == 1:
+        if mask is not None:
+            mask = mask.unsqueeze(1)  # (B, 1, T, S)
+        return _functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    grouped = q.reshape(batch, k.shape[1], groups, length, dim)
+    if mask is not None:
+        mask = mask.unsqueeze(1).unsqueeze(1)  # (B, 1, 1, T, S)
+    out = _functional.scaled_dot_product_attention(
+        grouped, k.unsqueeze(2), v.unsqueeze(2), attn_mask=mask, is_causal=causal, scale=scale
+    )
+    return out.reshape(batch, heads, length, dim)
+
+
+__all__ = ["KVCache", "Step", "attend"]

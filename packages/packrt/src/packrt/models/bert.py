@@ -1,0 +1,80 @@
+"""The ``bert`` family: transformers' ``BertModel`` served by :class:`packrt.models.BertEncoder`.
+
+The model returns the last hidden state (batch, seq, hidden), with absolute positions, token
+types and ``attention_mask`` (1 for tokens, 0 for padding), as ``BertModel(...).last_hidden_state``.
+The pooler (``pooler.dense``, a tanh layer over the first token) is not part of that output, so its
+tensors and the ``embeddings.position_ids`` buffer are expected in a checkpoint and left unused.
+Sentence-transformers models such as all-MiniLM-L6-v2 are this family plus a pooling step
+(:class:`packrt.models.SentenceEncoder`).
+"""
+
+from __future__ import annotations
+
+from packrt import nn
+from packrt.models.encoder import BertEncoder, EncoderConfig
+from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import Family, KeyMap, Rule
+
+
+def encoder_config(config: HFConfig) -> EncoderConfig:
+    """The :class:`EncoderConfig` a BERT config.json describes (exact GELU, absolute positions only)."""
+    config.choice("hidden_act", ("gelu",), "gelu")
+    config.choice("position_embedding_type", ("absolute",), "absolute")
+    hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
+    if hidden % heads:
+        raise config.error("num_attention_heads", f"is {heads}, which does not divide hidden_size={hidden}")
+    return EncoderConfig(
+        vocab=config.integer("vocab_size"),
+        hidden=hidden,
+        heads=heads,
+        layers=config.integer("num_hidden_layers"),
+        intermediate=config.integer("intermediate_size"),
+        max_positions=config.integer("max_position_embeddings", 512),
+        type_vocab=config.integer("type_vocab_size", 2),
+        eps=config.number("layer_norm_eps", 1e-12),
+    )
+
+
+_EMBEDDINGS = (
+    ("word_embeddings", "word"),
+    ("position_embeddings", "position"),
+    ("token_type_embeddings", "token_type"),
+)
+_LAYER = (  # (transformers' module under encoder.layer.{i}, packrt's under layers.{i})
+    ("attention.self.query", "attention.q_proj"),
+    ("attention.self.key", "attention.k_proj"),
+    ("attention.self.value", "attention.v_proj"),
+    ("attention.output.dense", "attention.o_proj"),
+    ("attention.output.LayerNorm", "attention_norm"),
+    ("intermediate.dense", "mlp.up"),
+    ("output.dense", "mlp.down"),
+    ("output.LayerNorm", "mlp_norm"),
+)
+
+
+def bert_keymap(config: HFConfig) -> KeyMap:
+    """The table from transformers' names (``encoder.layer.0.attention.self.query.weight``) to packrt's."""
+    rules = [Rule(f"embeddings.{theirs}.weight", f"embeddings.{ours}.weight") for theirs, ours in _EMBEDDINGS]
+    rules += [Rule(f"embeddings.LayerNorm.{kind}", f"embeddings.norm.{kind}") for kind in ("weight", "bias")]
+    rules += [
+        Rule(f"encoder.layer.{{i}}.{theirs}.{kind}", f"layers.{{i}}.{ours}.{kind}")
+        for theirs, ours in _LAYER
+        for kind in ("weight", "bias")
+    ]
+    ignored = frozenset({"embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"})
+    return KeyMap(tuple(rules), ignored, prefixes=("bert.",))
+
+
+def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
+    return BertEncoder(encoder_config(config), weight_residency=weight_residency)
+
+
+FAMILY = Family(
+    name="bert",
+    model_types=("bert",),
+    architectures=("BertModel",),
+    build=_build,
+    keymap=bert_keymap,
+)
+
+__all__ = ["FAMILY", "bert_keymap", "encoder_config"]

@@ -1,0 +1,195 @@
+"""Causal language models: the call that gives logits, and ``generate`` over a key/value cache.
+
+:class:`CausalLM` is the base of the causal families (``gpt2``, ``llama``, ``qwen2``, ``mistral``).
+A family implements ``_hidden`` (token ids to final hidden states for one :class:`Step`, reading
+and filling a :class:`KVCache` when given one) and ``_logits``; the base class provides:
+
+- ``model(input_ids, attention_mask=None, position_ids=None)``: logits (batch, seq, vocab), as
+  transformers' ``...ForCausalLM`` returns them. ``attention_mask`` is (batch, seq), 1 for tokens
+  and 0 for padding; positions default to ``0..seq-1`` whatever the padding, as in transformers.
+- ``model.generate(input_ids, max_new_tokens, ...)``: the prompt plus the new tokens. The prompt
+  runs once to fill the cache; each new token is then one GEMV-shaped step over the cached prefix.
+  Greedy decoding (``do_sample=False``) picks the argmax, which is transformers'
+  ``generate(do_sample=False)`` token for token. With ``attention_mask`` (left padding), positions
+  count real tokens only, as transformers' ``generate`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+import packrt
+from packrt import nn
+from packrt.errors import ShapeError
+from packrt.models.attention import KVCache, Step
+from packrt.models.layers import check_ids
+
+
+def _token_ids(values: int | Sequence[int] | None) -> tuple[int, ...]:
+    if values is None:
+        return ()
+    items = [values] if isinstance(values, int) else list(values)
+    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= 0 for v in items):
+        raise ValueError(f"generate: eos_token_id must be a token id or a list of token ids, got {values!r}")
+    return tuple(int(v) for v in items)
+
+
+def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if not temperature > 0:
+        raise ValueError(f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+
+
+def sample_next(
+    scores: np.ndarray,
+    rng: np.random.Generator,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> np.ndarray:
+    """One token id per row of ``scores`` (batch, vocab), drawn after temperature, top-k, then top-p.
+
+    The order is transformers': scale by ``1/temperature``, keep the ``top_k`` best, keep the
+    smallest set of best tokens whose probability reaches ``top_p`` (at least one), then sample.
+    """
+    logits = scores.astype(np.float64) / temperature
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]
+        logits = np.where(logits < kth, -np.inf, logits)
+    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    probs /= probs.sum(axis=-1, keepdims=True)
+    if top_p is not None and top_p < 1:
+        order = np.argsort(-probs, axis=-1, kind="stable")
+        ranked = np.take_along_axis(probs, order, axis=-1)
+        keep_ranked = np.cumsum(ranked, axis=-1) - ranked < top_p
+        keep = np.zeros_like(keep_ranked)
+        np.put_along_axis(keep, order, keep_ranked, axis=-1)
+        probs = np.where(keep, probs, 0.0)
+        probs /= probs.sum(axis=-1, keepdims=True)
+    draws = rng.random((probs.shape[0], 1))
+    chosen: np.ndarray = (np.cumsum(probs, axis=-1) > draws).argmax(axis=-1).astype(np.int64)
+    return chosen
+
+
+class CausalLM(nn.Module):
+    """Base class of the causal LM families; see the module docstring for the two calls it provides."""
+
+    num_layers: int
+    # The longest sequence the model can place (learned position tables); None when unbounded.
+    max_positions: int | None = None
+    pad_token_id: int | None = None
+
+    def _hidden(
+        self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
+    ) -> packrt.Tensor:
+        raise NotImplementedError
+
+    def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
+        raise NotImplementedError
+
+    def _name(self) -> str:
+        return type(self).__name__
+
+    def forward(
+        self,
+        input_ids: packrt.Tensor,
+        attention_mask: packrt.Tensor | None = None,
+        position_ids: packrt.Tensor | None = None,
+    ) -> packrt.Tensor:
+        batch, seq = check_ids(self._name(), input_ids, self.max_positions)
+        key_mask = None
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != (batch, seq):
+                raise ShapeError(
+                    f"{self._name()}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
+                    f"{(batch, seq)} with 1 for tokens and 0 for padding"
+                )
+            keep = np.asarray(attention_mask.numpy()) != 0
+            key_mask = None if keep.all() else packrt.from_numpy(keep)
+        if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
+            raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
+        return self._logits(self._hidden(input_ids, Step(0, seq, key_mask), None, position_ids))
+
+    def generate(
+        self,
+        input_ids: packrt.Tensor,
+        max_new_tokens: int,
+        *,
+        attention_mask: packrt.Tensor | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | Sequence[int] | None = None,
+        seed: int | None = None,
+        pad_token_id: int | None = None,
+    ) -> packrt.Tensor:
+        """``input_ids`` (batch, prompt) followed by up to ``max_new_tokens`` new tokens each, int64.
+
+        Greedy by default; ``do_sample=True`` samples with ``temperature``, ``top_k`` and ``top_p``
+        from a numpy generator seeded with ``seed`` (the same seed gives the same tokens). A row
+        that produced an ``eos_token_id`` is continued with ``pad_token_id`` (default: config.json's,
+        else the first eos id) and generation stops early once every row has, as transformers does.
+        """
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        _check_sampling(temperature, top_k, top_p)
+        eos = _token_ids(eos_token_id)
+        batch, prompt = check_ids(self._name(), input_ids, None)
+        total = prompt + max_new_tokens
+        if prompt == 0:
+            raise ShapeError(f"{self._name()}.generate needs a prompt of at least one token")
+        if self.max_positions is not None and total > self.max_positions:
+            raise ShapeError(
+                f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
+                f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
+            )
+        tokens = np.empty((batch, total), dtype=np.int64)
+        tokens[:, :prompt] = np.asarray(input_ids.numpy())
+        cache = KVCache(self.num_layers, batch, total)
+        positions = None
+        if attention_mask is not None:
+            if tuple(attention_mask.shape) != (batch, prompt):
+                raise ShapeError(
+                    f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}"
+                )
+            mask = np.asarray(attention_mask.numpy()) != 0
+            cache.set_padding(mask)
+            if cache.padded:  # positions count real tokens only; padding sits at position 0
+                counted = np.cumsum(mask, axis=-1) - 1
+                counted[~mask] = 0
+                grid = np.empty((batch, total), dtype=np.int64)
+                grid[:, :prompt] = counted
+                grid[:, prompt:] = counted[:, -1:] + np.arange(1, max_new_tokens + 1)
+                positions = packrt.from_numpy(grid)
+        key_mask = cache.key_mask if cache.padded else None
+        rng = np.random.default_rng(seed)
+        finished = np.zeros(batch, dtype=bool)
+        filler = next((p for p in (pad_token_id, self.pad_token_id) if p is not None), eos[0] if eos else 0)
+        end = prompt
+        ids = packrt.from_numpy(tokens[:, :prompt])
+        start, length = 0, prompt
+        for t in range(max_new_tokens):
+            step_mask = None if key_mask is None else key_mask[:, : start + length]
+            step_positions = None if positions is None else positions[:, start : start + length]
+            hidden = self._hidden(ids, Step(start, length, step_mask), cache, step_positions)
+            scores = np.asarray(self._logits(hidden[:, -1:]).numpy())[:, -1]
+            chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
+            if eos:
+                chosen = np.where(finished, filler, chosen)
+                finished |= np.isin(chosen, eos)
+            tokens[:, prompt + t] = chosen
+            end = prompt + t + 1
+            if eos and finished.all():
+                break
+            start, length = prompt + t, 1
+            ids = packrt.from_numpy(tokens[:, start : start + 1])
+        return packrt.from_numpy(tokens[:, :end].copy())
+
+
+__all__ = ["CausalLM", "sample_next"]

@@ -1,0 +1,123 @@
+"""Reading a Hugging Face ``config.json``: typed fields with messages that name the file and the field.
+
+A family reads its geometry through :class:`HFConfig` (``config.integer("hidden_size")``), so a
+config that lacks a field or gives it the wrong type fails with a
+:class:`~packrt.errors.CheckpointError` saying which file, which field, what was found and what
+was expected, before any model is built.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from packrt.errors import CheckpointError
+
+_MISSING = object()
+
+
+class HFConfig(Mapping[str, Any]):
+    """config.json's object, read-only, with typed getters; ``path`` is the file it came from."""
+
+    def __init__(self, values: Mapping[str, Any], path: Path | str = "config.json") -> None:
+        self._values = dict(values)
+        self.path = Path(path)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def error(self, name: str, problem: str) -> CheckpointError:
+        """The CheckpointError for field ``name`` of this file, saying what is wrong and how to fix it."""
+        return CheckpointError(
+            f"{str(self.path)!r}: field {name!r} {problem}; fix config.json (it must describe the checkpoint "
+            "beside it, as transformers' save_pretrained writes it)"
+        )
+
+    def _get(self, name: str, default: Any) -> Any:
+        value = self._values.get(name, default)
+        if value is _MISSING:
+            raise self.error(name, "is missing")
+        return value
+
+    def integer(self, name: str, default: Any = _MISSING) -> int:
+        """A positive int field (``default`` when absent; required when no default is given)."""
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise self.error(name, f"is {value!r}, expected a positive integer")
+        return value
+
+    def optional_int(self, name: str) -> int | None:
+        """A positive int field, or None when it is absent or null."""
+        value = self._values.get(name)
+        return None if value is None else self.integer(name)
+
+    def number(self, name: str, default: Any = _MISSING) -> float:
+        """A positive number field."""
+        value = self._get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise self.error(name, f"is {value!r}, expected a positive number")
+        return float(value)
+
+    def flag(self, name: str, default: Any = _MISSING) -> bool:
+        """A true/false field."""
+        value = self._get(name, default)
+        if not isinstance(value, bool):
+            raise self.error(name, f"is {value!r}, expected true or false")
+        return value
+
+    def text(self, name: str, default: Any = _MISSING) -> str:
+        """A string field."""
+        value = self._get(name, default)
+        if not isinstance(value, str):
+            raise self.error(name, f"is {value!r}, expected a string")
+        return value
+
+    def choice(self, name: str, allowed: tuple[str, ...], default: Any = _MISSING) -> str:
+        """A string field that must be one of ``allowed`` (what packrt implements)."""
+        value = self.text(name, default)
+        if value not in allowed:
+            raise self.error(name, f"is {value!r}, which packrt does not implement (supported: {', '.join(allowed)})")
+        return value
+
+    def token_ids(self, name: str) -> tuple[int, ...]:
+        """A token id field given as an int, a list of ints, or null (empty)."""
+        value = self._values.get(name)
+        if value is None:
+            return ()
+        items = value if isinstance(value, list) else [value]
+        if not all(isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in items):
+            raise self.error(name, f"is {value!r}, expected a token id or a list of token ids")
+        return tuple(items)
+
+
+def read_config(directory: Path) -> HFConfig:
+    """``directory/config.json`` as an :class:`HFConfig`; a missing or malformed file is a CheckpointError."""
+    path = directory / "config.json"
+    if not directory.is_dir():
+        raise CheckpointError(
+            f"{str(directory)!r} is not a directory; from_pretrained takes a model directory holding config.json "
+            "and model.safetensors (or model.safetensors.index.json with its shards)"
+        )
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{str(directory)!r} has no config.json; a Hugging Face model directory (save_pretrained) holds one "
+            "beside its safetensors weights"
+        ) from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read as JSON ({err}); fix or re-save the file") from err
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{str(path)!r} holds a {type(values).__name__}, expected a JSON object")
+    return HFConfig(values, path)
+
+
+__all__ = ["HFConfig", "read_config"]

@@ -1,0 +1,215 @@
+"""``from_pretrained``: a Hugging Face model directory to a served packrt model in one call.
+
+The steps, each checked before the next:
+
+1. ``config.json``'s ``model_type`` picks the family and its ``architectures`` entry must be one the
+   family builds; otherwise :class:`UnsupportedModelError` names what was found and lists what is
+   supported.
+2. The model is declared under :func:`packrt.meta_init` (no weight memory).
+3. The checkpoint's headers (``model.safetensors``, or ``model.safetensors.index.json`` and its
+   shards) are read and every tensor name goes through the family's key map. A name the family
+   ignores by design is fine; a name it does not know, a parameter no file holds, or a shape that
+   does not fit fails here, naming the file and the key, before any tensor data is touched.
+4. Each file is memory-mapped (``packrt.io``) and the tensors are bound to the model with
+   ``load_state_dict(assign=True)``: under ``"borrowed"`` the mapped files stay the only copy of
+   the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import packrt
+import packrt_io
+from packrt import nn
+from packrt.errors import CheckpointError
+from packrt.models import bert, gpt2, llama
+from packrt.models.hfconfig import HFConfig, read_config
+from packrt.models.keymap import Family, KeyMap, Mapped
+
+FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
+_SHOWN = 8  # problems listed in one message; the rest are counted
+
+
+class UnsupportedModelError(CheckpointError):
+    """config.json names a ``model_type`` or an architecture packrt has no family for."""
+
+
+def supported() -> dict[str, tuple[str, ...]]:
+    """model_type -> the architectures ``from_pretrained`` builds for it."""
+    table: dict[str, tuple[str, ...]] = {}
+    for family in FAMILIES:
+        for model_type in family.model_types:
+            table[model_type] = family.architectures
+    return table
+
+
+def find_family(config: HFConfig) -> Family:
+    """The family for config.json's ``model_type`` and ``architectures`` (UnsupportedModelError if none)."""
+    model_type = config.get("model_type")
+    listed = "; ".join(f"{kind} ({', '.join(archs)})" for kind, archs in supported().items())
+    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    if family is None:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: model_type {model_type!r} is not one packrt can build; supported model types "
+            f"(architectures): {listed}"
+        )
+    architectures = config.get("architectures") or []
+    unknown = [name for name in architectures if name not in family.architectures]
+    if unknown:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: architecture {unknown[0]!r} (model_type {model_type!r}) is not one packrt "
+            f"builds; for {model_type!r} it builds {', '.join(family.architectures)}; supported: {listed}"
+        )
+    return family
+
+
+def _problems(kind: str, lines: list[str], fix: str) -> CheckpointError:
+    shown = "\n  ".join(lines[:_SHOWN])
+    more = f"\n  ... and {len(lines) - _SHOWN} more" if len(lines) > _SHOWN else ""
+    return CheckpointError(f"{len(lines)} {kind}:\n  {shown}{more}\n{fix}")
+
+
+def plan_load(
+    info: packrt_io.CheckpointInfo, keymap: KeyMap, expected: dict[str, tuple[int, ...]], strict: bool, name: str
+) -> dict[str, Mapped]:
+    """model key -> where its tensor comes from, after checking names and shapes against the headers."""
+    where = str(info.path)
+    plan: dict[str, Mapped] = {}
+    unexpected: list[str] = []
+    prefix = ""
+    for key, tensor in info.tensors.items():
+        found = keymap.lookup(key)
+        if found == "ignored":
+            continue
+        if found is None or found.model not in expected:
+            target = "" if found is None else f" (packrt name {found.model!r})"
+            unexpected.append(f"tensor {key!r} in {tensor.file!r}{target} is not a parameter of {name}")
+            continue
+        prefix = prefix or keymap.strip(key)[0]
+        shape = tensor.shape[::-1] if found.transform == "transpose" else tensor.shape
+        if shape != expected[found.model]:
+            stored = f"{tensor.shape}, transposed to {shape}" if found.transform == "transpose" else f"{shape}"
+            raise CheckpointError(
+                f"checkpoint {where!r}: tensor {key!r} in {tensor.file!r} has shape {stored}, but {name} built from "
+                f"config.json needs {expected[found.model]} for {found.model!r}; config.json and the weights "
+                "disagree: use the config.json saved with these weights"
+            )
+        plan[found.model] = found
+    missing = [
+        f"{keymap.checkpoint_name(model_key, prefix)!r} (packrt {model_key!r}, shape {shape})"
+        for model_key, shape in expected.items()
+        if model_key not in plan
+    ]
+    if strict and missing:
+        raise _problems(
+            f"tensors missing from checkpoint {where!r}",
+            missing,
+            f"{name} built from config.json needs them: check that every shard is present and config.json "
+            "belongs to these weights, or pass strict=False to leave them unloaded",
+        )
+    if strict and unexpected:
+        raise _problems(
+            f"unexpected tensors in checkpoint {where!r}",
+            unexpected,
+            "they are neither in the family's key map nor ignored by design; check config.json, or pass "
+            "strict=False to skip them",
+        )
+    return plan
+
+
+def _progress_bar(progress: bool | None, total: int, description: str) -> Any:
+    """A tqdm bar shown once a load has run ~1 s (None when quiet, not a terminal, or no tqdm)."""
+    if progress is False:
+        return None
+    if progress is None:
+        try:
+            if not sys.stderr.isatty():
+                return None
+        except (AttributeError, ValueError):
+            return None
+    try:
+        tqdm = importlib.import_module("tqdm")
+    except ImportError:
+        return None
+    return tqdm.tqdm(total=total, desc=description, unit="B", unit_scale=True, delay=1.0, leave=False)
+
+
+def _dtype(dtype: packrt.dtype | str | None) -> packrt.dtype | None:
+    if dtype is None or isinstance(dtype, packrt.dtype):
+        return dtype
+    found = getattr(packrt, str(dtype), None)
+    if isinstance(found, packrt.dtype) and found.is_floating_point:
+        return found
+    raise ValueError(f"from_pretrained: dtype {dtype!r} is not a floating packrt dtype (e.g. packrt.bfloat16)")
+
+
+def load_tensors(
+    info: packrt_io.CheckpointInfo, plan: dict[str, Mapped], dtype: packrt.dtype | None, progress: bool | None
+) -> dict[str, packrt.Tensor]:
+    """The planned tensors, memory-mapped file by file (transposed views where the key map says)."""
+    wanted = {mapped.checkpoint: model_key for model_key, mapped in plan.items()}
+    state: dict[str, packrt.Tensor] = {}
+    bar = _progress_bar(progress, info.total_bytes, f"loading {info.path.parent.name or info.path.name}")
+    try:
+        for shard in info.shards:
+            arrays, report = packrt_io.load_arrays(shard, mmap=True)
+            for key, array in arrays.items():
+                model_key = wanted.get(key)
+                if model_key is None:
+                    continue
+                tensor = packrt.from_numpy(array.T if plan[model_key].transform == "transpose" else array)
+                if dtype is not None and tensor.dtype.is_floating_point and tensor.dtype is not dtype:
+                    tensor = tensor.to(dtype)
+                state[model_key] = tensor
+            if bar is not None:
+                bar.update(report.data_bytes)
+    finally:
+        if bar is not None:
+            bar.close()
+    return state
+
+
+def from_pretrained(
+    path: str | os.PathLike[str],
+    *,
+    dtype: packrt.dtype | str | None = None,
+    weight_residency: str | None = None,
+    device: str = "cpu",
+    strict: bool = True,
+    progress: bool | None = None,
+) -> nn.Module:
+    """The model of a Hugging Face directory (config.json + safetensors), loaded and in eval mode.
+
+    ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state);
+    ``gpt2``, ``llama``, ``qwen2`` and ``mistral`` give causal LMs (logits, ``generate``).
+    ``weight_residency`` applies to every packing layer (None keeps each layer's default);
+    ``"borrowed"`` serves from the memory-mapped files. ``dtype`` casts floating weights
+    (default: served in the checkpoint's own dtype). ``strict=False`` skips unknown tensors and
+    leaves missing ones unloaded. ``progress``: a bar for loads over ~1 s (None: only on a
+    terminal; needs the ``progress`` extra). ``device`` other than ``"cpu"`` moves the loaded model
+    there. Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
+    """
+    directory = Path(os.fspath(path))
+    config = read_config(directory)
+    family = find_family(config)
+    cast = _dtype(dtype)
+    with packrt.meta_init():
+        model = family.build(config, weight_residency)
+    name = f"{(config.get('architectures') or [family.name])[0]} ({config.get('model_type')})"
+    expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
+    info = packrt_io.inspect_checkpoint(directory)
+    plan = plan_load(info, family.keymap(config), expected, strict, name)
+    state = load_tensors(info, plan, cast, progress)
+    model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
+    model.eval()
+    if device != "cpu":
+        model.to(device)
+    return model
+
+
+__all__ = ["FAMILIES", "UnsupportedModelError", "find_family", "from_pretrained", "plan_load", "supported"]
