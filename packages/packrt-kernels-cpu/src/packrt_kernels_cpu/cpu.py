@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
+from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.backend import ArrayBackend
 
 
@@ -17,8 +18,10 @@ class CpuBackend(ArrayBackend):
         super().__init__(np)
 
     def set_num_threads(self, n: int) -> None:
-        """Cap the BLAS thread pool (the one GEMM and friends run on) at ``n`` threads."""
+        """Cap the BLAS thread pool (the one GEMM and friends run on) and the fused kernels'
+        numba pool at ``n`` threads."""
         threadpool_limits(limits=n, user_api="blas")
+        fused.set_num_threads(n)
 
     def get_num_threads(self) -> int:
         """Threads the BLAS pool uses now (1 when numpy links no threaded BLAS)."""

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -82,6 +83,15 @@ def embedding(ids: Array, table: Array) -> Array:
 Dims = int | Sequence[int]  # torch's normalized_shape: the trailing dims a norm runs over
 
 
+def _fusable(p: Array | None, cd: np.dtype[Any]) -> bool:
+    """An affine parameter the fused norms can take: absent, or a numpy array in the compute dtype."""
+    return p is None or (type(p) is np.ndarray and cd == np.float32)
+
+
+def _flat(p: Array | None, cd: np.dtype[Any]) -> Array | None:
+    return None if p is None else np.ascontiguousarray(_upcast(p, cd)).reshape(-1)
+
+
 def _norm_axes(x: Array, shape: Dims) -> tuple[int, ...]:
     k = 1 if isinstance(shape, int) else len(tuple(shape))
     return tuple(range(x.ndim - k, x.ndim))
@@ -94,6 +104,9 @@ def layer_norm(x: Array, shape: Dims, w: Array | None = None, b: Array | None = 
     xp = array_namespace(x)
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
+    if fused.handles(xc) and _fusable(w, cd) and _fusable(b, cd):
+        width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
+        return fused.layer_norm(xc, width, _flat(w, cd), _flat(b, cd), eps).astype(dt, copy=False)
     mean = xp.mean(xc, axis=axes, keepdims=True)
     centered = xc - mean
     var = xp.mean(centered * centered, axis=axes, keepdims=True)
@@ -117,6 +130,9 @@ def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = 
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
     eps_value = float(np.finfo(cd).eps) if eps is None else eps
+    if fused.handles(xc) and _fusable(w, cd):
+        width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
+        return fused.rms_norm(xc, width, _flat(w, cd), eps_value).astype(dt, copy=False)
     ms = xp.mean(xc * xc, axis=axes, keepdims=True)
     out = xc / xp.sqrt(ms + cd.type(eps_value))
     if w is not None:
@@ -139,6 +155,8 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     xp = array_namespace(x)
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
+    if fused.handles(xc):
+        return fused.gelu(xc, approximate).astype(dt, copy=False)
     if approximate == "tanh":
         inner = cd.type(_SQRT_2_OVER_PI) * (xc + cd.type(0.044715) * xc * xc * xc)
         out = cd.type(0.5) * xc * (cd.type(1.0) + xp.tanh(inner))
@@ -161,6 +179,8 @@ def silu(x: Array) -> Array:
     """SiLU (swish): ``x * sigmoid(x)``."""
     dt = np.dtype(x.dtype)
     xc = _upcast(x, compute_dtype(dt))
+    if fused.handles(xc):
+        return fused.silu(xc).astype(dt, copy=False)
     return (xc * sigmoid(xc)).astype(dt, copy=False)
 
 
@@ -175,6 +195,8 @@ def softmax(x: Array, dim: int = -1) -> Array:
     axis = dim % x.ndim
     xp = array_namespace(x)
     xc = _upcast(x, compute_dtype(dt))
+    if axis == x.ndim - 1 and xc.shape[-1] > 0 and fused.handles(xc):
+        return fused.softmax_last(xc).astype(dt, copy=False)
     with quiet(xp):
         e = xp.exp(xc - xp.max(xc, axis=axis, keepdims=True))
         out = e / xp.sum(e, axis=axis, keepdims=True)

@@ -1,0 +1,96 @@
+"""The compiled loops behind :mod:`packrt_kernels_cpu.fused` (the only module that imports numba).
+
+Each takes C-contiguous float32 arrays and writes ``out``; rows run in parallel (``prange``).
+Row reductions (means, variances, sums of exponentials) accumulate in float64, so a wide row
+keeps the accuracy numpy's pairwise float32 sums have; everything else stays float32.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+
+Array = Any
+
+
+def set_num_threads(n: int) -> None:
+    """Cap the pool for parallel regions this thread launches (numba's own maximum is the core count)."""
+    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+
+
+_jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+_TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
+_CUBIC = np.float32(0.044715)
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+
+
+@_jit  # type: ignore[untyped-decorator]
+def gelu_erf(x: Array, out: Array) -> None:
+    for i in numba.prange(x.shape[0]):
+        v = x[i]
+        out[i] = _HALF * v * math.erfc(-v * _INV_SQRT2)
+
+
+@_jit  # type: ignore[untyped-decorator]
+def gelu_tanh(x: Array, out: Array) -> None:
+    for i in numba.prange(x.shape[0]):
+        v = x[i]
+        out[i] = _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
+
+
+@_jit  # type: ignore[untyped-decorator]
+def silu(x: Array, out: Array) -> None:
+    for i in numba.prange(x.shape[0]):
+        v = x[i]
+        out[i] = v / (_ONE + math.exp(-v))
+
+
+@_jit  # type: ignore[untyped-decorator]
+def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    rows, width = x.shape
+    for r in numba.prange(rows):
+        total = 0.0
+        for j in range(width):
+            total += x[r, j]
+        mean = np.float32(total / width)
+        squares = 0.0
+        for j in range(width):
+            d = x[r, j] - mean
+            squares += d * d
+        scale = np.float32(1.0 / math.sqrt(squares / width + eps))
+        for j in range(width):
+            out[r, j] = (x[r, j] - mean) * scale * w[j] + b[j]
+
+
+@_jit  # type: ignore[untyped-decorator]
+def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
+    rows, width = x.shape
+    for r in numba.prange(rows):
+        squares = 0.0
+        for j in range(width):
+            squares += x[r, j] * x[r, j]
+        scale = np.float32(1.0 / math.sqrt(squares / width + eps))
+        for j in range(width):
+            out[r, j] = x[r, j] * scale * w[j]
+
+
+@_jit  # type: ignore[untyped-decorator]
+def softmax(x: Array, out: Array) -> None:
+    rows, width = x.shape
+    for r in numba.prange(rows):
+        top = x[r, 0]
+        for j in range(1, width):
+            top = max(top, x[r, j])
+        total = 0.0
+        for j in range(width):
+            e = np.float32(math.exp(x[r, j] - top))
+            out[r, j] = e
+            total += e
+        inv = np.float32(1.0 / total)
+        for j in range(width):
+            out[r, j] *= inv

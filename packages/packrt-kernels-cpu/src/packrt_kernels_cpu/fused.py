@@ -1,0 +1,100 @@
+"""Fused float32 CPU kernels compiled with numba: one pass over the data, no temporaries.
+
+The elementwise and row-wise kernels that dominate an encoder's forward outside its GEMMs
+(exact and tanh GELU, SiLU, LayerNorm, RMSNorm, softmax) each run here as one compiled loop,
+multi-threaded over rows with ``prange`` (capped by ``CpuBackend.set_num_threads``), instead
+of a chain of numpy temporaries. They take C-contiguous float32 arrays; the numpy code in
+:mod:`packrt_kernels_cpu.functional` stays the reference the tests compare against and the
+path for every other dtype and namespace, and for machines where numba cannot load.
+
+numba is imported, and the kernels compiled, on the first call only (``cache=True`` keeps the
+machine code on disk for the next process), so ``import packrt`` never pays for either.
+``PACKRT_NUMBA=0`` in the environment turns the fused path off. The compiled loops live in
+:mod:`packrt_kernels_cpu._numba_kernels`, the only module that imports numba.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+Array = Any
+_F32 = np.dtype(np.float32)
+_state: dict[str, Any] = {}  # "kernels": the compiled namespace, or None when numba cannot load
+
+
+def enabled() -> bool:
+    """Whether the fused path is on: numba imports and ``PACKRT_NUMBA`` is not "0"."""
+    return os.environ.get("PACKRT_NUMBA", "1") != "0" and _kernels() is not None
+
+
+def handles(x: Array) -> bool:
+    """Whether ``x`` can take the fused path (a C-contiguous float32 numpy array, path enabled)."""
+    return type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous and enabled()
+
+
+def set_num_threads(n: int) -> None:
+    """Cap numba's thread pool (a no-op until numba has loaded; the cap then applies on load)."""
+    _state["threads"] = n
+    kernels = _state.get("kernels")
+    if kernels is not None:
+        kernels.set_num_threads(n)
+
+
+def _kernels() -> Any:
+    if "kernels" not in _state:
+        try:
+            _state["kernels"] = _compile()
+        except (ImportError, OSError):  # no numba here (or its LLVM cannot load): numpy path only
+            _state["kernels"] = None
+        if _state["kernels"] is not None and "threads" in _state:
+            _state["kernels"].set_num_threads(_state["threads"])
+    return _state["kernels"]
+
+
+def gelu(x: Array, approximate: str) -> Array:
+    """GELU of a float32 array: ``x/2 * erfc(-x/sqrt 2)``, or the tanh form."""
+    out = np.empty_like(x)
+    k = _kernels()
+    (k.gelu_tanh if approximate == "tanh" else k.gelu_erf)(x.reshape(-1), out.reshape(-1))
+    return out
+
+
+def silu(x: Array) -> Array:
+    """``x * sigmoid(x)`` of a float32 array."""
+    out = np.empty_like(x)
+    _kernels().silu(x.reshape(-1), out.reshape(-1))
+    return out
+
+
+def layer_norm(x: Array, width: int, w: Array | None, b: Array | None, eps: float) -> Array:
+    """LayerNorm over the trailing ``width`` elements of each row (w, b float32 of that size, or None)."""
+    out = np.empty_like(x)
+    ones = np.ones(width, _F32) if w is None else w.reshape(-1)
+    zeros = np.zeros(width, _F32) if b is None else b.reshape(-1)
+    _kernels().layer_norm(x.reshape(-1, width), ones, zeros, np.float32(eps), out.reshape(-1, width))
+    return out
+
+
+def rms_norm(x: Array, width: int, w: Array | None, eps: float) -> Array:
+    """RMSNorm over the trailing ``width`` elements of each row."""
+    out = np.empty_like(x)
+    ones = np.ones(width, _F32) if w is None else w.reshape(-1)
+    _kernels().rms_norm(x.reshape(-1, width), ones, np.float32(eps), out.reshape(-1, width))
+    return out
+
+
+def softmax_last(x: Array) -> Array:
+    """Softmax along the last axis (max-shifted; an all ``-inf`` row gives NaN, as numpy's path)."""
+    out = np.empty_like(x)
+    width = x.shape[-1]
+    _kernels().softmax(x.reshape(-1, width), out.reshape(-1, width))
+    return out
+
+
+def _compile() -> Any:
+    from packrt_kernels_cpu import _numba_kernels  # imports numba: only now, on first use
+
+    return _numba_kernels

@@ -1,0 +1,80 @@
+"""The numba-compiled kernels agree with the numpy reference path, and the switch between them holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+from packrt_kernels_cpu import functional as kernels
+from packrt_kernels_cpu import fused
+from packrt_kernels_cpu.tolerance import tolerance
+
+F32 = np.float32
+CASES: dict[str, Callable[[np.ndarray], Any]] = {
+    "gelu": lambda x: kernels.gelu(x),
+    "gelu-tanh": lambda x: kernels.gelu(x, "tanh"),
+    "silu": kernels.silu,
+    "softmax": lambda x: kernels.softmax(x, -1),
+    "layer_norm": lambda x: kernels.layer_norm(
+        x, x.shape[-1], np.full(x.shape[-1], 1.5, F32), np.ones(x.shape[-1], F32)
+    ),
+    "layer_norm-plain": lambda x: kernels.layer_norm(x, x.shape[-1]),
+    "rms_norm": lambda x: kernels.rms_norm(x, x.shape[-1], np.full(x.shape[-1], 0.5, F32)),
+}
+
+
+def _both(fn: Callable[[np.ndarray], Any], x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    monkeypatch.setenv("PACKRT_NUMBA", "1")
+    fast = fn(x)
+    monkeypatch.setenv("PACKRT_NUMBA", "0")
+    reference = fn(x)
+    monkeypatch.delenv("PACKRT_NUMBA")
+    return fast, reference
+
+
+def test_the_fused_path_loads_and_takes_contiguous_float32_numpy_arrays_only() -> None:
+    assert fused.enabled()
+    assert fused.handles(np.ones((2, 3), F32))
+    assert not fused.handles(np.ones((2, 3), np.float64))
+    assert not fused.handles(np.ones((3, 2), F32).T)  # not C-contiguous
+    assert not fused.handles([1.0, 2.0])
+
+
+def test_packrt_numba_0_turns_the_fused_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACKRT_NUMBA", "0")
+    assert not fused.enabled() and not fused.handles(np.ones(3, F32))
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 768), (4, 3072)])
+def test_each_fused_kernel_matches_the_numpy_reference(name: str, shape: tuple[int, ...], monkeypatch: Any) -> None:
+    x = (np.random.default_rng(len(shape) * 31 + shape[-1]).standard_normal(shape) * 4).astype(F32)
+    fast, reference = _both(CASES[name], x, monkeypatch)
+    assert fast.dtype == F32 and fast.shape == x.shape
+    rtol, atol = tolerance(F32)
+    np.testing.assert_allclose(fast, reference, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("name", ["gelu", "gelu-tanh", "silu", "softmax"])
+def test_fused_kernels_stay_finite_and_agree_on_extreme_inputs(name: str, monkeypatch: Any) -> None:
+    x = np.array([[-1e4, -80.0, -9.0, 0.0, 9.0, 80.0, 1e4]], F32)
+    fast, reference = _both(CASES[name], x, monkeypatch)
+    assert np.isfinite(fast).all()
+    np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fully_masked_softmax_row_is_nan_on_both_paths(monkeypatch: Any) -> None:
+    x = np.array([[-np.inf, -np.inf], [0.0, -np.inf]], F32)
+    fast, reference = _both(CASES["softmax"], x, monkeypatch)
+    assert np.isnan(fast[0]).all() and np.isnan(reference[0]).all()
+    assert fast[1].tolist() == reference[1].tolist() == [1.0, 0.0]
+
+
+def test_half_precision_goes_through_the_fused_float32_path_and_rounds_once(monkeypatch: Any) -> None:
+    x = np.linspace(-5, 5, 64, dtype=np.float16).reshape(4, 16)
+    fast, reference = _both(CASES["gelu"], x, monkeypatch)
+    assert fast.dtype == np.float16
+    np.testing.assert_array_equal(fast, reference.astype(np.float16))
