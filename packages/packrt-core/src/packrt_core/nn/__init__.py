@@ -1,4 +1,4 @@
-"""packrt.nn: Module, Parameter, Buffer, the containers, the layers and residency."""
+"""packrt.nn: Module, Parameter, Buffer, the containers (module and parameter), the layers and residency."""
 
 from packrt_core.nn import functional
 from packrt_core.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax
@@ -10,6 +10,7 @@ from packrt_core.nn.memory import MemoryReport, MemoryRow, memory_report
 from packrt_core.nn.module import Module
 from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.nn.parameter_containers import ParameterDict, ParameterList
 from packrt_core.nn.quantized import QuantizedLinear
 from packrt_core.nn.residency import PackedLayer, free_memory_override
 from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
@@ -39,6 +40,8 @@ __all__ = [
     "ModuleDict",
     "ModuleList",
     "Parameter",
+    "ParameterDict",
+    "ParameterList",
     "Sequential",
     "_IncompatibleKeys",
     "free_memory_override",

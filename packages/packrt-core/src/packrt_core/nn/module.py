@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 from packrt_core.device import Device, as_device
-from packrt_core.dtypes import bfloat16, float16, float32, float64
-from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationError
+from packrt_core.dtypes import DataType, as_dtype, bfloat16, dtype, float16, float32, float64
+from packrt_core.errors import DTypeError, ModuleInitError, ModulePathError, RegistrationError
 from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.state import _IncompatibleKeys
@@ -202,14 +202,17 @@ class Module:
                 d["_buffers"][name] = value
         elif isinstance(value, Buffer):
             self._require_init("buffer", name)
-            self._forget(name, keep="_buffers")
+            self._forget(name, keep="_buffers", keep_attribute=True)  # a plain attribute is not replaced
             self.register_buffer(name, value)
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str, keep: str) -> None:
-        """Unfile ``name`` from every other place, so re-assigning keeps its registration slot."""
-        self.__dict__.pop(name, None)
+    def _forget(self, name: str, keep: str, keep_attribute: bool = False) -> None:
+        """Unfile ``name`` from every other place, so re-assigning keeps its registration slot.
+        ``keep_attribute`` leaves a plain attribute in place, so registering refuses the name
+        (a Buffer assigned over a plain attribute, as in PyTorch)."""
+        if not keep_attribute:
+            self.__dict__.pop(name, None)
         for registry in _REGISTRIES:
             if registry != keep:
                 getattr(self, registry).pop(name, None)
@@ -331,7 +334,8 @@ class Module:
     def train(self, mode: bool = True) -> Self:
         """Set the training flag on every module of the tree; returns this module."""
         if not isinstance(mode, bool):
-            raise TypeError(f"train(mode) takes a bool, got {type(mode).__name__}")
+            # PyTorch raises ValueError here ("training mode is expected to be boolean"): so does packrt.
+            raise ValueError(f"train(mode) expects a bool training mode, got {type(mode).__name__}: pass True or False")
         for module in self.modules():
             object.__setattr__(module, "training", mode)
         return self
@@ -408,7 +412,8 @@ class Module:
         """Put ``module`` at dotted path ``target``. With ``strict=True`` a module must already
         be there; by default a missing last segment is created."""
         if not isinstance(module, Module):
-            raise TypeError(f"set_submodule({target!r}) takes a Module, got {type(module).__name__}")
+            # PyTorch raises ValueError for a module that is not a Module: so does packrt.
+            raise ValueError(f"set_submodule({target!r}) expects a Module, got {type(module).__name__}")
         if target == "":
             raise ValueError("set_submodule('') would replace the module itself: name a child path")
         parent_path, _, name = target.rpartition(".")
@@ -494,7 +499,10 @@ class Module:
         place; returns the module. Takes ``to(device)``, ``to(dtype)`` (object, name or
         DataType), ``to(device, dtype)``, ``to(tensor)`` and ``device=`` / ``dtype=`` /
         ``non_blocking=``. Integer and bool tensors keep their dtype. A layer that cannot
-        serve the request raises before anything changes."""
+        serve the request raises before anything changes. An argument of a kind ``to`` cannot
+        take, or in a place its kind cannot take (``to([])``, ``to("cpu", True)``), is a
+        TypeError, as in PyTorch."""
+        _check_to_arguments(args)
         moves.to(self, args, kwargs)
         return self
 
@@ -580,6 +588,38 @@ class Module:
         for module in self.modules():
             module._pack_now()
         return self
+
+
+def _names_dtype(value: Any) -> bool:
+    if isinstance(value, dtype | DataType):
+        return True
+    if not isinstance(value, str):
+        return False
+    try:
+        as_dtype(value)
+    except DTypeError:
+        return False
+    return True
+
+
+def _check_to_arguments(args: tuple[Any, ...]) -> None:
+    """Refuse, as TypeError, the positional forms PyTorch's ``Module.to`` refuses: it takes
+    ``(device[, dtype[, non_blocking]])``, ``(dtype[, non_blocking])`` or ``(tensor[, non_blocking])``."""
+    for i, arg in enumerate(args):
+        is_tensor = hasattr(arg, "device") and hasattr(arg, "dtype")
+        known = arg is None or isinstance(arg, Device | str | int) or is_tensor or _names_dtype(arg)
+        if not known or (is_tensor and i > 0):
+            raise TypeError(
+                f"Module.to() cannot read argument {i}, a {type(arg).__name__}: expected to(device), to(dtype), "
+                "to(device, dtype) or to(tensor), with non_blocking=True as a keyword or after a dtype or tensor"
+            )
+    if len(args) >= 2 and isinstance(args[1], bool):
+        first = args[0]
+        if not (_names_dtype(first) or (hasattr(first, "device") and hasattr(first, "dtype"))):
+            raise TypeError(
+                f"Module.to({first!r}, {args[1]!r}): a bool after a device stands where the dtype goes; "
+                "pass non_blocking= as a keyword: to(device, non_blocking=True)"
+            )
 
 
 def _kind_of(module: Module, name: str) -> str:

@@ -177,7 +177,10 @@ def _check_value(tie: _Tie, key: str, value: Tensor, assign: bool, problems: lis
     target = tie.tensor
     ok = True
     if value.shape != target.shape:
-        problems.append(f"{key}: shape mismatch, the checkpoint has {value.shape} and the model expects {target.shape}")
+        problems.append(
+            f"size mismatch for {key}: copying a param with shape {value.shape} from checkpoint, the shape in "
+            f"current model is {target.shape}; build the model with the configuration the checkpoint was saved from"
+        )
         ok = False
     if not value.has_storage:
         problems.append(f"{key}: the checkpoint value is storage-free; a value with storage is expected")
@@ -192,16 +195,27 @@ def _check_value(tie: _Tie, key: str, value: Tensor, assign: bool, problems: lis
 
 
 def _key_lines(missing: list[str], unexpected: list[str]) -> list[str]:
+    """PyTorch's phrases ("Missing key(s) in state_dict", "Unexpected key(s) in state_dict"), which
+    users and their tools search for, followed by what each means and the fix."""
     lines = []
     if missing:
-        lines.append("missing key(s): " + ", ".join(f'"{k}"' for k in missing))
+        lines.append(
+            "Missing key(s) in state_dict: "
+            + ", ".join(f'"{k}"' for k in missing)
+            + " (the model has them, the checkpoint does not; load with strict=False to leave them as they are)"
+        )
     if unexpected:
-        lines.append("unexpected key(s): " + ", ".join(f'"{k}"' for k in unexpected))
+        lines.append(
+            "Unexpected key(s) in state_dict: "
+            + ", ".join(f'"{k}"' for k in unexpected)
+            + " (the checkpoint has them, the model does not; load with strict=False to ignore them)"
+        )
     return lines
 
 
 def _failure(root: Module, problems: list[str]) -> str:
-    return f"load_state_dict into {type(root).__name__} failed; nothing was changed:\n  " + "\n  ".join(problems)
+    head = f"Error(s) in loading state_dict for {type(root).__name__} (load_state_dict failed; nothing was changed):"
+    return head + "\n  " + "\n  ".join(problems)
 
 
 def _prepare(
