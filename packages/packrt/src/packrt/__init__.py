@@ -1,9 +1,16 @@
 """packrt: a small inference runtime with a documented Module contract.
 
 This meta-package re-exports the public API of the packrt distributions under one name:
-tensors and dtypes from packrt-core at the top level, and the submodules ``packrt.nn``,
-``packrt.hooks``, ``packrt.errors`` and ``packrt.cuda``.
+tensors and dtypes from packrt-core at the top level, and every public submodule, bound on
+``import packrt``: ``packrt.nn``, ``packrt.hooks``, ``packrt.errors`` and ``packrt.cuda`` at once,
+``packrt.io`` (checkpoints) and ``packrt.models`` (the reference models) on first use (PEP 562),
+so ``import packrt`` stays fast.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from packrt import cuda, errors, hooks, nn
 from packrt_core import (
@@ -17,12 +24,14 @@ from packrt_core import (
     double,
     dtype,
     empty,
+    empty_like,
     float16,
     float32,
     float64,
     from_dlpack,
     from_numpy,
     full,
+    full_like,
     get_num_threads,
     half,
     int8,
@@ -33,12 +42,14 @@ from packrt_core import (
     manual_seed,
     meta_init,
     ones,
+    ones_like,
     rand,
     randn,
     set_num_threads,
     tensor,
     uint8,
     zeros,
+    zeros_like,
 )
 from packrt_core import (
     bool as bool,
@@ -47,12 +58,21 @@ from packrt_core import (
     float as float,
 )
 
+if TYPE_CHECKING:  # bound on first use by __getattr__ below; named here for the type checker
+    from packrt import io, models
+
+# Submodule -> its module, imported on first attribute access: their import costs what
+# `import packrt` need not pay (safetensors I/O, the model zoo).
+_LAZY_SUBMODULES = {"io": "packrt.io", "models": "packrt.models"}
+
 __version__ = "0.2.0.dev0"
 __all__ = [
     # the submodules
     "cuda",
     "errors",
     "hooks",
+    "io",
+    "models",
     "nn",
     # tensors and the functions that make them
     "Tensor",
@@ -64,6 +84,10 @@ __all__ = [
     "full",
     "ones",
     "zeros",
+    "empty_like",
+    "full_like",
+    "ones_like",
+    "zeros_like",
     "rand",
     "randn",
     "manual_seed",
@@ -92,3 +116,17 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Bind ``packrt.io`` / ``packrt.models`` on first use (PEP 562)."""
+    target = _LAZY_SUBMODULES.get(name)
+    if target is None:
+        raise AttributeError(f"module 'packrt' has no attribute {name!r}")
+    module = importlib.import_module(target)
+    globals()[name] = module
+    return module
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY_SUBMODULES))
