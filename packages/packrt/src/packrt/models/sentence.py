@@ -1,0 +1,171 @@
+"""Sentence embeddings from a sentence-transformers directory (all-MiniLM-L6-v2 and its kind).
+
+:meth:`SentenceEncoder.from_pretrained` reads the directory the way sentence-transformers does:
+``modules.json`` lists the steps (a Transformer, a Pooling, optionally a Normalize),
+``sentence_bert_config.json`` gives ``max_seq_length``, ``1_Pooling/config.json`` the pooling
+modes. Text is tokenized by the ``tokenizers`` library from ``tokenizer.json`` (truncated to
+``max_seq_length``, padded to the longest text of each batch), and the transformer is loaded by
+:func:`packrt.models.from_pretrained`, so ``weight_residency="borrowed"`` serves it from the
+mapped file. :meth:`SentenceEncoder.encode` then gives the vectors sentence-transformers gives:
+masked mean pooling (or the configured modes, concatenated in its order), L2-normalized.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tokenizers import Tokenizer
+
+import packrt
+from packrt import nn
+from packrt.errors import CheckpointError
+from packrt.models.pretrained import from_pretrained
+
+POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
+
+
+def _json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read as JSON ({err}); fix or re-save it") from err
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What modules.json and its configs say: where the transformer is, how to pool, whether to normalize."""
+
+    transformer: Path
+    pooling: tuple[str, ...]
+    normalize: bool
+    max_seq_length: int | None
+
+    @classmethod
+    def read(cls, directory: Path) -> Pipeline:
+        modules = _json(directory / "modules.json", "modules.json (its list of steps)")
+        if not isinstance(modules, list):
+            raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
+        by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
+        if "Transformer" not in by_kind or "Pooling" not in by_kind:
+            raise CheckpointError(
+                f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
+                "followed by a Pooling step (and optionally Normalize)"
+            )
+        transformer = directory / str(by_kind["Transformer"].get("path", ""))
+        pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
+        pooling_config = _json(pooling_path, "the pooling step's config")
+        modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
+        if not modes:
+            raise CheckpointError(
+                f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
+            )
+        settings = transformer / "sentence_bert_config.json"
+        max_length = _json(settings, "sentence_bert_config.json").get("max_seq_length") if settings.exists() else None
+        return cls(transformer, modes, "Normalize" in by_kind, max_length)
+
+
+class SentenceEncoder:
+    """A tokenizer, a BERT-family encoder and the pooling of a sentence-transformers model.
+
+    Build it with :meth:`from_pretrained`; ``encode(texts)`` returns (len(texts), dimension)
+    float32 vectors. ``model`` is the packrt encoder, ``tokenizer`` the ``tokenizers.Tokenizer``.
+    """
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, pipeline: Pipeline) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.pipeline = pipeline
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        weight_residency: str | None = None,
+        dtype: packrt.dtype | str | None = None,
+        progress: bool | None = None,
+    ) -> SentenceEncoder:
+        """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights)."""
+        directory = Path(os.fspath(path))
+        pipeline = Pipeline.read(directory)
+        tokenizer_file = pipeline.transformer / "tokenizer.json"
+        if not tokenizer_file.is_file():
+            raise CheckpointError(
+                f"{str(tokenizer_file)!r} is missing; SentenceEncoder tokenizes with the tokenizers library from "
+                "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
+            )
+        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        model = from_pretrained(pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress)
+        positions = int(getattr(getattr(model, "config", None), "max_positions", 512))
+        limit = min(pipeline.max_seq_length or positions, positions)
+        tokenizer.enable_truncation(max_length=limit)
+        padding = tokenizer.padding or {}
+        pad_token = str(padding.get("pad_token", "[PAD]"))
+        pad_id = tokenizer.token_to_id(pad_token)
+        tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)  # to the longest
+        return cls(model, tokenizer, pipeline)
+
+    @property
+    def dimension(self) -> int:
+        """Length of one embedding: hidden size times the number of pooling modes."""
+        hidden = int(getattr(getattr(self.model, "config", None), "hidden", 0))
+        return hidden * len(self.pipeline.pooling)
+
+    def tokenize(self, texts: Sequence[str]) -> dict[str, packrt.Tensor]:
+        """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``."""
+        encodings = self.tokenizer.encode_batch(list(texts))
+        fields = {
+            "input_ids": [e.ids for e in encodings],
+            "attention_mask": [e.attention_mask for e in encodings],
+            "token_type_ids": [e.type_ids for e in encodings],
+        }
+        return {name: packrt.from_numpy(np.asarray(rows, dtype=np.int64)) for name, rows in fields.items()}
+
+    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        weights = mask[:, :, None].astype(hidden.dtype)
+        counts = np.maximum(weights.sum(axis=1), np.float32(1e-9))
+        parts = []
+        for mode in self.pipeline.pooling:
+            if mode == "cls_token":
+                parts.append(hidden[:, 0])
+            elif mode == "max_tokens":
+                parts.append(np.where(weights > 0, hidden, np.float32(-1e9)).max(axis=1))
+            elif mode == "mean_tokens":
+                parts.append((hidden * weights).sum(axis=1) / counts)
+            else:
+                parts.append((hidden * weights).sum(axis=1) / np.sqrt(counts))
+        return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+
+    def encode(self, texts: Sequence[str], batch_size: int = 32, normalize: bool = True) -> np.ndarray:
+        """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``.
+
+        Texts are batched longest first (less padding), ``batch_size`` at a time, and returned in
+        the order given. Padding never changes a text's vector: it is masked out of attention and
+        pooling.
+        """
+        if isinstance(texts, str):
+            raise TypeError("SentenceEncoder.encode takes a list of texts; wrap a single text as [text]")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for begin in range(0, len(order), batch_size):
+            chosen = order[begin : begin + batch_size]
+            batch = self.tokenize([texts[i] for i in chosen])
+            hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+            pooled = self._pool(np.asarray(hidden.numpy(), dtype=np.float32), batch["attention_mask"].numpy())
+            if normalize:
+                pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
+            out[chosen] = pooled
+        return out
+
+
+__all__ = ["POOLING_MODES", "Pipeline", "SentenceEncoder"]

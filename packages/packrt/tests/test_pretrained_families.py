@@ -1,0 +1,203 @@
+"""Every family loads from a directory transformers' save_pretrained wrote and computes what transformers does.
+
+Tiny random models (hidden 32, two layers) are built with transformers, saved with
+``safe_serialization=True`` (the llama one sharded), and served by packrt under ``borrowed`` and
+``packed``: hidden states or logits within 1e-4 (fp32), greedy generations identical token for token.
+Nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import packrt
+from packrt import nn
+from packrt.models import CausalLM, from_pretrained
+
+VOCAB = 97
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+ROPE_LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+# name -> (config class, model class, config fields, save_pretrained arguments)
+FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
+    "bert": ("BertConfig", "BertModel", {**SMALL, "max_position_embeddings": 64}, {}),
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}, {}),
+    "llama": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {**SMALL, "num_key_value_heads": 2, "rope_parameters": ROPE_LLAMA3},
+        {"max_shard_size": "20KB"},
+    ),
+    "llama-tied": ("LlamaConfig", "LlamaForCausalLM", {**SMALL, "tie_word_embeddings": True}, {}),
+    "qwen2": (
+        "Qwen2Config",
+        "Qwen2ForCausalLM",
+        {**SMALL, "num_key_value_heads": 2, "use_sliding_window": True, "sliding_window": 4, "max_window_layers": 1},
+        {},
+    ),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}, {}),
+}
+CAUSAL = [name for name in FAMILIES if name != "bert"]
+RESIDENCIES = ["borrowed", "packed"]
+
+
+@pytest.fixture(scope="module")
+def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """name -> (directory, the transformers model it was saved from), one of each family."""
+    torch.manual_seed(0)
+    out: dict[str, Any] = {}
+    for name, (config_class, model_class, fields, save_args) in FAMILIES.items():
+        # A wide init keeps logits far apart, so greedy decoding is a sharp test; no eos/bos/pad tokens.
+        config = getattr(transformers, config_class)(
+            vocab_size=VOCAB, initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields
+        )
+        model = getattr(transformers, model_class)(config).eval()
+        directory = tmp_path_factory.mktemp(name)
+        model.save_pretrained(directory, safe_serialization=True, **save_args)
+        out[name] = (directory, model)
+    return out
+
+
+def _ids(batch: int, seq: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(1, VOCAB, (batch, seq)).astype(np.int64)
+
+
+def _reference(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        out = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask))
+    result: np.ndarray = (out.logits if hasattr(out, "logits") else out.last_hidden_state).numpy()
+    return result
+
+
+def test_the_llama_fixture_is_sharded_with_an_index(saved: dict[str, Any]) -> None:
+    directory, _ = saved["llama"]
+    assert (directory / "model.safetensors.index.json").is_file()
+    assert len(list(directory.glob("model-*-of-*.safetensors"))) > 1
+    assert not (directory / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("residency", RESIDENCIES)
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_every_family_matches_transformers_within_1e_4(
+    saved: dict[str, Any], torch: ModuleType, name: str, residency: str
+) -> None:
+    directory, reference_model = saved[name]
+    model = from_pretrained(directory, weight_residency=residency)
+    assert not model.training
+    ids = _ids(2, 11)
+    mask = np.ones_like(ids)
+    mask[1, 8:] = 0  # right padding on the second row
+    out = model(packrt.from_numpy(ids), attention_mask=packrt.from_numpy(mask)).numpy()
+    expected = _reference(torch, reference_model, ids, mask)
+    assert out.shape == expected.shape
+    diff = float(np.abs(out - expected)[mask.astype(bool)].max())
+    assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
+
+
+@pytest.mark.parametrize("residency", RESIDENCIES)
+@pytest.mark.parametrize("name", CAUSAL)
+def test_greedy_generation_equals_transformers_token_for_token(
+    saved: dict[str, Any], torch: ModuleType, name: str, residency: str
+) -> None:
+    directory, reference_model = saved[name]
+    model = from_pretrained(directory, weight_residency=residency)
+    ids = _ids(2, 6, seed=1)
+    ours = model.generate(packrt.from_numpy(ids), 12).numpy()
+    with torch.no_grad():
+        theirs = reference_model.generate(torch.from_numpy(ids), max_new_tokens=12, do_sample=False).numpy()
+    assert ours.shape == (2, 18)
+    np.testing.assert_array_equal(ours, theirs)
+    assert len(set(ours[:, 6:].ravel().tolist())) > 2, "the generation is degenerate: the test would prove little"
+
+
+@pytest.mark.parametrize("name", CAUSAL)
+def test_left_padded_generation_with_eos_matches_transformers(
+    saved: dict[str, Any], torch: ModuleType, name: str
+) -> None:
+    directory, reference_model = saved[name]
+    model = from_pretrained(directory, weight_residency="borrowed")
+    ids = _ids(2, 7, seed=2)
+    mask = np.ones_like(ids)
+    mask[1, :3], ids[1, :3] = 0, 0
+    free = model.generate(packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask)).numpy()
+    eos = int(free[0, 9])  # a token the first row emits, so it stops early
+    ours = model.generate(
+        packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask), eos_token_id=eos, pad_token_id=0
+    ).numpy()
+    with torch.no_grad():
+        theirs = reference_model.generate(
+            torch.from_numpy(ids),
+            attention_mask=torch.from_numpy(mask),
+            max_new_tokens=10,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        ).numpy()
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_generation_runs_the_prefix_once_then_one_token_per_step(saved: dict[str, Any]) -> None:
+    model = from_pretrained(saved["llama"][0])
+    assert isinstance(model, CausalLM)
+    embedded: list[tuple[int, ...]] = []
+    model.embed.register_forward_hook(lambda _m, args, _out: embedded.append(tuple(args[0].shape)))
+    model.generate(packrt.from_numpy(_ids(1, 9)), 5)
+    assert embedded == [(1, 9), (1, 1), (1, 1), (1, 1), (1, 1)]
+
+
+def test_sampling_with_a_seed_repeats_and_top_k_1_is_greedy(saved: dict[str, Any]) -> None:
+    model = from_pretrained(saved["qwen2"][0])
+    ids = packrt.from_numpy(_ids(2, 5, seed=3))
+    first = model.generate(ids, 8, do_sample=True, temperature=0.8, top_p=0.9, seed=7).numpy()
+    again = model.generate(ids, 8, do_sample=True, temperature=0.8, top_p=0.9, seed=7).numpy()
+    np.testing.assert_array_equal(first, again)
+    greedy = model.generate(ids, 8).numpy()
+    np.testing.assert_array_equal(model.generate(ids, 8, do_sample=True, top_k=1, seed=1).numpy(), greedy)
+
+
+def test_borrowed_serves_from_the_mapped_shards_and_packs_nothing(saved: dict[str, Any]) -> None:
+    model = from_pretrained(saved["llama"][0], weight_residency="borrowed")
+    model(packrt.from_numpy(_ids(1, 4)))
+    totals = nn.memory_report(model).totals()
+    assert totals["packed"] == 0 and totals["borrowed"] > 0
+
+
+def test_a_bf16_checkpoint_is_served_in_bf16_or_cast_as_asked(
+    saved: dict[str, Any], torch: ModuleType, tmp_path: Path
+) -> None:
+    _, reference_model = saved["llama"]
+    reference_model.to(torch.bfloat16).save_pretrained(tmp_path, safe_serialization=True)
+    reference_model.to(torch.float32)
+    ids = _ids(1, 6)
+    as_stored = from_pretrained(tmp_path)
+    assert as_stored.embed.weight.dtype is packrt.bfloat16
+    assert as_stored(packrt.from_numpy(ids)).dtype is packrt.bfloat16
+    upcast = from_pretrained(tmp_path, dtype="float32", weight_residency="borrowed")
+    assert upcast.embed.weight.dtype is packrt.float32
+    stored_values = reference_model.__class__.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    expected = _reference(torch, stored_values, ids, np.ones_like(ids))
+    assert float(np.abs(upcast(packrt.from_numpy(ids)).numpy() - expected).max()) <= 1e-4
+
+
+def test_generate_rejects_arguments_it_cannot_honour(saved: dict[str, Any]) -> None:
+    model = from_pretrained(saved["gpt2"][0])
+    ids = packrt.from_numpy(_ids(1, 4))
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0"):
+        model.generate(ids, -1)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        model.generate(ids, 2, do_sample=True, temperature=0.0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        model.generate(ids, 2, do_sample=True, top_p=1.5)
+    with pytest.raises(packrt.errors.ShapeError, match="exceed the model's 64 positions"):
+        model.generate(ids, 61)
