@@ -112,6 +112,7 @@ def lint(session: nox.Session) -> None:
         "ml_dtypes>=0.5",
         "threadpoolctl>=3.5",
         "array-api-compat>=1.10",
+        "numba>=0.60",
         "psutil>=5.9",
         "types-psutil",
         "safetensors>=0.4",

@@ -19,6 +19,8 @@ def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     """Every comparison with torch runs on both paths: numba's fused loops and the numpy reference."""
     monkeypatch.setenv("PACKRT_NUMBA", "1" if request.param == "fused" else "0")
     return str(request.param)
+
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 

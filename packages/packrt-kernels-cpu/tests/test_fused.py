@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -78,3 +79,24 @@ def test_half_precision_goes_through_the_fused_float32_path_and_rounds_once(monk
     fast, reference = _both(CASES["gelu"], x, monkeypatch)
     assert fast.dtype == np.float16
     np.testing.assert_array_equal(fast, reference.astype(np.float16))
+
+
+def test_bfloat16_float32_casts_give_ml_dtypes_bits_exactly() -> None:
+    rng = np.random.default_rng(3)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-40, -3e-39, 3.4e38, 1.0 + 2**-8, 1.0 + 3 * 2**-8], F32)
+    values = np.concatenate([specials, (rng.standard_normal(20000) * 10.0 ** rng.integers(-40, 38, 20000)).astype(F32)])
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert fused.casts(values, bf16)
+    narrow = fused.cast(values, bf16)
+    finite = ~np.isnan(values)
+    np.testing.assert_array_equal(narrow.view(np.uint16)[finite], values.astype(bf16).view(np.uint16)[finite])
+    assert np.isnan(narrow[4].astype(F32))  # NaN stays NaN (its payload bits may differ)
+    wide = fused.cast(narrow, F32)
+    np.testing.assert_array_equal(wide.view(np.uint32), narrow.astype(F32).view(np.uint32))
+
+
+def test_small_or_non_contiguous_arrays_keep_numpys_cast() -> None:
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert not fused.casts(np.ones(16, F32), bf16)
+    assert not fused.casts(np.ones((128, 128), F32).T, bf16)
+    assert not fused.casts(np.ones(8192, np.float64), bf16)

@@ -109,3 +109,10 @@ def test_quantized_pack_names_bad_arguments() -> None:
         pack_quantized_linear(np.zeros((3, 4, 1), np.int8), scale)
     with pytest.raises(KernelShapeError, match="scratch_bytes must be >= 1, got 0"):
         pack_quantized_linear(q, scale, scratch_bytes=0)
+
+
+def test_a_subnormal_row_is_still_recovered_within_half_a_step() -> None:
+    w = np.array([[5.94e-43, -1e-44, 0.0]], dtype=np.float32)  # amax/127 is subnormal in float32
+    q, scale = quantize_per_channel(w)
+    err = np.abs(w.astype(np.float64) - q * scale.astype(np.float64)[:, None])
+    assert (err <= scale.astype(np.float64)[:, None] / 2).all()

@@ -18,7 +18,8 @@ Array = Any
 
 def set_num_threads(n: int) -> None:
     """Cap the pool for parallel regions this thread launches (numba's own maximum is the core count)."""
-    numba.set_num_threads(max(1, min(int(n), numba.config.NUMBA_NUM_THREADS)))
+    limit = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(int(n), int(limit))))
 
 
 _jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
@@ -29,28 +30,28 @@ _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def gelu_erf(x: Array, out: Array) -> None:
     for i in numba.prange(x.shape[0]):
         v = x[i]
         out[i] = _HALF * v * math.erfc(-v * _INV_SQRT2)
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def gelu_tanh(x: Array, out: Array) -> None:
     for i in numba.prange(x.shape[0]):
         v = x[i]
         out[i] = _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def silu(x: Array, out: Array) -> None:
     for i in numba.prange(x.shape[0]):
         v = x[i]
         out[i] = v / (_ONE + math.exp(-v))
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
     rows, width = x.shape
     for r in numba.prange(rows):
@@ -67,7 +68,7 @@ def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> Non
             out[r, j] = (x[r, j] - mean) * scale * w[j] + b[j]
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
     rows, width = x.shape
     for r in numba.prange(rows):
@@ -79,7 +80,7 @@ def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
             out[r, j] = x[r, j] * scale * w[j]
 
 
-@_jit  # type: ignore[untyped-decorator]
+@_jit
 def softmax(x: Array, out: Array) -> None:
     rows, width = x.shape
     for r in numba.prange(rows):
@@ -88,9 +89,28 @@ def softmax(x: Array, out: Array) -> None:
             top = max(top, x[r, j])
         total = 0.0
         for j in range(width):
-            e = np.float32(math.exp(x[r, j] - top))
+            e = math.exp(x[r, j] - top)
             out[r, j] = e
             total += e
         inv = np.float32(1.0 / total)
         for j in range(width):
             out[r, j] *= inv
+
+
+@_jit
+def bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
+    """bfloat16 is the top half of a float32: widening is a shift (exact)."""
+    for i in numba.prange(src.shape[0]):
+        out[i] = np.uint32(src[i]) << np.uint32(16)
+
+
+@_jit
+def f32_bits_to_bf16_bits(src: Array, out: Array) -> None:
+    """Narrowing rounds to nearest, ties to even (as ml_dtypes does); NaN stays a quiet NaN."""
+    for i in numba.prange(src.shape[0]):
+        bits = src[i]
+        if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            out[i] = np.uint16((bits >> np.uint32(16)) | np.uint32(0x0040))
+        else:
+            lsb = (bits >> np.uint32(16)) & np.uint32(1)
+            out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))

@@ -16,6 +16,7 @@ import numpy as np
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
+    astype,
     compute_dtype,
     quiet,
 )
@@ -38,14 +39,14 @@ def scaled_dot_product_attention(
     xp = array_namespace(q, k, v)
     cd = compute_dtype(dt)
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (q.astype(cd, copy=False) @ xp.swapaxes(k.astype(cd, copy=False), -1, -2)) * cd.type(factor)
+    scores = (astype(q, cd) @ xp.swapaxes(astype(k, cd), -1, -2)) * cd.type(factor)
     neg_inf = cd.type(-np.inf)
     if is_causal:
         scores = xp.where(xp.tril(xp.ones((length, source), dtype=bool)), scores, neg_inf)
     elif attn_mask is not None and np.dtype(attn_mask.dtype) == np.dtype(bool):
         scores = xp.where(attn_mask, scores, neg_inf)
     elif attn_mask is not None:
-        scores = scores + attn_mask.astype(cd, copy=False)
+        scores = scores + astype(attn_mask, cd)
     with quiet(xp):
         top = xp.max(scores, axis=-1, keepdims=True)
         # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, not NaN.
@@ -53,4 +54,4 @@ def scaled_dot_product_attention(
         e = xp.exp(scores - top)
         total = xp.sum(e, axis=-1, keepdims=True)
         weights = e / xp.where(total == 0, cd.type(1), total)
-    return (weights @ v.astype(cd, copy=False)).astype(dt, copy=False)
+    return astype(weights @ astype(v, cd), dt)

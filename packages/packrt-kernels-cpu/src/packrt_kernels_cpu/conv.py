@@ -22,6 +22,7 @@ from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
+    astype,
     compute_dtype,
     require_ndim,
     require_same_dtype,
@@ -155,9 +156,9 @@ def conv2d(x: Array, w: Array, b: Array | None, geometry: Conv2dGeometry) -> Arr
     nothing (packrt-core's ``nn.checks.conv2d_args`` runs first)."""
     dt = np.dtype(x.dtype)
     cd = compute_dtype(dt)
-    w_groups = w.astype(cd, copy=False).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
-    bc = None if b is None else b.astype(cd, copy=False)
+    w_groups = astype(w, cd).reshape(geometry.groups, int(w.shape[0]) // geometry.groups, -1)
+    bc = None if b is None else astype(b, cd)
     batched = x.ndim == 4
-    xc = x.astype(cd, copy=False)
+    xc = astype(x, cd)
     out = conv2d_gemm(xc if batched else xc[None], w_groups, bc, geometry)
-    return (out if batched else out[0]).astype(dt, copy=False)
+    return astype(out if batched else out[0], dt)

@@ -20,6 +20,7 @@ from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
+    astype,
     compute_dtype,
     quiet,
     require_float,
@@ -35,7 +36,7 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 def _upcast(a: Array, cd: np.dtype[Any]) -> Array:
     """``a`` in the compute dtype, copying only when the dtype changes."""
-    return a.astype(cd, copy=False)
+    return astype(a, cd)
 
 
 def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
@@ -71,7 +72,7 @@ def linear(x: Array, w: Array, b: Array | None = None) -> Array:
     out = gemm_rows(_upcast(x, cd), _upcast(w, cd).T)
     if b is not None:
         out += _upcast(b, cd)
-    return out.astype(dt, copy=False)
+    return astype(out, dt)
 
 
 def embedding(ids: Array, table: Array) -> Array:
@@ -106,7 +107,7 @@ def layer_norm(x: Array, shape: Dims, w: Array | None = None, b: Array | None = 
     xc = _upcast(x, cd)
     if fused.handles(xc) and _fusable(w, cd) and _fusable(b, cd):
         width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
-        return fused.layer_norm(xc, width, _flat(w, cd), _flat(b, cd), eps).astype(dt, copy=False)
+        return astype(fused.layer_norm(xc, width, _flat(w, cd), _flat(b, cd), eps), dt)
     mean = xp.mean(xc, axis=axes, keepdims=True)
     centered = xc - mean
     var = xp.mean(centered * centered, axis=axes, keepdims=True)
@@ -115,7 +116,7 @@ def layer_norm(x: Array, shape: Dims, w: Array | None = None, b: Array | None = 
         out *= _upcast(w, cd)
     if b is not None:
         out += _upcast(b, cd)
-    return out.astype(dt, copy=False)
+    return astype(out, dt)
 
 
 def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = None) -> Array:
@@ -132,12 +133,12 @@ def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = 
     eps_value = float(np.finfo(cd).eps) if eps is None else eps
     if fused.handles(xc) and _fusable(w, cd):
         width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
-        return fused.rms_norm(xc, width, _flat(w, cd), eps_value).astype(dt, copy=False)
+        return astype(fused.rms_norm(xc, width, _flat(w, cd), eps_value), dt)
     ms = xp.mean(xc * xc, axis=axes, keepdims=True)
     out = xc / xp.sqrt(ms + cd.type(eps_value))
     if w is not None:
         out *= _upcast(w, cd)
-    return out.astype(dt, copy=False)
+    return astype(out, dt)
 
 
 def relu(x: Array) -> Array:
@@ -156,13 +157,13 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     cd = compute_dtype(dt)
     xc = _upcast(x, cd)
     if fused.handles(xc):
-        return fused.gelu(xc, approximate).astype(dt, copy=False)
+        return astype(fused.gelu(xc, approximate), dt)
     if approximate == "tanh":
         inner = cd.type(_SQRT_2_OVER_PI) * (xc + cd.type(0.044715) * xc * xc * xc)
         out = cd.type(0.5) * xc * (cd.type(1.0) + xp.tanh(inner))
     else:
         out = cd.type(0.5) * xc * erfc(xc * cd.type(-_SQRT_HALF))
-    return out.astype(dt, copy=False)
+    return astype(out, dt)
 
 
 def sigmoid(x: Array) -> Array:
@@ -172,7 +173,7 @@ def sigmoid(x: Array) -> Array:
     xc = _upcast(x, compute_dtype(dt))
     e = xp.exp(-xp.abs(xc))
     out = xp.where(xc >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
-    return out.astype(dt, copy=False)
+    return astype(out, dt)
 
 
 def silu(x: Array) -> Array:
@@ -180,8 +181,8 @@ def silu(x: Array) -> Array:
     dt = np.dtype(x.dtype)
     xc = _upcast(x, compute_dtype(dt))
     if fused.handles(xc):
-        return fused.silu(xc).astype(dt, copy=False)
-    return (xc * sigmoid(xc)).astype(dt, copy=False)
+        return astype(fused.silu(xc), dt)
+    return astype(xc * sigmoid(xc), dt)
 
 
 def softmax(x: Array, dim: int = -1) -> Array:
@@ -196,8 +197,8 @@ def softmax(x: Array, dim: int = -1) -> Array:
     xp = array_namespace(x)
     xc = _upcast(x, compute_dtype(dt))
     if axis == x.ndim - 1 and xc.shape[-1] > 0 and fused.handles(xc):
-        return fused.softmax_last(xc).astype(dt, copy=False)
+        return astype(fused.softmax_last(xc), dt)
     with quiet(xp):
         e = xp.exp(xc - xp.max(xc, axis=axis, keepdims=True))
         out = e / xp.sum(e, axis=axis, keepdims=True)
-    return out.astype(dt, copy=False)
+    return astype(out, dt)

@@ -17,6 +17,7 @@ import array_api_compat
 import ml_dtypes
 import numpy as np
 
+from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 Array = Any  # numpy.ndarray on the CPU, cupy.ndarray on CUDA
@@ -40,6 +41,17 @@ def array_namespace(*arrays: Any) -> ModuleType:
         return np
     namespace: ModuleType = array_api_compat.array_namespace(*arrays, use_compat=False)
     return namespace
+
+
+def astype(a: Array, dtype: Any) -> Array:
+    """``a`` in ``dtype``, copying only when the dtype changes; bfloat16 <-> float32 on the CPU
+    takes the fused bit-arithmetic path (``fused.cast``) instead of ml_dtypes' slow loop."""
+    dt = np.dtype(dtype)
+    if a.dtype == dt:
+        return a
+    if fused.casts(a, dt):
+        return fused.cast(a, dt)
+    return a.astype(dt)
 
 
 def compute_dtype(dtype: Any) -> np.dtype[Any]:

@@ -34,6 +34,7 @@ from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_row
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
+    astype,
     compute_dtype,
     require_float,
     require_ndim,
@@ -57,10 +58,10 @@ class PackedLinear:
 
     def forward(self, x: Array) -> Array:
         """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
-        out = gemm_rows(x.astype(self.wt.dtype, copy=False), self.wt)
+        out = gemm_rows(astype(x, self.wt.dtype), self.wt)
         if self.b is not None:
             out += self.b
-        return out.astype(self.dtype, copy=False)
+        return astype(out, self.dtype)
 
     @property
     def nbytes(self) -> int:
@@ -127,10 +128,10 @@ class PackedConv2d:
 
     def forward(self, x: Array) -> Array:
         """The convolution of ``x`` (N, C, H, W) or (C, H, W); same result as ``conv2d``."""
-        xc = x.astype(self.w_groups.dtype, copy=False)
+        xc = astype(x, self.w_groups.dtype)
         batched = x.ndim == 4
         out = conv2d_gemm(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
-        return (out if batched else out[0]).astype(self.dtype, copy=False)
+        return astype(out if batched else out[0], self.dtype)
 
     @property
     def nbytes(self) -> int:

@@ -26,6 +26,7 @@ from packrt_kernels_cpu.namespace import (
     FLOAT64,
     Array,
     array_namespace,
+    astype,
     compute_dtype,
     require_float,
     require_ndim,
@@ -59,6 +60,12 @@ def quantize_per_channel(w: Array) -> tuple[Array, Array]:
     scale = (amax / QMAX).astype(FLOAT32)
     # Zero rows (and rows so small that amax/127 underflows float32) get scale 1: q is 0 there.
     scale = xp.where(scale > 0, scale, FLOAT32.type(1.0))
+    # Rounding amax/127 to float32 can land so far below it (in the subnormal range) that the
+    # row's largest weight would clip by more than half a step: step such scales up until not.
+    short = scale.astype(FLOAT64) * (QMAX + 0.5) < amax
+    while bool(xp.any(short)):
+        scale = xp.where(short, xp.nextafter(scale, FLOAT32.type(xp.inf)), scale)
+        short = scale.astype(FLOAT64) * (QMAX + 0.5) < amax
     per_row = scale.astype(FLOAT64).reshape((-1,) + (1,) * len(reduce_axes))
     q = xp.clip(xp.rint(w64 / per_row), -QMAX, QMAX).astype(_INT8)
     return q, scale
@@ -101,16 +108,16 @@ class PackedQuantizedLinear:
         xp = array_namespace(x)
         cd = compute_dtype(dt)
         lead = tuple(x.shape[:-1])
-        x2 = x.astype(cd, copy=False).reshape(-1, self.in_features)
+        x2 = astype(x, cd).reshape(-1, self.in_features)
         out = xp.empty((x2.shape[0], self.out_features), dtype=cd)
         step = self.block_rows(cd)
         for r0 in range(0, self.out_features, step):
             r1 = min(r0 + step, self.out_features)
             out[:, r0:r1] = x2 @ self.q[r0:r1].astype(cd).T
-        out *= self.scale.astype(cd, copy=False)
+        out *= astype(self.scale, cd)
         if self.b is not None:
-            out += self.b.astype(cd, copy=False)
-        return out.reshape((*lead, self.out_features)).astype(dt, copy=False)
+            out += astype(self.b, cd)
+        return astype(out.reshape((*lead, self.out_features)), dt)
 
     @property
     def nbytes(self) -> int:
