@@ -1,16 +1,27 @@
 """``packrt-conformance``: run the installed suite; every argument goes to pytest.
 
 Example: ``packrt-conformance --impl torch --expectations torch.txt --report-json out.json``.
+
+``--impl mymodule:Adapter`` imports ``mymodule`` the way ``python -m`` does: from the current
+directory first, then ``sys.path`` (``PYTHONPATH``). When that import fails the command prints what
+failed and how to fix it, and exits 4 (pytest's usage-error status, as for any bad ``--impl``);
+otherwise the exit status is pytest's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import sys
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-__all__ = ["main", "suite_dir"]
+__all__ = ["import_hint", "main", "suite_dir"]
+
+_EXIT_USAGE = int(pytest.ExitCode.USAGE_ERROR)
 
 
 def suite_dir() -> Path:
@@ -18,10 +29,69 @@ def suite_dir() -> Path:
     return Path(__file__).parent / "suite"
 
 
+def _impl_spec(args: Sequence[str]) -> str | None:
+    """The value of ``--impl`` in ``args`` (``--impl X`` or ``--impl=X``), the last one winning."""
+    spec = None
+    for i, arg in enumerate(args):
+        if arg == "--impl" and i + 1 < len(args):
+            spec = args[i + 1]
+        elif arg.startswith("--impl="):
+            spec = arg.partition("=")[2]
+    return spec
+
+
+def import_hint(module_name: str, err: ImportError) -> str:
+    """Where the module was looked for, and the fix."""
+    if err.name is not None and err.name != module_name and not module_name.startswith(err.name + "."):
+        return (
+            f"hint: {module_name!r} was found, but importing it failed on {err.name!r}: install what your "
+            "adapter needs, or fix its imports"
+        )
+    top = module_name.split(".")[0]
+    return (
+        f"hint: --impl modules are imported as `python -m` would, from the current directory ({os.getcwd()}) "
+        f"and then sys.path; run packrt-conformance from the directory holding {top}.py (or the package {top}/), "
+        "or put that directory on PYTHONPATH (PYTHONPATH=/path/to/dir packrt-conformance --impl ...)"
+    )
+
+
+def _adapter_module_error(spec: str | None) -> str | None:
+    """The error and hint when the module of ``--impl module:object`` does not import, else None."""
+    if spec is None or ":" not in spec:
+        return None  # an entry-point name: the plugin reports those
+    module_name = spec.partition(":")[0]
+    try:
+        importlib.import_module(module_name)
+    except ImportError as err:
+        return f"packrt-conformance: error: --impl {spec}: cannot import module {module_name!r} ({err})\n" + (
+            import_hint(module_name, err)
+        )
+    return None
+
+
+@contextlib.contextmanager
+def _cwd_importable() -> Iterator[None]:
+    """The current directory first on ``sys.path`` during the run, as ``python -m`` puts it."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run pytest over the shipped suite with the conformance plugin loaded; return its exit code."""
     args = sys.argv[1:] if argv is None else argv
-    return int(pytest.main(["-p", "packrt_conformance.plugin", "-p", "no:cacheprovider", str(suite_dir()), *args]))
+    with _cwd_importable():
+        problem = _adapter_module_error(_impl_spec(args))
+        if problem is not None:
+            print(problem, file=sys.stderr)
+            return _EXIT_USAGE
+        return int(pytest.main(["-p", "packrt_conformance.plugin", "-p", "no:cacheprovider", str(suite_dir()), *args]))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,15 @@
 sharded checkpoint the shard map. ``packrt check PATH --model module:factory`` builds the model under
 ``packrt.meta_init()`` (so no weight memory is spent) and lists the keys the checkpoint lacks, the keys
 the model would not take, and the tensors whose shape or dtype differ. Neither reads tensor data.
+``packrt --version`` prints the version of every installed packrt distribution.
+
+``--model`` takes ``module:callable`` or a Hugging Face directory. The module is imported the way
+``python -m`` imports one: from the current directory first, then ``sys.path`` (``PYTHONPATH``).
+``--config config.json`` hands the callable the JSON object: as keyword arguments
+(``build(**config)``), or, when the callable's first parameter is annotated with a dataclass (as
+``packrt.models:BertEncoder`` takes ``config: EncoderConfig``), as that dataclass built from the
+object (``BertEncoder(EncoderConfig(**config))``). A directory is read with
+``packrt.models.from_pretrained(directory)`` (its own config.json; ``--config`` is refused there).
 
 Exit codes: 0 when all is well (``check``: the checkpoint fits the model), 1 when ``check`` finds a
 difference, 2 for a usage error or a file that cannot be read, with the reason on stderr. When the
@@ -15,12 +24,19 @@ ended, so ``set -o pipefail`` scripts see the same as for ``cat`` or ``ls``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import importlib
+import inspect
 import io
+import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, TextIO
+import typing
+from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
 
 import packrt_io
 from packrt_core import meta_init
@@ -76,14 +92,45 @@ def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     return _EXIT_OK
 
 
-def _factory(spec: str) -> Callable[[], Any]:
+@contextlib.contextmanager
+def _cwd_importable() -> Iterator[None]:
+    """The current directory first on ``sys.path`` while the command runs, as ``python -m`` puts it."""
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
+
+
+def import_hint(module_name: str, err: ImportError) -> str:
+    """What to do about a module that did not import: where packrt looked, and the fix."""
+    if err.name is not None and err.name != module_name and not module_name.startswith(err.name + "."):
+        return (
+            f"hint: {module_name!r} was found, but importing it failed on {err.name!r}: install what it needs, "
+            "or fix its imports"
+        )
+    top = module_name.split(".")[0]
+    return (
+        f"hint: {module_name!r} is imported as `python -m` would, from the current directory ({os.getcwd()}) and "
+        f"then sys.path; run the command from the directory holding {top}.py (or the package {top}/), or put that "
+        "directory on PYTHONPATH (PYTHONPATH=/path/to/dir packrt ...)"
+    )
+
+
+def _factory(spec: str) -> Callable[..., Any]:
     module_name, colon, attribute = spec.partition(":")
     if not colon or not module_name or not attribute:
-        raise UsageError(f"--model {spec!r} must be 'module:factory', e.g. 'mypkg.models:build'")
+        raise UsageError(f"--model {spec!r} must be 'module:factory' (e.g. 'mypkg.models:build') or a model directory")
     try:
         target: Any = importlib.import_module(module_name)
     except ImportError as err:
-        raise UsageError(f"--model {spec!r}: cannot import module {module_name!r} ({err})") from err
+        raise UsageError(
+            f"--model {spec!r}: cannot import module {module_name!r} ({err})\n{import_hint(module_name, err)}"
+        ) from err
     for part in attribute.split("."):
         try:
             target = getattr(target, part)
@@ -94,15 +141,71 @@ def _factory(spec: str) -> Callable[[], Any]:
     return target  # type: ignore[no-any-return]
 
 
+def _read_config(path: str) -> dict[str, Any]:
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(f"--config {path!r} cannot be read: {err.strerror or err}") from err
+    except json.JSONDecodeError as err:
+        raise UsageError(f"--config {path!r} is not valid JSON: {err}") from err
+    if not isinstance(config, dict):
+        raise UsageError(f"--config {path!r} must hold a JSON object of arguments, not a {type(config).__name__}")
+    return config
+
+
+def _config_class(factory: Callable[..., Any]) -> type[Any] | None:
+    """The dataclass the factory's first parameter is annotated with, if any."""
+    try:
+        first = next(iter(inspect.signature(factory).parameters.values()), None)
+        if isinstance(factory, type):  # a class: its __init__'s annotations (the first class that defines one)
+            hints = typing.get_type_hints(next(vars(k)["__init__"] for k in factory.__mro__ if "__init__" in vars(k)))
+        else:
+            hints = typing.get_type_hints(factory)
+    except (TypeError, ValueError, NameError):
+        return None
+    hint = hints.get(first.name) if first is not None else None
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def _build(factory: Callable[..., Any], spec: str, config: dict[str, Any] | None) -> Any:
+    try:
+        if config is None:
+            return factory()
+        config_class = _config_class(factory)
+        if config_class is not None:
+            return factory(config_class(**config))
+        return factory(**config)
+    except Exception as err:
+        raise UsageError(f"--model {spec!r}: building the model failed: {err!r}") from err
+
+
+def _pretrained(directory: str) -> Any:
+    try:
+        models = importlib.import_module("packrt.models")
+    except ImportError as err:
+        raise UsageError(f"--model {directory!r}: packrt.models cannot be imported ({err})") from err
+    from_pretrained = getattr(models, "from_pretrained", None)
+    if from_pretrained is None:
+        raise UsageError(
+            f"--model {directory!r} is a directory, but this packrt has no packrt.models.from_pretrained to read "
+            "it: pass --model module:factory instead, or upgrade packrt"
+        )
+    return from_pretrained(directory)
+
+
 def _check(args: argparse.Namespace, out: TextIO) -> int:
-    factory = _factory(args.model)
+    directory = os.path.isdir(args.model)
+    if directory and args.config is not None:
+        raise UsageError(f"--config applies to --model module:factory; {args.model!r} is a directory with its own")
+    factory = None if directory else _factory(args.model)
+    config = _read_config(args.config) if args.config is not None else None
     # Headers first: a bad checkpoint path is reported before any model is built.
     packrt_io.inspect_checkpoint(args.path)
-    with meta_init():
-        try:
-            model = factory()
-        except Exception as err:
-            raise UsageError(f"--model {args.model!r}: building the model failed: {err!r}") from err
+    if factory is None:
+        model = _pretrained(args.model)
+    else:
+        with meta_init():
+            model = _build(factory, args.model, config)
     report = packrt_io.check_checkpoint(model, args.path)
     print(f"checkpoint: {report.info.path}", file=out)
     print(f"model: {args.model}", file=out)
@@ -120,17 +223,51 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     return _EXIT_OK if report.matches else _EXIT_MISMATCH
 
 
+def versions() -> list[tuple[str, str]]:
+    """(distribution, version) for every installed packrt distribution, by name."""
+    found: dict[str, str] = {}
+    for dist in metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
+        if name == "packrt" or name.startswith("packrt-"):
+            found.setdefault(name, dist.version)
+    return sorted(found.items())
+
+
+class _Version(argparse.Action):
+    """``--version``: every packrt distribution's version, read when asked (not at import)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> NoReturn:
+        lines = [f"{name} {version}" for name, version in versions()] or ["packrt (no distribution metadata found)"]
+        print("\n".join(lines), file=sys.stdout)
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packrt", description="Inspect safetensors checkpoints and check them against models."
     )
+    parser.add_argument("--version", action=_Version, help="print every packrt distribution's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser("inspect", help="list tensors, dtypes, shapes, bytes, metadata, shards")
     inspect.add_argument("path", help="a .safetensors file, an index .json, or a directory holding either")
     inspect.set_defaults(run=_inspect)
     check = commands.add_parser("check", help="compare a checkpoint's keys, shapes, dtypes with a model")
     check.add_argument("path", help="a .safetensors file, an index .json, or a directory holding either")
-    check.add_argument("--model", required=True, help="'module:factory' returning the model to check")
+    check.add_argument(
+        "--model",
+        required=True,
+        help="'module:factory' returning the model (imported from the current directory first), or a Hugging Face "
+        "model directory (read with packrt.models.from_pretrained)",
+    )
+    check.add_argument(
+        "--config",
+        metavar="CONFIG_JSON",
+        help="a JSON object for the factory: its keyword arguments, or its config dataclass when the factory's first "
+        "parameter is annotated with one",
+    )
     check.set_defaults(run=_check)
     return parser
 
@@ -156,7 +293,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except SystemExit as stop:  # argparse has already printed usage (or --help) itself
         return stop.code if isinstance(stop.code, int) else _EXIT_ERROR
     try:
-        code: int = args.run(args, sys.stdout)
+        with _cwd_importable():
+            code: int = args.run(args, sys.stdout)
     except BrokenPipeError:
         raise  # an OSError, but not a failure of the command: main handles it
     except (UsageError, PackrtError, OSError) as err:
