@@ -70,3 +70,10 @@ def randn(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, scale: f
 def make() -> Any:
     """``make(rng, shape, dtype, scale=1.0)``: normal samples rounded once to ``dtype``."""
     return randn
+
+
+@pytest.fixture(params=["fused", "numpy"])
+def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on both kernel paths: numba's fused loops and the numpy reference (PACKRT_NUMBA=0)."""
+    monkeypatch.setenv("PACKRT_NUMBA", "1" if request.param == "fused" else "0")
+    return str(request.param)

@@ -16,6 +16,9 @@ from packrt_kernels_cpu.errors import KernelShapeError
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 
+pytestmark = pytest.mark.usefixtures("kernel_path")  # every comparison with torch, on both paths
+
+
 def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:
     """The geometry torch's keyword arguments describe, for weight ``w``."""
     return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)

@@ -13,12 +13,7 @@ from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, tolerance
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
-
-@pytest.fixture(autouse=True, params=["fused", "numpy"])
-def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every comparison with torch runs on both paths: numba's fused loops and the numpy reference."""
-    monkeypatch.setenv("PACKRT_NUMBA", "1" if request.param == "fused" else "0")
-    return str(request.param)
+pytestmark = pytest.mark.usefixtures("kernel_path")  # every comparison with torch, on both paths
 
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -114,3 +114,25 @@ def f32_bits_to_bf16_bits(src: Array, out: Array) -> None:
         else:
             lsb = (bits >> np.uint32(16)) & np.uint32(1)
             out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
+
+
+@_jit
+def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array) -> None:
+    """Columns ``out`` (N, C, kh, kw, OH, OW) of ``x`` (N, C, H, W), zero where a tap reads padding:
+    no padded copy of the input is ever made; (image, channel) pairs run in parallel. (Working out
+    the valid column range per tap instead of testing each column measured slower.)"""
+    n, c, h, w = x.shape
+    oh, ow = out.shape[4], out.shape[5]
+    for nc in numba.prange(n * c):
+        b, ch = nc // c, nc % c
+        for i in range(kh):
+            for j in range(kw):
+                for r in range(oh):
+                    src_r = r * sh + i * dh - top
+                    if src_r < 0 or src_r >= h:
+                        for q in range(ow):
+                            out[b, ch, i, j, r, q] = 0
+                        continue
+                    for q in range(ow):
+                        src_q = q * sw + j * dw - left
+                        out[b, ch, i, j, r, q] = x[b, ch, src_r, src_q] if 0 <= src_q < w else 0

@@ -82,6 +82,16 @@ def cast(a: Array, dtype: np.dtype[Any]) -> Array:
     return out
 
 
+def im2col(x: Array, geometry: Any, oh: int, ow: int) -> Array:
+    """The (N, C, kh, kw, OH, OW) columns of a float32 (N, C, H, W) array for ``geometry``."""
+    n, c = int(x.shape[0]), int(x.shape[1])
+    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
+    top, _, left, _ = geometry.padding
+    out = np.empty((n, c, kh, kw, oh, ow), _F32)
+    _kernels().im2col(x, kh, kw, sh, sw, dh, dw, top, left, out)
+    return out
+
+
 def gelu(x: Array, approximate: str) -> Array:
     """GELU of a float32 array: ``x/2 * erfc(-x/sqrt 2)``, or the tanh form."""
     out = np.empty_like(x)
