@@ -146,3 +146,16 @@ def test_key_map_templates_stand_for_layer_numbers() -> None:
 def test_a_key_map_refuses_two_rows_for_one_name() -> None:
     with pytest.raises(ValueError, match="repeats a checkpoint or packrt name"):
         KeyMap((Rule("a", "x"), Rule("a", "y")))
+
+
+def test_the_progress_bar_waits_a_second_and_stays_off_when_stderr_is_no_terminal() -> None:
+    from packrt.models.pretrained import _progress_bar
+
+    assert _progress_bar(None, 100, "loading") is None  # pytest's stderr is not a terminal
+    assert _progress_bar(False, 100, "loading") is None
+    pytest.importorskip("tqdm", reason="the progress extra (tqdm) is not installed")
+    bar = _progress_bar(True, 100, "loading")
+    try:
+        assert bar is not None and bar.delay == pytest.approx(1.0)
+    finally:
+        bar.close()
