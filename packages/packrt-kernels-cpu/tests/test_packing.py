@@ -19,6 +19,9 @@ from packrt_kernels_cpu.packing import linear_borrowed, pack_conv2d, pack_embedd
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 
+pytestmark = pytest.mark.usefixtures("kernel_path")  # packing and serving, on both kernel paths
+
+
 def _bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a).view(np.uint8)
 
@@ -141,3 +144,11 @@ def test_embedding_pack_keeps_the_declared_dtype_and_round_trips(make: Any, rng:
     ids = np.array([[0, 6], [3, 3]])
     np.testing.assert_array_equal(_bits(packed.forward(ids)), _bits(embedding(ids, table)))
     np.testing.assert_array_equal(_bits(packed.unpack()), _bits(table))
+
+
+def test_a_linear_pack_of_a_strided_weight_is_its_contiguous_transpose() -> None:
+    base = np.random.default_rng(5).standard_normal((300, 200)).astype(np.float32)
+    w = base[::2, 1::1]  # a strided view, as a memory-mapped or sliced checkpoint gives
+    packed = pack_linear(w)
+    assert packed.wt.flags.c_contiguous and packed.wt.shape == (200, 150)
+    np.testing.assert_array_equal(packed.wt, w.T)

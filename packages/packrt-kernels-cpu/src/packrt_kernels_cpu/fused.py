@@ -23,6 +23,7 @@ import numpy as np
 
 Array = Any
 _F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _CAST_MIN = 4096  # below this many elements the compiled call costs more than it saves
 _state: dict[str, Any] = {}  # "kernels": the compiled namespace, or None when numba cannot load
@@ -89,6 +90,23 @@ def im2col(x: Array, geometry: Any, oh: int, ow: int) -> Array:
     top, _, left, _ = geometry.padding
     out = np.empty((n, c, kh, kw, oh, ow), _F32)
     _kernels().im2col(x, kh, kw, sh, sw, dh, dw, top, left, out)
+    return out
+
+
+def transposes(w: Array, dtype: np.dtype[Any]) -> bool:
+    """Whether :func:`transposed` takes ``w`` into ``dtype`` (2-D numpy, float32 or float64 kept,
+    or bfloat16 widened to float32, and large enough to be worth a compiled call)."""
+    pairs = ((_F32, _F32), (_F64, _F64), (_BF16, _F32))
+    return type(w) is np.ndarray and w.ndim == 2 and (w.dtype, dtype) in pairs and w.size >= _CAST_MIN and enabled()
+
+
+def transposed(w: Array, dtype: np.dtype[Any]) -> Array:
+    """A new C-contiguous ``w.T`` in ``dtype`` (what a linear pack keeps), copied tile by tile."""
+    out = np.empty((w.shape[1], w.shape[0]), dtype)
+    if w.dtype == _BF16:
+        _kernels().transpose_bf16_bits_to_f32_bits(w.view(np.uint16), out.view(np.uint32))
+    else:
+        _kernels().transpose(w, out)
     return out
 
 

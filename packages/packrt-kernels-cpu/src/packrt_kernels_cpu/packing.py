@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.conv import (
     Conv2dGeometry,
     check_conv2d_weight,
@@ -80,7 +81,8 @@ def pack_linear(w: Array, b: Array | None = None) -> PackedLinear:
     require_ndim(w, 2, "weight", "(out_features, in_features)")
     check_linear_args(w[:1], w, b)  # one row of w is a well-formed x: reuses the shape/dtype checks
     cd = compute_dtype(dt)
-    return PackedLinear(_owned(w.T, cd), None if b is None else _owned(b, cd), dt)
+    wt = fused.transposed(w, cd) if fused.transposes(w, cd) else _owned(w.T, cd)
+    return PackedLinear(wt, None if b is None else _owned(b, cd), dt)
 
 
 class LinearView:
