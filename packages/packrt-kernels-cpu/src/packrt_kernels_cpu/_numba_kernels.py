@@ -16,6 +16,11 @@ import numpy as np
 Array = Any
 
 
+def get_num_threads() -> int:
+    """The pool size parallel regions launched from this thread use now."""
+    return int(numba.get_num_threads())
+
+
 def set_num_threads(n: int) -> None:
     """Cap the pool for parallel regions this thread launches (numba's own maximum is the core count)."""
     limit = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
