@@ -244,6 +244,9 @@ class ModuleList(_ModuleSequence):
     def __iadd__(self, modules: Iterable[Module]) -> Self:
         return self.extend(modules)
 
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleList has no forward: iterate over it and call its modules")
+
 
 class ModuleDict(Module, MutableMapping[str, Module]):
     """A dict of modules, registered under their keys in insertion order; a ``MutableMapping``.
@@ -300,6 +303,9 @@ class ModuleDict(Module, MutableMapping[str, Module]):
             self[key] = module
         for key, module in kwargs.items():
             self[key] = module
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("ModuleDict has no forward: index it and call its modules")
 
 
 def pairs_of(values: Any, kind: str) -> list[tuple[Any, Any]]:
