@@ -78,3 +78,65 @@ def test_the_demo_runs_in_smoke_mode() -> None:
     assert "0 bytes of weight storage" in done.stdout  # the model is declared under meta_init
     for residency in ("packed", "borrowed", "auto", "per_call"):
         assert f"\n{residency} " in done.stdout, f"no summary row for {residency}"
+
+
+def _fresh(code: str) -> str:
+    """stdout of ``code`` run in a new interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_import_packrt_binds_every_public_submodule() -> None:
+    code = (
+        "import packrt\n"
+        "print(callable(packrt.io.save_checkpoint), callable(packrt.models.BertEncoder), "
+        "callable(packrt.hooks.profile), callable(packrt.nn.Linear), callable(packrt.cuda.is_available), "
+        "issubclass(packrt.errors.StateDictError, packrt.errors.PackrtError))"
+    )
+    assert _fresh(code) == "True True True True True True"
+
+
+def test_io_and_models_are_imported_on_first_use_not_by_import_packrt() -> None:
+    code = (
+        "import sys, packrt\n"
+        "print('packrt_io' in sys.modules, 'packrt.models' in sys.modules)\n"
+        "packrt.io\n"
+        "print('packrt_io' in sys.modules, packrt.io is sys.modules['packrt.io'])"
+    )
+    assert _fresh(code).splitlines() == ["False False", "True True"]
+
+
+@pytest.mark.parametrize("name", ["io", "models", "nn", "hooks", "errors", "cuda"])
+def test_every_submodule_is_listed_by_dir_and_all(name: str) -> None:
+    assert name in dir(packrt) and name in packrt.__all__
+
+
+def test_an_unknown_attribute_of_packrt_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="module 'packrt' has no attribute 'no_such_thing'"):
+        packrt.no_such_thing  # noqa: B018
+
+
+def test_nn_functional_imports_as_a_module_of_the_nn_package() -> None:
+    import packrt.nn.functional as F  # noqa: N812 - PyTorch users' spelling
+    from packrt.nn import functional
+    from packrt_core.nn import functional as core_functional
+
+    assert F is functional is packrt.nn.functional
+    assert F.__all__ == core_functional.__all__
+    assert all(getattr(F, name) is getattr(core_functional, name) for name in F.__all__)
+
+
+@pytest.mark.parametrize("name", ["PackedLayer", "memory_report", "ParameterList", "ParameterDict", "Conv2d"])
+def test_the_nn_package_keeps_packrt_core_nn_names(name: str) -> None:
+    import packrt_core.nn
+
+    assert getattr(packrt.nn, name) is getattr(packrt_core.nn, name) and name in packrt.nn.__all__
+
+
+@pytest.mark.parametrize("name", ["empty_like", "zeros_like", "ones_like", "full_like"])
+def test_the_like_creation_functions_are_exported(name: str) -> None:
+    import packrt_core
+
+    assert getattr(packrt, name) is getattr(packrt_core, name) and name in packrt.__all__
+    assert packrt.zeros_like(packrt.ones(2, 3)).tolist() == [[0.0] * 3] * 2
