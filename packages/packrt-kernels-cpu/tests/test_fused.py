@@ -50,7 +50,7 @@ def test_packrt_numba_0_turns_the_fused_path_off(monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 768), (4, 3072)])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 768), (4, 3072), (64, 4096)])  # the last: the parallel path
 def test_each_fused_kernel_matches_the_numpy_reference(name: str, shape: tuple[int, ...], monkeypatch: Any) -> None:
     x = (np.random.default_rng(len(shape) * 31 + shape[-1]).standard_normal(shape) * 4).astype(F32)
     fast, reference = _both(CASES[name], x, monkeypatch)
@@ -100,3 +100,10 @@ def test_small_or_non_contiguous_arrays_keep_numpys_cast() -> None:
     assert not fused.casts(np.ones(16, F32), bf16)
     assert not fused.casts(np.ones((128, 128), F32).T, bf16)
     assert not fused.casts(np.ones(8192, np.float64), bf16)
+
+
+@pytest.mark.parametrize("size", [4096 * 3, 1 << 19])  # the calling thread's loop, then the pool's
+def test_bfloat16_casts_agree_on_the_serial_and_the_parallel_path(size: int) -> None:
+    values = np.random.default_rng(size).standard_normal(size).astype(F32)
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(fused.cast(values, bf16).view(np.uint16), values.astype(bf16).view(np.uint16))

@@ -1,8 +1,12 @@
 """The compiled loops behind :mod:`packrt_kernels_cpu.fused` (the only module that imports numba).
 
-Each takes C-contiguous float32 arrays and writes ``out``; rows run in parallel (``prange``).
-Row reductions (means, variances, sums of exponentials) accumulate in float64, so a wide row
-keeps the accuracy numpy's pairwise float32 sums have; everything else stays float32.
+Each kernel is written once as a serial loop over a span of its work (``_*_span``: elements,
+rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over numba's
+thread pool with ``prange``, ``name_serial`` runs it on the calling thread (what small work
+takes: waking a pool costs more than it saves, and on a busy machine far more). Every kernel
+takes C-contiguous arrays and writes ``out``. Row reductions (means, variances, sums of
+exponentials) accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32
+sums have; everything else stays float32.
 """
 
 from __future__ import annotations
@@ -14,6 +18,16 @@ import numba
 import numpy as np
 
 Array = Any
+
+_serial = numba.njit(cache=True, fastmath=False, nogil=True)
+_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
+_TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
+_CUBIC = np.float32(0.044715)
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+_CHUNK = 16384  # elements per parallel task of an elementwise kernel
+_TILE = 32  # a transpose copies 32x32 tiles, so reads and writes both stay in cache
 
 
 def get_num_threads() -> int:
@@ -27,39 +41,113 @@ def set_num_threads(n: int) -> None:
     numba.set_num_threads(max(1, min(int(n), int(limit))))
 
 
-_jit = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
-_INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
-_TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
-_CUBIC = np.float32(0.044715)
-_HALF = np.float32(0.5)
-_ONE = np.float32(1.0)
-
-
-@_jit
-def gelu_erf(x: Array, out: Array) -> None:
-    for i in numba.prange(x.shape[0]):
+# -- elementwise: a span of a flat array ------------------------------------------------------------
+@_serial
+def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
         v = x[i]
         out[i] = _HALF * v * math.erfc(-v * _INV_SQRT2)
 
 
-@_jit
-def gelu_tanh(x: Array, out: Array) -> None:
-    for i in numba.prange(x.shape[0]):
+@_serial
+def _gelu_tanh_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
         v = x[i]
         out[i] = _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
 
 
-@_jit
-def silu(x: Array, out: Array) -> None:
-    for i in numba.prange(x.shape[0]):
+@_serial
+def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    for i in range(lo, hi):
         v = x[i]
         out[i] = v / (_ONE + math.exp(-v))
 
 
-@_jit
-def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    rows, width = x.shape
-    for r in numba.prange(rows):
+@_serial
+def _widen_span(src: Array, out: Array, lo: int, hi: int) -> None:
+    """bfloat16 bits -> float32 bits: bfloat16 is the top half of a float32, so widening is a shift."""
+    for i in range(lo, hi):
+        out[i] = np.uint32(src[i]) << np.uint32(16)
+
+
+@_serial
+def _narrow_span(src: Array, out: Array, lo: int, hi: int) -> None:
+    """float32 bits -> bfloat16 bits, rounding to nearest, ties to even (as ml_dtypes does);
+    NaN stays a quiet NaN."""
+    for i in range(lo, hi):
+        bits = src[i]
+        if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
+            out[i] = np.uint16((bits >> np.uint32(16)) | np.uint32(0x0040))
+        else:
+            lsb = (bits >> np.uint32(16)) & np.uint32(1)
+            out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
+
+
+@_parallel
+def gelu_erf(x: Array, out: Array) -> None:
+    n = x.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _gelu_erf_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@_serial
+def gelu_erf_serial(x: Array, out: Array) -> None:
+    _gelu_erf_span(x, out, 0, x.shape[0])
+
+
+@_parallel
+def gelu_tanh(x: Array, out: Array) -> None:
+    n = x.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _gelu_tanh_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@_serial
+def gelu_tanh_serial(x: Array, out: Array) -> None:
+    _gelu_tanh_span(x, out, 0, x.shape[0])
+
+
+@_parallel
+def silu(x: Array, out: Array) -> None:
+    n = x.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _silu_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@_serial
+def silu_serial(x: Array, out: Array) -> None:
+    _silu_span(x, out, 0, x.shape[0])
+
+
+@_parallel
+def bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
+    n = src.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _widen_span(src, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@_serial
+def bf16_bits_to_f32_bits_serial(src: Array, out: Array) -> None:
+    _widen_span(src, out, 0, src.shape[0])
+
+
+@_parallel
+def f32_bits_to_bf16_bits(src: Array, out: Array) -> None:
+    n = src.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _narrow_span(src, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+@_serial
+def f32_bits_to_bf16_bits_serial(src: Array, out: Array) -> None:
+    _narrow_span(src, out, 0, src.shape[0])
+
+
+# -- row-wise: rows lo:hi of a (rows, width) array --------------------------------------------------
+@_serial
+def _layer_norm_rows(x: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
+    width = x.shape[1]
+    for r in range(lo, hi):
         total = 0.0
         for j in range(width):
             total += x[r, j]
@@ -73,10 +161,10 @@ def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> Non
             out[r, j] = (x[r, j] - mean) * scale * w[j] + b[j]
 
 
-@_jit
-def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
-    rows, width = x.shape
-    for r in numba.prange(rows):
+@_serial
+def _rms_norm_rows(x: Array, w: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
+    width = x.shape[1]
+    for r in range(lo, hi):
         squares = 0.0
         for j in range(width):
             squares += x[r, j] * x[r, j]
@@ -85,10 +173,11 @@ def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
             out[r, j] = x[r, j] * scale * w[j]
 
 
-@_jit
-def softmax(x: Array, out: Array) -> None:
-    rows, width = x.shape
-    for r in numba.prange(rows):
+@_serial
+def _softmax_rows(x: Array, out: Array, lo: int, hi: int) -> None:
+    """Max-shifted; an all ``-inf`` row gives NaN, as the numpy path does."""
+    width = x.shape[1]
+    for r in range(lo, hi):
         top = x[r, 0]
         for j in range(1, width):
             top = max(top, x[r, j])
@@ -102,33 +191,50 @@ def softmax(x: Array, out: Array) -> None:
             out[r, j] *= inv
 
 
-@_jit
-def bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
-    """bfloat16 is the top half of a float32: widening is a shift (exact)."""
-    for i in numba.prange(src.shape[0]):
-        out[i] = np.uint32(src[i]) << np.uint32(16)
+@_parallel
+def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _layer_norm_rows(x, w, b, eps, out, r, r + 1)
 
 
-@_jit
-def f32_bits_to_bf16_bits(src: Array, out: Array) -> None:
-    """Narrowing rounds to nearest, ties to even (as ml_dtypes does); NaN stays a quiet NaN."""
-    for i in numba.prange(src.shape[0]):
-        bits = src[i]
-        if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
-            out[i] = np.uint16((bits >> np.uint32(16)) | np.uint32(0x0040))
-        else:
-            lsb = (bits >> np.uint32(16)) & np.uint32(1)
-            out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
+@_serial
+def layer_norm_serial(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    _layer_norm_rows(x, w, b, eps, out, 0, x.shape[0])
 
 
-@_jit
-def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array) -> None:
+@_parallel
+def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _rms_norm_rows(x, w, eps, out, r, r + 1)
+
+
+@_serial
+def rms_norm_serial(x: Array, w: Array, eps: np.float32, out: Array) -> None:
+    _rms_norm_rows(x, w, eps, out, 0, x.shape[0])
+
+
+@_parallel
+def softmax(x: Array, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _softmax_rows(x, out, r, r + 1)
+
+
+@_serial
+def softmax_serial(x: Array, out: Array) -> None:
+    _softmax_rows(x, out, 0, x.shape[0])
+
+
+# -- conv2d's columns: (image, channel) planes lo:hi ------------------------------------------------
+@_serial
+def _im2col_planes(
+    x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array, lo: int, hi: int
+) -> None:
     """Columns ``out`` (N, C, kh, kw, OH, OW) of ``x`` (N, C, H, W), zero where a tap reads padding:
-    no padded copy of the input is ever made; (image, channel) pairs run in parallel. (Working out
-    the valid column range per tap instead of testing each column measured slower.)"""
-    n, c, h, w = x.shape
+    no padded copy of the input is ever made. (Working out the valid column range per tap instead
+    of testing each column measured slower.)"""
+    c, h, w = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[4], out.shape[5]
-    for nc in numba.prange(n * c):
+    for nc in range(lo, hi):
         b, ch = nc // c, nc % c
         for i in range(kh):
             for j in range(kw):
@@ -143,28 +249,57 @@ def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: 
                         out[b, ch, i, j, r, q] = x[b, ch, src_r, src_q] if 0 <= src_q < w else 0
 
 
-@_jit
+@_parallel
+def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array) -> None:
+    for nc in numba.prange(x.shape[0] * x.shape[1]):
+        _im2col_planes(x, kh, kw, sh, sw, dh, dw, top, left, out, nc, nc + 1)
+
+
+@_serial
+def im2col_serial(
+    x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array
+) -> None:
+    _im2col_planes(x, kh, kw, sh, sw, dh, dw, top, left, out, 0, x.shape[0] * x.shape[1])
+
+
+# -- transposes: tiles lo:hi of a (rows, cols) matrix into out (cols, rows) ---------------------------
+@_serial
+def _transpose_tiles(src: Array, out: Array, widen: bool, lo: int, hi: int) -> None:
+    """``out = src.T`` tile by tile (numpy's strided copy of a transposed view measured about half
+    the speed); ``widen`` reads bfloat16 bits and writes float32 bits."""
+    rows, cols = src.shape
+    tiles_j = (cols + _TILE - 1) // _TILE
+    for t in range(lo, hi):
+        i0, j0 = (t // tiles_j) * _TILE, (t % tiles_j) * _TILE
+        for i in range(i0, min(i0 + _TILE, rows)):
+            for j in range(j0, min(j0 + _TILE, cols)):
+                if widen:
+                    out[j, i] = np.uint32(src[i, j]) << np.uint32(16)
+                else:
+                    out[j, i] = src[i, j]
+
+
+@_parallel
 def transpose(src: Array, out: Array) -> None:
-    """``out = src.T`` copied in 32x32 tiles, so reads and writes both stay in cache (numpy's
-    strided copy of a transposed view measured about half the speed); tiles run in parallel."""
-    rows, cols = src.shape
-    tile = 32
-    tiles_j = (cols + tile - 1) // tile
-    for t in numba.prange(((rows + tile - 1) // tile) * tiles_j):
-        i0, j0 = (t // tiles_j) * tile, (t % tiles_j) * tile
-        for i in range(i0, min(i0 + tile, rows)):
-            for j in range(j0, min(j0 + tile, cols)):
-                out[j, i] = src[i, j]
+    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
+    for t in numba.prange(tiles):
+        _transpose_tiles(src, out, False, t, t + 1)
 
 
-@_jit
+@_serial
+def transpose_serial(src: Array, out: Array) -> None:
+    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
+    _transpose_tiles(src, out, False, 0, tiles)
+
+
+@_parallel
 def transpose_bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
-    """:func:`transpose` of a bfloat16 matrix (as uint16 bits) into float32 (as uint32 bits)."""
-    rows, cols = src.shape
-    tile = 32
-    tiles_j = (cols + tile - 1) // tile
-    for t in numba.prange(((rows + tile - 1) // tile) * tiles_j):
-        i0, j0 = (t // tiles_j) * tile, (t % tiles_j) * tile
-        for i in range(i0, min(i0 + tile, rows)):
-            for j in range(j0, min(j0 + tile, cols)):
-                out[j, i] = np.uint32(src[i, j]) << np.uint32(16)
+    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
+    for t in numba.prange(tiles):
+        _transpose_tiles(src, out, True, t, t + 1)
+
+
+@_serial
+def transpose_bf16_bits_to_f32_bits_serial(src: Array, out: Array) -> None:
+    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
+    _transpose_tiles(src, out, True, 0, tiles)

@@ -8,6 +8,7 @@ that is left (which GPU an array lands on, the random generator, the BLAS pool) 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
@@ -43,6 +44,18 @@ class ArrayBackend:
 
     def unavailable_reason(self) -> str:
         return ""
+
+    def free_memory(self, index: int = 0) -> int:
+        """Bytes a new pack can take on this device: host memory available (psutil's reading, or
+        the kernel's free pages where psutil is not installed). GPU backends read their device."""
+        try:
+            import psutil
+        except ImportError:  # psutil comes with packrt-core, not with this package
+            try:
+                return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+            except (AttributeError, ValueError, OSError):
+                return 0
+        return int(psutil.virtual_memory().available)
 
     # -- allocation and transfer ---------------------------------------------------
     def asarray(self, data: Any, dtype: np.dtype[Any] | None, index: int = 0) -> Array:

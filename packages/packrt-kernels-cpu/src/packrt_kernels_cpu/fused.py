@@ -60,20 +60,12 @@ def _kernels() -> Any:
 
 
 def _launch(name: str, work: int, *args: Any) -> None:
-    """Run compiled kernel ``name`` over ``work`` elements. Small work runs on this thread alone:
-    a parallel region must wait for every thread it wakes, and on a busy two-core machine one
-    of them is often descheduled (measured: a 512-wide RMSNorm took 1.5 us on one thread and a
-    median 8.8 ms with two)."""
-    k = _kernels()
-    if work >= _PARALLEL_MIN:
-        getattr(k, name)(*args)
-        return
-    threads = k.get_num_threads()
-    k.set_num_threads(1)
-    try:
-        getattr(k, name)(*args)
-    finally:
-        k.set_num_threads(threads)
+    """Run compiled kernel ``name`` over ``work`` elements: on the thread pool when the work is
+    large, on the calling thread (``name_serial``) when it is not. A parallel region waits for
+    every thread it wakes, and on a busy two-core machine one of them is often descheduled
+    (measured: a 512-wide RMSNorm took 1.5 us on one thread and a median 8.8 ms with two)."""
+    kernels = _kernels()
+    getattr(kernels, name if work >= _PARALLEL_MIN else name + "_serial")(*args)
 
 
 def casts(a: Array, dtype: np.dtype[Any]) -> bool:
