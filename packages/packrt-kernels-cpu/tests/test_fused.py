@@ -107,3 +107,20 @@ def test_bfloat16_casts_agree_on_the_serial_and_the_parallel_path(size: int) -> 
     values = np.random.default_rng(size).standard_normal(size).astype(F32)
     bf16 = np.dtype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(fused.cast(values, bf16).view(np.uint16), values.astype(bf16).view(np.uint16))
+
+
+@pytest.mark.parametrize("n", [1, 8])  # 1: the calling thread's im2col; 8: the pool's
+def test_fused_im2col_gives_numpys_columns_with_padding_stride_and_dilation(n: int, monkeypatch: Any) -> None:
+    from packrt_kernels_cpu.conv import conv2d_geometry, im2col
+
+    x = np.random.default_rng(n).standard_normal((n, 32, 31, 29)).astype(F32)
+    geometry = conv2d_geometry((3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2))
+    fast, reference = _both(lambda a: im2col(a, geometry)[0], x, monkeypatch)
+    np.testing.assert_array_equal(fast, reference)
+
+
+def test_a_large_transpose_on_the_pool_equals_numpys() -> None:
+    w = np.random.default_rng(9).standard_normal((700, 900)).astype(F32)
+    np.testing.assert_array_equal(fused.transposed(w, np.dtype(F32)), w.T)
+    bf16 = w.astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(fused.transposed(bf16, np.dtype(F32)), bf16.T.astype(F32))
