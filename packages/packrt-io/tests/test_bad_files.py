@@ -58,7 +58,7 @@ def test_a_header_length_above_the_cap_is_refused(write_raw: RawWriter) -> None:
 
 
 def test_a_header_that_is_not_utf8_is_refused(write_raw: RawWriter) -> None:
-    _refused(write_raw(b'{"\xff\xfe":1}'), "header is not valid UTF-8.*at header byte 2")
+    _refused(write_raw(b'{"\xff\xfe":1}'), "header is not valid UTF-8.*at byte 2")
 
 
 @pytest.mark.parametrize(
@@ -70,7 +70,7 @@ def test_a_header_that_is_not_utf8_is_refused(write_raw: RawWriter) -> None:
         (b'"text"', "must be a JSON object.*found '\"'"),
         (b' {"a": 1}', "must be a JSON object starting with '\\{' at its first byte.*found ' '"),
         (b"", "must be a JSON object.*found an empty header"),
-        (b"{" * 100_000, "header is not valid JSON"),
+        (b"{" * 100_000, "header nests 100000 levels deep, deeper than the 8 allowed"),
     ],
     ids=["cut-json", "nan-constant", "array", "string", "leading-space", "empty", "deep-nesting"],
 )

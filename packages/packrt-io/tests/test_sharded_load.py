@@ -184,13 +184,14 @@ class TestPathForms:
         with pytest.raises(CheckpointError, match=pattern):
             packrt_io.inspect_checkpoint(tmp_path)
 
-    def test_a_directory_with_both_forms_is_ambiguous(self, tmp_path: Path) -> None:
+    def test_with_both_forms_the_index_wins_and_the_single_file_is_reported_as_a_leftover(self, tmp_path: Path) -> None:
         _good(tmp_path)
         _shard(tmp_path, "model.safetensors", ["w"])
-        with pytest.raises(
-            CheckpointError, match=r"holds both 'model\.safetensors' and 'model\.safetensors\.index\.json'"
-        ):
-            packrt_io.inspect_checkpoint(tmp_path)
+        info = packrt_io.inspect_checkpoint(tmp_path)
+        assert info.index == tmp_path / "model.safetensors.index.json"
+        assert info.ignored == (tmp_path / "model.safetensors",)
+        with pytest.warns(packrt_io.CheckpointLeftoverWarning, match=r"ignored 1 leftover file.*'model\.safetensors'"):
+            packrt_io.load_checkpoint_arrays(tmp_path)
 
     def test_a_missing_single_file_falls_back_to_its_index(self, tmp_path: Path) -> None:
         _good(tmp_path)

@@ -26,12 +26,14 @@ from packrt_io._arrays import SupportsNumpy, as_array
 from packrt_io._check import CheckReport, Mismatch, check_checkpoint
 from packrt_io._checkpoint import (
     CheckpointModule,
+    as_tensors,
     load_checkpoint,
     load_checkpoint_arrays,
     save_checkpoint,
 )
 from packrt_io._dtypes import SUPPORTED_NAMES
-from packrt_io._layout import CheckpointInfo, TensorInfo, inspect_checkpoint
+from packrt_io._fs import CheckpointWriteError
+from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
 from packrt_io._reader import LoadReport, load_arrays, read_metadata
 from packrt_io._sharding import parse_size
 from packrt_io._writer import save_arrays
@@ -72,11 +74,8 @@ def load_file(path: str | os.PathLike[str], device: object = "cpu", mmap: bool =
     :class:`~packrt_core.errors.CheckpointError` naming the file and tensor.
     """
     _check_device(device)
-    # Imported here so the numpy-level file layer never needs the Tensor machinery loaded.
-    from packrt_core import from_numpy
-
-    arrays, _report = load_arrays(path, mmap=mmap)
-    return {key: from_numpy(array) for key, array in arrays.items()}
+    arrays, report = load_arrays(path, mmap=mmap)
+    return as_tensors(report.path, arrays)
 
 
 SUPPORTED_DTYPES: tuple[str, ...] = SUPPORTED_NAMES
@@ -85,6 +84,8 @@ __all__ = [
     "SUPPORTED_DTYPES",
     "CheckReport",
     "CheckpointInfo",
+    "CheckpointLeftoverWarning",
+    "CheckpointWriteError",
     "CheckpointModule",
     "LoadReport",
     "Mismatch",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,15 +24,18 @@ import numpy as np
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
 from packrt_io._arrays import as_array
+from packrt_io._header import gc_paused
 from packrt_io._layout import (
     EXTRA_STATE_PREFIX,
     RESERVED_PREFIX,
     TIES_KEY,
     CheckpointInfo,
+    CheckpointLeftoverWarning,
     PathLike,
-    inspect_checkpoint,
+    describe_leftovers,
+    survey,
 )
-from packrt_io._reader import LoadReport, load_arrays
+from packrt_io._reader import LoadReport, load_with_header
 from packrt_io._sharding import target_for, write_checkpoint
 
 EXTRA_STATE_SUFFIX = "_extra_state"
@@ -85,16 +89,20 @@ def load_checkpoint_arrays(
 ) -> tuple[dict[str, np.ndarray[Any, Any]], CheckpointInfo, tuple[LoadReport, ...]]:
     """Every tensor of a checkpoint (file, index or directory) as numpy arrays, with its layout.
 
-    All headers are validated, and every shard checked against the index, before any data is mapped.
-    Returns the arrays (copy-on-write views with ``mmap=True``), the layout, and one LoadReport a file.
+    All headers are validated, and every shard checked against the index, before any data is mapped;
+    each header is read once. Returns the arrays (copy-on-write views with ``mmap=True``), the layout,
+    and one LoadReport a file. Leftovers of an interrupted save beside the checkpoint are not loaded:
+    a :class:`CheckpointLeftoverWarning` names them (and ``CheckpointInfo.ignored`` lists them).
     """
-    info = inspect_checkpoint(path)
+    info, headers = survey(path)
+    if info.ignored:
+        warnings.warn(describe_leftovers(info), CheckpointLeftoverWarning, stacklevel=2)
     arrays: dict[str, np.ndarray[Any, Any]] = {}
     reports: list[LoadReport] = []
     bar = open_progress(progress, info.total_bytes, f"loading {info.path.name}")
     try:
         for shard in info.shards:
-            shard_arrays, report = load_arrays(shard, mmap=mmap)
+            shard_arrays, report = load_with_header(shard, headers[shard], mmap=mmap)
             arrays.update(shard_arrays)
             reports.append(report)
             if bar is not None:
@@ -105,16 +113,41 @@ def load_checkpoint_arrays(
     return arrays, info, tuple(reports)
 
 
-def _as_tensor(info: CheckpointInfo, key: str, array: np.ndarray[Any, Any]) -> Any:
+def as_tensors(path: object, arrays: Mapping[str, np.ndarray[Any, Any]]) -> dict[str, Any]:
+    """The arrays as packrt Tensors; a dtype packrt-core refuses is a DTypeError naming file and tensor."""
     from packrt_core import from_numpy
 
-    try:
-        return from_numpy(array)
-    except DTypeError as err:
-        raise DTypeError(
-            f"checkpoint {str(info.path)!r}, tensor {key!r}: {err}; load it with packrt_io.load_arrays "
-            "to read it as numpy"
-        ) from err
+    tensors: dict[str, Any] = {}
+    with gc_paused():
+        for key, array in arrays.items():
+            try:
+                tensors[key] = from_numpy(array)
+            except DTypeError as err:
+                raise DTypeError(
+                    f"checkpoint {str(path)!r}, tensor {key!r}: {err}; load it with packrt_io.load_arrays "
+                    "to read it as numpy"
+                ) from err
+    return tensors
+
+
+def _capped(message: str, names: int = 20, lines: int = 40) -> str:
+    """``message`` with each line's comma-separated list cut to ``names`` items and at most ``lines`` lines."""
+    kept = []
+    rows = message.split("\n")
+    for row in rows[:lines]:
+        items = row.split(", ")
+        if len(items) > names:
+            row = ", ".join(items[:names]) + f", ... and {len(items) - names} more"
+        kept.append(row if len(row) <= 4000 else row[:4000] + f"... ({len(row) - 4000} more characters)")
+    if len(rows) > lines:
+        kept.append(f"  ... and {len(rows) - lines} more lines")
+    return "\n".join(kept)
+
+
+def _annotate(err: PackrtError, info: CheckpointInfo) -> None:
+    """Name the checkpoint in a load error from the module, and cap its lists of names."""
+    message = str(err.args[0]) if len(err.args) == 1 else str(err)
+    err.args = (f"checkpoint {str(info.path)!r}: " + _capped(message),)
 
 
 def load_checkpoint(
@@ -133,14 +166,22 @@ def load_checkpoint(
     module binds them without copying. Ties come back as one tensor under every name, extra state as
     the JSON value saved. The file layer is validated first (CheckpointError); then ``strict``,
     ``assign``, ``pack`` and ``weight_residency`` go to ``module.load_state_dict``, whose
-    ``_IncompatibleKeys`` is returned and whose StateDictError leaves the module unchanged.
+    ``_IncompatibleKeys`` is returned and whose StateDictError leaves the module unchanged (its message
+    then names the checkpoint too, with long lists of keys cut short).
     """
     arrays, info, _reports = load_checkpoint_arrays(path, progress=progress)
-    state: dict[str, Any] = {key: _as_tensor(info, key, array) for key, array in arrays.items()}
+    state = as_tensors(info.path, arrays)
     for alias, primary in info.ties().items():
         state[alias] = state[primary]
     state.update(info.extra_state())
-    return module.load_state_dict(state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency)
+    try:
+        return module.load_state_dict(state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency)
+    except PackrtError as err:
+        _annotate(err, info)
+        raise
+    except Exception as err:
+        err.add_note(f"while loading checkpoint {str(info.path)!r} into {type(module).__name__}")
+        raise
 
 
 # -- saving ------------------------------------------------------------------------------------------
@@ -243,6 +284,7 @@ def save_checkpoint(
 
 __all__ = [
     "CheckpointModule",
+    "as_tensors",
     "load_checkpoint",
     "load_checkpoint_arrays",
     "open_progress",

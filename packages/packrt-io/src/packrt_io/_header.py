@@ -11,23 +11,30 @@ there is one, and what was expected against what was found.
 
 from __future__ import annotations
 
-import json
-import math
+import contextlib
+import gc
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, cast
+from operator import itemgetter
+from typing import Any, Final, NamedTuple, NoReturn, cast
 
 from packrt_core.errors import CheckpointError
+from packrt_io import _json
 from packrt_io._dtypes import BY_NAME, SUPPORTED_NAMES, FileDType
 
 PREFIX_BYTES: Final = 8
 # The safetensors library refuses headers above this size; packrt holds files to the same cap.
 MAX_HEADER_BYTES: Final = 100_000_000
 METADATA_KEY: Final = "__metadata__"
+# numpy holds at most 64 dimensions, and sizes (dimension products, byte counts) below 2**63.
+MAX_DIMENSIONS: Final = 64
+MAX_SIZE: Final = 2**63 - 1
+# More tensors than fit in a header of MAX_HEADER_BYTES at their shortest (about 60 bytes each).
+MAX_TENSORS: Final = 2_000_000
 _FIX = "the file is damaged or was not written as safetensors; re-save it from its source"
 
 
-@dataclass(frozen=True)
-class TensorEntry:
+class TensorEntry(NamedTuple):
     """One tensor's header entry, validated: its bytes are ``[begin, end)`` of the data section."""
 
     key: str
@@ -51,6 +58,9 @@ class Header:
     data_bytes: int
     tensors: tuple[TensorEntry, ...]
     metadata: dict[str, str]
+    # (device, inode, size, mtime in ns) of the file the header was read from: a later open of the same
+    # path reuses the header only while the file is still this one.
+    identity: tuple[int, ...] = ()
 
 
 def fail(path: str, problem: str, *, key: str | None = None, fix: str = _FIX) -> NoReturn:
@@ -79,34 +89,19 @@ def header_length(prefix: bytes, file_size: int, path: str) -> int:
     return length
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for name, value in pairs:
-        if name in result:
-            raise ValueError(f"key {name!r} appears twice in one object")
-        result[name] = value
-    return result
-
-
-def _decode(raw: bytes, path: str) -> dict[str, Any]:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        fail(path, f"header is not valid UTF-8 ({err.reason} at header byte {err.start})")
+def _decode(raw: bytes, path: str) -> tuple[dict[str, Any], int]:
     # The reference library requires the object to open at the first byte (padding is trailing).
-    if not text.startswith("{"):
-        found = repr(text[:1]) if text else "an empty header"
+    if not raw.startswith(b"{"):
+        found = repr(raw[:1].decode("latin-1")) if raw else "an empty header"
         fail(path, f"header must be a JSON object starting with '{{' at its first byte, found {found}")
-    try:
-        parsed = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except (ValueError, RecursionError) as err:
-        fail(path, f"header is not valid JSON ({err})")
+
+    def refuse(problem: str) -> NoReturn:
+        fail(path, f"header {problem}")
+
+    # Duplicate keys are counted by parse_header, which walks every entry anyway.
+    parsed, members = _json.decode(raw, _json.HEADER_DEPTH, refuse)
     # Text opening with '{' that parses is an object, so no further type check is needed.
-    return cast(dict[str, Any], parsed)
+    return cast(dict[str, Any], parsed), members
 
 
 def _metadata(value: Any, path: str) -> dict[str, str]:
@@ -130,10 +125,19 @@ def _json_type(value: Any) -> str:
 
 
 def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return type(value) is int and 0 <= value <= MAX_SIZE
+
+
+def _fits(shape: list[int], itemsize: int) -> bool:
+    """Whether numpy can hold the shape: the product of its non-zero dimensions, in bytes, below 2**63."""
+    size = itemsize
+    for dim in shape:
+        size *= dim or 1
+    return size <= MAX_SIZE
 
 
 def _entry(key: str, value: Any, path: str) -> TensorEntry:
+    """The entry ``value`` of tensor ``key``, checked field by field with an exact error for each defect."""
     if not isinstance(value, dict):
         fail(
             path,
@@ -142,7 +146,7 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
         )
     missing = [field for field in ("dtype", "shape", "data_offsets") if field not in value]
     if missing:
-        fail(path, f"entry lacks the field(s) {', '.join(missing)} (has: {sorted(value)})", key=key)
+        fail(path, f"entry lacks the field(s) {', '.join(missing)} (has: {_names(value)})", key=key)
     dtype_name, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
     if not isinstance(dtype_name, str):
         fail(path, f"dtype must be a string, found {_json_type(dtype_name)}", key=key)
@@ -150,18 +154,31 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
     if dtype is None:
         fail(
             path,
-            f"dtype {dtype_name!r} is not one packrt can load (supported: {', '.join(SUPPORTED_NAMES)})",
+            f"dtype {_clip(dtype_name)!r} is not one packrt can load (supported: {', '.join(SUPPORTED_NAMES)})",
             key=key,
             fix="convert the tensor to a supported dtype before saving",
         )
-    if not isinstance(shape, list) or not all(_is_count(dim) for dim in shape):
-        fail(path, f"shape must be an array of non-negative integers, found {shape!r}", key=key)
+    if not isinstance(shape, list) or not all(type(dim) is int and dim >= 0 for dim in shape):
+        fail(path, f"shape must be an array of non-negative integers, found {_clip(repr(shape))}", key=key)
+    if len(shape) > MAX_DIMENSIONS:
+        fail(path, f"shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported", key=key)
+    for axis, dim in enumerate(shape):
+        if dim > MAX_SIZE:
+            fail(path, f"dimension {axis} is {dim}; a dimension must be below 2**63", key=key)
+    if not _fits(shape, dtype.itemsize):
+        fail(path, f"shape {shape} of {dtype_name} would need 2**63 bytes or more", key=key)
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
-        fail(path, f"data_offsets must be [begin, end] with non-negative integers, found {offsets!r}", key=key)
+        fail(
+            path,
+            f"data_offsets must be [begin, end] with non-negative integers below 2**63, found {_clip(repr(offsets))}",
+            key=key,
+        )
     begin, end = offsets
     if end < begin:
         fail(path, f"data_offsets [{begin}, {end}] are reversed: end must not precede begin", key=key)
-    needed = math.prod(shape) * dtype.itemsize
+    needed = dtype.itemsize
+    for dim in shape:
+        needed *= dim
     if end - begin != needed:
         fail(
             path,
@@ -171,8 +188,68 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
     return TensorEntry(key, dtype, tuple(shape), begin, end)
 
 
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def _names(value: dict[str, Any], limit: int = 10) -> str:
+    names = sorted(value)
+    shown = ", ".join(repr(_clip(name, 60)) for name in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _entries(parsed: dict[str, Any], path: str) -> tuple[list[TensorEntry], int]:
+    """Every entry of the header, and how many object members they hold (for the duplicate check).
+
+    The common entry (three fields, a known dtype, integer shape and offsets that agree) takes one
+    tight pass; anything else goes through :func:`_entry`, which names the defect or accepts it.
+    """
+    entries: list[TensorEntry] = []
+    append = entries.append
+    make = tuple.__new__  # TensorEntry(...) without its Python-level __new__
+    members = 0
+    for key, value in parsed.items():
+        try:
+            dtype = BY_NAME[value["dtype"]]
+            shape = value["shape"]
+            begin, end = value["data_offsets"]
+            usual = (
+                len(value) == 3
+                and type(shape) is list
+                and len(shape) <= MAX_DIMENSIONS
+                and type(begin) is int
+                and type(end) is int
+                and 0 <= begin <= end <= MAX_SIZE
+            )
+        except (KeyError, TypeError, ValueError):
+            usual = False
+        if usual:
+            size = dtype.itemsize
+            for dim in shape:
+                if type(dim) is not int or not 0 <= dim <= MAX_SIZE:
+                    break
+                size *= dim
+            else:
+                if size == end - begin and (size or _fits(shape, dtype.itemsize)):
+                    append(make(TensorEntry, (key, dtype, tuple(shape), begin, end)))
+                    members += 3
+                    continue
+        append(_entry(key, value, path))
+        members += _json.member_count(value)
+    return entries, members
+
+
+def _tiles_in_order(entries: list[TensorEntry], data_bytes: int) -> bool:
+    """True when the entries, as listed, follow one another through the data section with no gap."""
+    if not entries:
+        return data_bytes == 0
+    begins = [entry[3] for entry in entries]
+    ends = [entry[4] for entry in entries]
+    # Each begins where the one before ends (so the list is sorted), from 0 to the last data byte.
+    return begins[0] == 0 and ends[-1] == data_bytes and begins[1:] == ends[:-1]
+
+
 def _check_tiling(entries: list[TensorEntry], data_bytes: int, path: str) -> None:
-    # Sorted by (begin, end) so zero-byte tensors sit before a tensor starting at the same offset.
     cursor, previous = 0, None
     for entry in entries:
         if entry.begin < cursor:
@@ -206,24 +283,57 @@ def _check_tiling(entries: list[TensorEntry], data_bytes: int, path: str) -> Non
         )
 
 
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Hold the cyclic garbage collector while a header's objects are built.
+
+    A header of 10**6 tensors builds millions of objects, none of them in a cycle; left on, the collector
+    rescans the growing heap again and again and takes more time than the parse itself. It is turned
+    back on afterwards (if it was on), whatever happens.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def parse_header(raw: bytes, file_size: int, path: str) -> Header:
     """Validate the header bytes ``raw`` (the ``N`` bytes after the prefix) of a ``file_size``-byte file."""
-    parsed = _decode(raw, path)
+    with gc_paused():
+        return _parse_header(raw, file_size, path)
+
+
+def _parse_header(raw: bytes, file_size: int, path: str) -> Header:
+    parsed, members = _decode(raw, path)
+    has_metadata = METADATA_KEY in parsed
     metadata = _metadata(parsed.pop(METADATA_KEY, None), path)
-    entries = [_entry(key, value, path) for key, value in parsed.items()]
-    entries.sort(key=lambda entry: (entry.begin, entry.end))
+    if len(parsed) > MAX_TENSORS:
+        fail(path, f"header lists {len(parsed)} tensors; at most {MAX_TENSORS} are supported")
+    entries, entry_members = _entries(parsed, path)
+    if members != len(parsed) + entry_members + len(metadata) + has_metadata:
+        _json.fail_duplicate(raw, lambda problem: fail(path, f"header {problem}"))
     data_start = PREFIX_BYTES + len(raw)
-    _check_tiling(entries, file_size - data_start, path)
+    if not _tiles_in_order(entries, file_size - data_start):
+        # Sorted by (begin, end) so zero-byte tensors sit before a tensor starting at the same offset.
+        entries.sort(key=itemgetter(3, 4))
+        _check_tiling(entries, file_size - data_start, path)
     return Header(path, data_start, file_size - data_start, tuple(entries), metadata)
 
 
 __all__ = [
+    "MAX_DIMENSIONS",
     "MAX_HEADER_BYTES",
+    "MAX_SIZE",
+    "MAX_TENSORS",
     "METADATA_KEY",
     "PREFIX_BYTES",
     "Header",
     "TensorEntry",
     "fail",
+    "gc_paused",
     "header_length",
     "parse_header",
 ]

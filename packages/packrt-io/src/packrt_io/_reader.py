@@ -11,18 +11,20 @@ Nothing here unpickles: headers are JSON and tensor bytes are reinterpreted, nev
 
 from __future__ import annotations
 
+import dataclasses
 import mmap as _mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 import safetensors
 
-from packrt_io._header import Header, TensorEntry, fail, header_length, parse_header
+from packrt_io import _fs
+from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, header_length, parse_header
 
-PathLike = str | os.PathLike[str]
+PathLike = _fs.PathLike
 
 
 @dataclass(frozen=True)
@@ -44,26 +46,48 @@ class LoadReport:
         return len(self.unaligned_copies)
 
 
+# The safetensors library re-validates files with headers up to this size as a second opinion. Above
+# it the library's pass would cost as much as packrt's own (a 10**6-tensor header takes seconds), and
+# packrt's validation refuses everything the library refuses (the fuzz tests check both on each file).
+REFERENCE_CHECK_MAX_HEADER: Final = 1 << 20
+
+
 def _reference_check(path: str, header: Header) -> None:
     """Have the safetensors library validate the file too, and agree with packrt on what it holds."""
+    if header.data_start - PREFIX_BYTES > REFERENCE_CHECK_MAX_HEADER:
+        return
     try:
         with safetensors.safe_open(path, framework="numpy") as handle:
             keys = set(handle.keys())
             metadata = handle.metadata() or {}
     except (safetensors.SafetensorError, OSError) as err:
-        fail(path, f"the safetensors library rejects the file ({err})")
+        fail(path, f"the safetensors library rejects the file ({_short(err)})")
     if keys != {entry.key for entry in header.tensors} or metadata != header.metadata:
         # Only possible when the file was replaced between packrt's read and the library's.
         fail(path, "the file changed while it was being loaded", fix="load it again once writers finish")
 
 
-def _read_header(path: str, fd: int, file_size: int) -> Header:
+def _short(err: BaseException) -> str:
+    text = str(err)
+    return text if len(text) <= 300 else text[:300] + f"... ({len(text) - 300} more characters)"
+
+
+def identity(fd: int) -> tuple[int, ...]:
+    """What tells one file from another at the same path: device, inode, size, modification time."""
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
+def read_header(path: str, fd: int) -> Header:
+    """The validated header of the open file ``fd`` (named ``path`` in errors)."""
+    file_id = identity(fd)
+    file_size = file_id[2]
     prefix = os.pread(fd, 8, 0)
     length = header_length(prefix, file_size, path)
     raw = os.pread(fd, length, 8)
     if len(raw) != length:
         fail(path, f"header length {length} runs past the end of the file, which shrank while being read")
-    return parse_header(raw, file_size, path)
+    return dataclasses.replace(parse_header(raw, file_size, path), identity=file_id)
 
 
 def _view(buffer: Any, header: Header, entry: TensorEntry) -> np.ndarray[Any, Any]:
@@ -80,9 +104,10 @@ def _load_mapped(path: str, fd: int, header: Header) -> tuple[dict[str, np.ndarr
     mapping = _mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY)
     if len(mapping) != header.data_start + header.data_bytes:
         fail(path, "the file changed size while it was being loaded", fix="load it again once writers finish")
+    empty = np.empty
     for entry in header.tensors:
-        if entry.nbytes == 0:
-            arrays[entry.key] = np.empty(entry.shape, dtype=entry.dtype.numpy)
+        if entry[3] == entry[4]:  # no bytes: begin == end
+            arrays[entry[0]] = empty(entry[2], dtype=entry[1].numpy)
             continue
         array = _view(mapping, header, entry)
         if (header.data_start + entry.begin) % entry.dtype.itemsize:
@@ -108,34 +133,38 @@ def _load_read(path: str, fd: int, header: Header) -> dict[str, np.ndarray[Any, 
     return arrays
 
 
-def _open(path: PathLike) -> tuple[str, int]:
-    """The path as a string and a read-only descriptor; a file that will not open is a CheckpointError."""
-    where = os.fspath(path)
-    try:
-        return where, os.open(where, os.O_RDONLY)
-    except OSError as err:
-        fail(where, f"cannot be opened ({err.strerror})", fix="check the path and its permissions")
-
-
 def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndarray[Any, Any]], LoadReport]:
     """Load every tensor of a safetensors file as a numpy array, with a report of how.
 
     The file is validated completely before any array is made; any defect raises
     :class:`~packrt_core.errors.CheckpointError` naming the file and the tensor. With ``mmap=True``
     (the default) arrays are copy-on-write views of the file: writable, and a write never reaches the
-    file. Keys come back in data order.
+    file. Keys come back in data order. A path that is not a regular file (a directory, a FIFO, a
+    device) is refused before it is opened.
     """
-    where, fd = _open(path)
+    return load_with_header(path, None, mmap=mmap)
+
+
+def load_with_header(
+    path: PathLike, known: Header | None, *, mmap: bool
+) -> tuple[dict[str, np.ndarray[Any, Any]], LoadReport]:
+    """:func:`load_arrays`, reusing ``known`` (a header already read from this file) while it still is."""
+    where, fd = _fs.open_for_reading(path)
     try:
-        file_size = os.fstat(fd).st_size
-        header = _read_header(where, fd, file_size)
+        if known is not None and known.identity == identity(fd):
+            header = known
+        elif known is not None:
+            fail(where, "the file changed while it was being loaded", fix="load it again once writers finish")
+        else:
+            header = read_header(where, fd)
         _reference_check(where, header)
         copied: list[str] = []
         copied_bytes = 0
-        if mmap:
-            arrays, copied, copied_bytes = _load_mapped(where, fd, header)
-        else:
-            arrays = _load_read(where, fd, header)
+        with gc_paused():
+            if mmap:
+                arrays, copied, copied_bytes = _load_mapped(where, fd, header)
+            else:
+                arrays = _load_read(where, fd, header)
     finally:
         # The mapping keeps its own reference to the file, so the descriptor can go now.
         os.close(fd)
@@ -153,12 +182,20 @@ def load_arrays(path: PathLike, *, mmap: bool = True) -> tuple[dict[str, np.ndar
 
 def read_metadata(path: PathLike) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file (empty when it has none), after full validation."""
-    where, fd = _open(path)
+    where, fd = _fs.open_for_reading(path)
     try:
-        header = _read_header(where, fd, os.fstat(fd).st_size)
+        header = read_header(where, fd)
     finally:
         os.close(fd)
     return dict(header.metadata)
 
 
-__all__ = ["LoadReport", "load_arrays", "read_metadata"]
+__all__ = [
+    "REFERENCE_CHECK_MAX_HEADER",
+    "LoadReport",
+    "identity",
+    "load_arrays",
+    "load_with_header",
+    "read_header",
+    "read_metadata",
+]

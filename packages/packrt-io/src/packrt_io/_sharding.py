@@ -1,19 +1,20 @@
-"""Writing a checkpoint as one file or as shards plus an index, each file replaced atomically.
+"""Writing a checkpoint as one file or as shards plus an index, so a crash never breaks the target.
 
-Shards are named ``<stem>-00001-of-00003.safetensors`` after the Hugging Face convention and filled
-greedily in key order up to ``max_shard_size`` (a tensor larger than the limit gets a shard of its own).
-Each shard is written with the atomic single-file writer; the index is written last, so until it lands
-the previous index still describes the previous shards. Every shard and the index carry one random
-``packrt.save_id``: a load that finds a shard from another save (an interrupted overwrite) refuses it.
-After the new checkpoint is in place, the files of the other form at the same target (a previous single
-file, or a previous index and its shards that the new one no longer names) are removed, so a directory
-never keeps a stale checkpoint beside the current one for long.
+The commit protocol (README: "Crash-safe saves"): when both a single file and an index sit at one
+target, the **index wins**, and a load reports the single file as a leftover. A sharded save writes
+its shards under new names (``<stem>-<token>-00001-of-00003.safetensors``, the token fresh for every
+save), then switches by one atomic rename of the index (fsync of the file and of the directory), then
+removes the files the previous index named and any single file. A single-file save writes the file
+atomically, then removes the index (the switch), then the shards that index named. Killed at any step,
+the target loads as the previous checkpoint or as the new one; the files of an unfinished save are
+leftovers a load names in a warning. Every shard and the index carry one random ``packrt.save_id``, so
+a shard from another save is refused, never mixed in. Shards fill greedily in key order up to
+``max_shard_size`` (a tensor larger than the limit gets a shard of its own).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import secrets
 from collections.abc import Mapping
@@ -24,7 +25,7 @@ from typing import Any, Final
 import numpy as np
 
 from packrt_core.errors import CheckpointError
-from packrt_io import _writer
+from packrt_io import _fs, _writer
 from packrt_io._layout import INDEX_NAME, SAVE_ID_KEY, SINGLE_NAME, PathLike, read_index
 
 _UNITS: Final = {
@@ -67,7 +68,14 @@ def target_for(path: PathLike) -> Target:
     Any other path is a directory (created when missing) that receives ``model.safetensors`` or
     ``model.safetensors.index.json`` with its shards.
     """
-    given = Path(os.fspath(path))
+    given = Path(_fs.path_text(path))
+    try:
+        return _target(given)
+    except (OSError, ValueError) as err:
+        _fs.write_failure(given, err, "preparing its directory")
+
+
+def _target(given: Path) -> Target:
     name = given.name
     if name.endswith(".index.json"):
         base = name[: -len(".index.json")]
@@ -93,40 +101,86 @@ def plan_shards(sizes: Mapping[str, int], limit: int) -> list[list[str]]:
     return shards
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
-    temporary = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        try:
-            data = memoryview(text.encode("utf-8"))
-            while data:
-                data = data[os.write(fd, data) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if _writer.before_replace is not None:
-            _writer.before_replace(temporary, path)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _writer._fsync_directory(path.parent)
+def shard_name(stem: str, token: str, number: int, count: int) -> str:
+    """The file name of shard ``number`` of ``count`` of the save whose names carry ``token``."""
+    return f"{stem}-{token}-{number:05d}-of-{count:05d}.safetensors"
 
 
-def _previous_shards(index: Path) -> set[str]:
-    # Only shards a readable index names are ever deleted: nothing is guessed from file names.
-    if not index.is_file():
-        return set()
+def _fresh_token(directory: Path, stem: str, count: int) -> str:
+    # A new token per save, so no shard of this save can land on a file any index names.
+    while True:
+        token = secrets.token_hex(4)
+        if not any((directory / shard_name(stem, token, n, count)).exists() for n in (1, count)):
+            return token
+
+
+def _named_by(index: Path) -> set[str]:
+    """The shard names a readable index at ``index`` lists (nothing is guessed from file names)."""
     try:
+        if _fs.kind_of(index) != "file":
+            return set()
         weight_map, _ = read_index(index)
     except CheckpointError:
         return set()
     return set(weight_map.values())
 
 
-def _remove(directory: Path, names: set[str]) -> None:
+def _remove_all(directory: Path, names: set[str]) -> None:
     for name in sorted(names):
-        (directory / name).unlink(missing_ok=True)
+        try:
+            _fs.remove(directory / name)
+        except OSError as err:
+            _fs.write_failure(
+                directory / name,
+                err,
+                "removing a file of the previous checkpoint",
+                fix="the new checkpoint is in place; delete the file by hand",
+            )
+    _fs.sync_directory(directory)
+
+
+def _save_single(arrays: Mapping[str, np.ndarray[Any, Any]], target: Target, metadata: Mapping[str, str]) -> Path:
+    # While an index exists it is what loads, so the previous checkpoint stays current until the
+    # index is removed; only then are the shards it named (now unreferenced) removed.
+    has_index = _fs.kind_of(target.index) == "file"
+    mode = _fs.existing_mode(target.index) if has_index else None
+    _writer.save_arrays(arrays, target.single, metadata, mode=mode)
+    if has_index:
+        old = _named_by(target.index)
+        _remove_all(target.index.parent, {target.index.name})
+        _remove_all(target.index.parent, old - {target.single.name})
+    return target.single
+
+
+def _save_sharded(
+    arrays: Mapping[str, np.ndarray[Any, Any]], target: Target, metadata: Mapping[str, str], groups: list[list[str]]
+) -> Path:
+    directory = target.index.parent
+    has_index = _fs.kind_of(target.index) == "file"
+    mode = _fs.existing_mode(target.index if has_index else target.single)
+    count = len(groups)
+    token = _fresh_token(directory, target.stem, count)
+    save_id = token + secrets.token_hex(4)
+    shard_metadata = {**metadata, SAVE_ID_KEY: save_id}
+    weight_map: dict[str, str] = {}
+    total = 0
+    # 1. New shards under new names: nothing the current checkpoint uses is touched.
+    for number, keys in enumerate(groups, start=1):
+        name = shard_name(target.stem, token, number, count)
+        _writer.save_arrays({key: arrays[key] for key in keys}, directory / name, shard_metadata, mode=mode)
+        weight_map.update(dict.fromkeys(keys, name))
+        total += sum(arrays[key].nbytes for key in keys)
+    index = {
+        "metadata": {"total_size": total, **shard_metadata},
+        "weight_map": dict(sorted(weight_map.items())),
+    }
+    text = json.dumps(index, indent=2, ensure_ascii=False) + "\n"
+    # 2. The switch: one atomic rename of the index (which wins over a single file beside it).
+    old = _named_by(target.index)
+    _writer.write_atomically(target.index, [text.encode("utf-8")], mode)
+    # 3. What the previous checkpoint used, and nothing else, goes.
+    _remove_all(directory, (old - set(weight_map.values())) | {target.single.name})
+    return target.index
 
 
 def write_checkpoint(
@@ -137,36 +191,14 @@ def write_checkpoint(
 ) -> Path:
     """Write ``arrays`` with ``metadata`` to ``target`` (sharded when over ``max_shard_size``).
 
-    Returns the path to load from: the single file, or the index when the checkpoint was sharded.
+    Returns the path to load from: the single file, or the index when the checkpoint was sharded. At
+    every moment of the save the target loads as the previous checkpoint or as the new one.
     """
     limit = None if max_shard_size is None else parse_size(max_shard_size)
     groups = [list(arrays)] if limit is None else plan_shards({k: a.nbytes for k, a in arrays.items()}, limit)
-    directory = target.index.parent
-    stale = _previous_shards(target.index)
     if len(groups) <= 1:
-        _writer.save_arrays(arrays, target.single, metadata)
-        if target.index.is_file():
-            target.index.unlink()
-        _remove(directory, stale - {target.single.name})
-        return target.single
-    save_id = secrets.token_hex(8)
-    shard_metadata = {**metadata, SAVE_ID_KEY: save_id}
-    count = len(groups)
-    weight_map: dict[str, str] = {}
-    total = 0
-    for number, keys in enumerate(groups, start=1):
-        name = f"{target.stem}-{number:05d}-of-{count:05d}.safetensors"
-        _writer.save_arrays({key: arrays[key] for key in keys}, directory / name, shard_metadata)
-        weight_map.update(dict.fromkeys(keys, name))
-        total += sum(arrays[key].nbytes for key in keys)
-    index = {
-        "metadata": {"total_size": total, **shard_metadata},
-        "weight_map": dict(sorted(weight_map.items())),
-    }
-    _write_text_atomically(target.index, json.dumps(index, indent=2, ensure_ascii=False) + "\n")
-    _remove(directory, stale - set(weight_map.values()))
-    target.single.unlink(missing_ok=True)
-    return target.index
+        return _save_single(arrays, target, metadata)
+    return _save_sharded(arrays, target, metadata, groups)
 
 
-__all__ = ["Target", "parse_size", "plan_shards", "target_for", "write_checkpoint"]
+__all__ = ["Target", "parse_size", "plan_shards", "shard_name", "target_for", "write_checkpoint"]

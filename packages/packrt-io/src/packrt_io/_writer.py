@@ -11,24 +11,24 @@ killed at any point leaves the previous file at ``path`` untouched (and at worst
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from packrt_core.errors import CheckpointError, DTypeError
+from packrt_core.errors import CheckpointError, DTypeError, PackrtError
+from packrt_io import _fs
 from packrt_io._dtypes import SUPPORTED_NAMES, FileDType, for_array_dtype
 from packrt_io._header import METADATA_KEY, PREFIX_BYTES
 
 # Called with (temporary path, final path) after the temporary file is complete and fsynced and just
 # before it is renamed over the final path. Tests set it to stop a writer at that exact moment.
 before_replace: Callable[[Path, Path], None] | None = None
-
-_CHUNK = 64 << 20  # write large tensors in pieces so no single write call holds gigabytes
 
 
 def _prepare(key: object, array: np.ndarray[Any, Any]) -> tuple[FileDType, np.ndarray[Any, Any]]:
@@ -87,61 +87,62 @@ def encode(
     return len(text).to_bytes(PREFIX_BYTES, "little") + text, [array for _, _, array in prepared]
 
 
-def _write_all(fd: int, data: memoryview) -> None:
-    for start in range(0, len(data), _CHUNK):
-        piece = data[start : start + _CHUNK]
-        while piece:
-            written = os.write(fd, piece)
-            piece = piece[written:]
+def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: int | None) -> None:
+    """Write ``pieces`` to ``target`` through a temporary file beside it, fsynced and renamed into place.
+
+    ``mode`` sets the file's permission bits (None: the umask decides). Any file-system error is a
+    CheckpointWriteError naming ``target``; whatever was at ``target`` before is then unchanged.
+    """
+    temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        fd = _fs.create_exclusive(temporary, mode)
+    except (OSError, ValueError) as err:
+        _fs.write_failure(target, err, "creating a temporary file beside it")
+    try:
+        try:
+            for piece in pieces:
+                _fs.write_all(fd, piece)
+        except BaseException:
+            os.close(fd)
+            raise
+        _fs.sync_and_close(fd)
+        if before_replace is not None:
+            before_replace(temporary, target)
+        _fs.replace(temporary, target)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            _fs.remove(temporary)
+        if isinstance(err, OSError) and not isinstance(err, PackrtError):
+            _fs.write_failure(target, err, "writing it")
+        raise
+    _fs.sync_directory(target.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
-    # The rename is only durable once the directory entry is; some filesystems refuse directory fsync.
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass
-    finally:
-        os.close(dir_fd)
+def _data_pieces(prefix_and_header: bytes, ordered: list[np.ndarray[Any, Any]]) -> Iterator[memoryview | bytes]:
+    yield prefix_and_header
+    for array in ordered:
+        if array.nbytes:
+            yield array.reshape(-1).view(np.uint8).data
 
 
 def save_arrays(
     arrays: Mapping[str, np.ndarray[Any, Any]],
     path: str | os.PathLike[str],
     metadata: Mapping[str, str] | None = None,
+    *,
+    mode: int | None = None,
 ) -> None:
     """Write ``arrays`` (and str -> str ``metadata``) to ``path`` as safetensors, atomically.
 
     Either the whole new file is at ``path`` afterwards or, if this call fails or the process dies,
-    whatever was there before still is. Every dtype in the load table is written bit-exactly.
+    whatever was there before still is. Every dtype in the load table is written bit-exactly. A file
+    that is replaced keeps its permission bits; ``mode`` sets them for a new one (default: the umask).
+    A file-system failure (a full disk, say) is a CheckpointWriteError naming ``path``.
     """
-    target = Path(os.fspath(path))
+    target = Path(_fs.path_text(path))
     prefix_and_header, ordered = encode(arrays, metadata)
-    directory = target.parent
-    temporary = directory / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    # O_EXCL: never write through a name someone else created; mode 0o666 lets the umask decide, as for
-    # any ordinary new file.
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        try:
-            _write_all(fd, memoryview(prefix_and_header))
-            for array in ordered:
-                if array.nbytes:
-                    _write_all(fd, array.reshape(-1).view(np.uint8).data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        if before_replace is not None:
-            before_replace(temporary, target)
-        os.replace(temporary, target)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    _fsync_directory(directory)
+    kept = _fs.existing_mode(target)
+    write_atomically(target, _data_pieces(prefix_and_header, ordered), kept if kept is not None else mode)
 
 
-__all__ = ["before_replace", "encode", "save_arrays"]
+__all__ = ["before_replace", "encode", "save_arrays", "write_atomically"]
