@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 import tracemalloc
 from typing import Any
 
@@ -151,10 +150,13 @@ def test_a_forward_beside_an_edit_sees_the_old_pack_or_the_new_one_never_a_mix()
     allowed = {float(i), float(2 * i)}
     seen: set[float] = set()
 
+    served_one = threading.Event()
+
     def edit() -> None:
         for k in range(40):
             layer.weight.copy_(b if k % 2 == 0 else a)
-            time.sleep(0.001)  # let forwards in between edits, as a serving process would
+            served_one.clear()
+            served_one.wait(1.0)  # let at least one forward in between edits, as a serving process would
 
     editor = threading.Thread(target=edit)
     editor.start()
@@ -165,6 +167,7 @@ def test_a_forward_beside_an_edit_sees_the_old_pack_or_the_new_one_never_a_mix()
         assert len(values) == 1 and values <= allowed, f"a forward mixed two packs: {sorted(values)[:4]}"
         seen |= values
         forwards += 1
+        served_one.set()
     editor.join()
     assert seen == allowed  # the edits really interleaved with the forwards
 
