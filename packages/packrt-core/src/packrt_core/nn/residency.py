@@ -11,7 +11,8 @@ says how to turn their arrays into a serving form, a *pack*, in two ways: an own
   and the next forward repacks).
 - ``borrowed``: the zero-copy pack over the bound tensors, made per call (it costs nothing),
   so a memory-mapped checkpoint stays the only copy and writes through its handle are seen.
-- ``auto``: ``packed`` when the pack fits the free memory, else ``borrowed``; the decision is
+- ``auto``: ``packed`` when the pack fits the free memory of the weights' device (the backend's
+  ``free_memory``: host memory on the CPU, the GPU's on CUDA), else ``borrowed``; the decision is
   recorded per layer (``layer.residency_decision``).
 - ``per_call``: nothing kept between calls; for float32 weights it computes like ``borrowed``
   (half weights convert for the call and the converted copy is freed). The two differ in
@@ -34,9 +35,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar, Protocol
 
-import psutil
-
 from packrt_core import dispatch
+from packrt_core.device import CPU, Device
 from packrt_core.errors import ResidencyError, StateDictError
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
@@ -58,14 +58,16 @@ class Pack(Protocol):
     def forward(self, x: Array) -> Array: ...
 
 
-def free_memory() -> int:
-    """Bytes the OS reports available (psutil), or the override tests set."""
+def free_memory(device: Device = CPU) -> int:
+    """Bytes free on ``device`` as its backend reports them (host memory available on the CPU,
+    the GPU's free memory on CUDA), or the override tests set (``PACKRT_FREE_MEMORY_BYTES``
+    overrides every device)."""
     if _free_override:
         return _free_override[-1]
     env = os.environ.get("PACKRT_FREE_MEMORY_BYTES")
     if env:
         return int(env)
-    return int(psutil.virtual_memory().available)
+    return int(dispatch.backend_for(device).free_memory(device.index or 0))
 
 
 @contextmanager
@@ -183,7 +185,7 @@ class PackedLayer(Module):
             return self._residency
         if self._decision is not None:
             return self._decision
-        return "packed" if self._pack_nbytes() <= free_memory() else "borrowed"
+        return "packed" if self._pack_nbytes() <= free_memory(self._device()) else "borrowed"
 
     # -- serving ---------------------------------------------------------------------------------
     def _serve(self, x: Tensor) -> Tensor:
@@ -199,8 +201,11 @@ class PackedLayer(Module):
             return self._current_pack()
         return self._borrow(self._kernels(), self._arrays())
 
+    def _device(self) -> Device:
+        return self._parameters[self.declared[0]].device  # type: ignore[union-attr]
+
     def _kernels(self) -> Any:
-        return dispatch.kernels_for(self._parameters[self.declared[0]].device)  # type: ignore[union-attr]
+        return dispatch.kernels_for(self._device())
 
     def _declared_params(self) -> Iterator[tuple[str, Parameter]]:
         for name in self.declared:
@@ -294,7 +299,7 @@ class PackedLayer(Module):
                         f"{type(self).__name__}: cannot pack at load, its {name!r} is storage-free and this load "
                         "does not bind it"
                     )
-            if target == "packed" or self._pack_nbytes() <= free_memory():
+            if target == "packed" or self._pack_nbytes() <= free_memory(self._device()):
                 prebuilt = self._pack(self._kernels(), arrays)
 
         def commit() -> None:
