@@ -129,10 +129,12 @@ def _dtype_or(dtype_: Any, default: dtype) -> dtype:
 
 
 def zeros(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of the given shape filled with zeros (float32 unless ``dtype``; storage-free inside ``meta_init``)."""
     return _factory(size, _dtype_or(dtype, float32), device, 0)
 
 
 def ones(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
+    """A tensor of the given shape filled with ones (float32 unless ``dtype``; storage-free inside ``meta_init``)."""
     return _factory(size, _dtype_or(dtype, float32), device, 1)
 
 

@@ -54,6 +54,7 @@ class dtype:  # noqa: N801 - lower case like numpy.dtype and torch.dtype, which 
 
     @property
     def data_type(self) -> DataType:
+        """This dtype's member of the ``DataType`` enumeration (what ``to()`` also accepts)."""
         return DataType(self.name)
 
     @property

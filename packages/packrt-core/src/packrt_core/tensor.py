@@ -249,27 +249,34 @@ class Tensor:
     # -- geometry ----------------------------------------------------------------------
     @property
     def shape(self) -> tuple[int, ...]:
+        """The size of each dimension, as a tuple (known even for a storage-free tensor)."""
         return self._shape
 
     @property
     def dtype(self) -> DType:
+        """The element type, a packrt ``dtype`` such as ``packrt.float32``."""
         return self._dtype
 
     @property
     def device(self) -> Device:
+        """The ``Device`` the storage lives on (``cpu`` or ``cuda:<n>``)."""
         return self._device
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (0 for a scalar tensor)."""
         return len(self._shape)
 
     def dim(self) -> int:
+        """The number of dimensions, as PyTorch's ``dim()``; the same as ``ndim``."""
         return len(self._shape)
 
     def size(self, dim: int | None = None) -> Any:
+        """The shape tuple, or with ``dim`` the size of that one dimension (negative counts from the end)."""
         return self._shape if dim is None else self._shape[_dim(dim, self.ndim)]
 
     def numel(self) -> int:
+        """The number of elements (the product of the shape; 1 for a scalar)."""
         return int(np.prod(self._shape, dtype=np.int64))
 
     @property
@@ -278,9 +285,11 @@ class Tensor:
         return self.numel() * self._dtype.itemsize
 
     def element_size(self) -> int:
+        """Bytes per element of the dtype."""
         return self._dtype.itemsize
 
     def is_floating_point(self) -> bool:
+        """True for the float16, bfloat16, float32 and float64 dtypes."""
         return self._dtype.is_floating_point
 
     def data_ptr(self) -> int:
@@ -332,9 +341,11 @@ class Tensor:
         return (_DLPACK_DEVICE[self._device.type], self._device.index or 0)
 
     def tolist(self) -> Any:
+        """The values as nested Python lists (a scalar tensor gives a plain number); copies to the host first."""
         return self._backend.to_host(self._array()).tolist()
 
     def item(self) -> Any:
+        """The one value of a one-element tensor as a Python number; any other shape is a ``ShapeError``."""
         if self.numel() != 1:
             raise ShapeError(f"item() needs a tensor with exactly one element, this one has shape {self._shape}")
         return self._backend.to_host(self._array()).reshape(()).item()
@@ -422,21 +433,27 @@ class Tensor:
         return Tensor._make(backend.full(shape, fill, dt.numpy, index), dev, dt)
 
     def cpu(self) -> Tensor:
+        """This tensor on the CPU: ``self`` when it is already there, otherwise a copy."""
         return self.to(CPU)
 
     def cuda(self, device: int | Device | str | None = None) -> Tensor:
+        """This tensor on a GPU (the first, or the given index or device): ``self`` when already there, else a copy."""
         return self.to(Device("cuda") if device is None else as_device(device))
 
     def float(self) -> Tensor:
+        """This tensor as float32: ``self`` when it already is, otherwise a converted copy."""
         return self.to(float32)
 
     def half(self) -> Tensor:
+        """This tensor as float16: ``self`` when it already is, otherwise a converted copy."""
         return self.to(float16)
 
     def bfloat16(self) -> Tensor:
+        """This tensor as bfloat16: ``self`` when it already is, otherwise a converted copy."""
         return self.to(bfloat16)
 
     def double(self) -> Tensor:
+        """This tensor as float64: ``self`` when it already is, otherwise a converted copy."""
         return self.to(float64)
 
     def clone(self) -> Tensor:
@@ -450,6 +467,7 @@ class Tensor:
         return Tensor._make(self._data, self._device, self._dtype, self._lineage, self._shape)
 
     def contiguous(self) -> Tensor:
+        """``self`` when the storage is already C-contiguous (or absent), otherwise a C-contiguous copy."""
         if not self.has_storage:
             return self
         data = self._array()
@@ -515,14 +533,17 @@ class Tensor:
         return self._shaped(out)
 
     def flatten(self) -> Tensor:
+        """The elements as one dimension: a view when the layout allows, else a copy (as ``reshape(-1)``)."""
         return self.reshape(-1)
 
     def transpose(self, dim0: int, dim1: int) -> Tensor:
+        """A view with dimensions ``dim0`` and ``dim1`` swapped (it shares this tensor's storage)."""
         data = self._layout()
         a, b = _dim(dim0, self.ndim), _dim(dim1, self.ndim)
         return self._shaped(data.swapaxes(a, b))
 
     def permute(self, *dims: Any) -> Tensor:
+        """A view with the dimensions in the given order; anything but a permutation of them is a ``ShapeError``."""
         data = self._layout()
         order = tuple(_dim(d, self.ndim) for d in _shape_of(dims))
         if sorted(order) != list(range(self.ndim)):
@@ -531,13 +552,16 @@ class Tensor:
 
     @property
     def T(self) -> Tensor:  # noqa: N802 - numpy's and torch's name
+        """A view with every dimension reversed (the transpose of a matrix)."""
         return self.permute(*reversed(range(self.ndim)))
 
     @property
     def mT(self) -> Tensor:  # noqa: N802
+        """A view with the last two dimensions swapped (a batch of transposed matrices)."""
         return self.transpose(-2, -1)
 
     def unsqueeze(self, dim: int) -> Tensor:
+        """A view with a new dimension of size 1 inserted at ``dim`` (negative counts from the end)."""
         data = self._layout()
         d = _dim(dim, self.ndim + 1)
         return self._shaped(data.reshape((*self._shape[:d], 1, *self._shape[d:])))
@@ -731,18 +755,23 @@ class Tensor:
         return self._wrap(tensor_math.unary(self._xp, op, self._array(), self._dtype))
 
     def abs(self) -> Tensor:
+        """A new tensor of the absolute values."""
         return self._unary("abs")
 
     def exp(self) -> Tensor:
+        """A new tensor of e raised to each element."""
         return self._unary("exp")
 
     def log(self) -> Tensor:
+        """A new tensor of the natural logarithm of each element."""
         return self._unary("log")
 
     def sqrt(self) -> Tensor:
+        """A new tensor of the square root of each element."""
         return self._unary("sqrt")
 
     def tanh(self) -> Tensor:
+        """A new tensor of the hyperbolic tangent of each element."""
         return self._unary("tanh")
 
     def __matmul__(self, other: Any) -> Tensor:
@@ -756,6 +785,7 @@ class Tensor:
         return other.matmul(self)
 
     def matmul(self, other: Tensor) -> Tensor:
+        """The matrix product ``self @ other`` with numpy's broadcasting of batch dimensions; both on one device."""
         a, b = self._array(), other._array()
         if self._device != other._device:
             raise DeviceError(f"matmul: tensors on {self._device} and {other._device} cannot meet; move one first")
@@ -775,6 +805,7 @@ class Tensor:
         return self._wrap(out)
 
     def mean(self, dim: int | Sequence[int] | None = None, keepdim: bool = False) -> Tensor:
+        """The mean over all elements or over ``dim``; a non-float tensor is a ``DTypeError`` (call ``.float()``)."""
         if not self._dtype.is_floating_point:
             raise DTypeError(
                 f"mean() needs a floating-point tensor, this one is {self._dtype.name}: call .float() first"
@@ -800,9 +831,11 @@ class Tensor:
         return self._extreme("max", dim, keepdim)
 
     def min(self, dim: int | None = None, keepdim: bool = False) -> Any:
+        """The smallest element, or with ``dim`` the pair (values, indices) along it; empty is a ``ShapeError``."""
         return self._extreme("min", dim, keepdim)
 
     def argmax(self, dim: int | None = None, keepdim: bool = False) -> Tensor:
+        """The int64 index of the largest element (of the flattened tensor, or along ``dim``)."""
         data = self._array()
         if self.numel() == 0:
             raise ShapeError(f"argmax() of an empty tensor (shape {self._shape}) has no value")
@@ -811,9 +844,11 @@ class Tensor:
         return self._wrap(self._xp.argmax(data, axis=_dim(dim, self.ndim), keepdims=keepdim).astype(np.int64))
 
     def any(self) -> Tensor:
+        """A 0-d bool tensor: True when any element is nonzero."""
         return self._wrap(self._xp.any(self._array()))
 
     def all(self) -> Tensor:
+        """A 0-d bool tensor: True when every element is nonzero."""
         return self._wrap(self._xp.all(self._array()))
 
     # -- in-place writes ---------------------------------------------------------------------
@@ -829,15 +864,19 @@ class Tensor:
         return self
 
     def add_(self, other: Any, *, alpha: Any = None) -> Self:
+        """Add ``other`` (times ``alpha``) in place and return ``self``; the result keeps this tensor's dtype."""
         return self._inplace("add", "add_", other, alpha)
 
     def sub_(self, other: Any, *, alpha: Any = None) -> Self:
+        """Subtract ``other`` (times ``alpha``) in place and return ``self``; the result keeps this tensor's dtype."""
         return self._inplace("subtract", "sub_", other, alpha)
 
     def mul_(self, other: Any) -> Self:
+        """Multiply by ``other`` in place and return ``self``; the result keeps this tensor's dtype."""
         return self._inplace("multiply", "mul_", other)
 
     def div_(self, other: Any) -> Self:
+        """Divide by ``other`` in place (true division) and return ``self``; the result keeps this tensor's dtype."""
         return self._inplace("divide", "div_", other)
 
     def copy_(self, src: Any) -> Self:
@@ -866,6 +905,7 @@ class Tensor:
         return self
 
     def zero_(self) -> Self:
+        """Set every element to zero in place and return ``self`` (a no-op when storage-free)."""
         return self.fill_(0)
 
     def normal_(self, mean: builtins.float = 0.0, std: builtins.float = 1.0) -> Self:

@@ -10,7 +10,8 @@ from typing import Protocol, Self
 class SupportsRemove(Protocol):
     """Anything with an idempotent ``remove()``: a registration, or another library's handle."""
 
-    def remove(self) -> None: ...
+    def remove(self) -> None:
+        """Undo the registration; calling it again does nothing."""
 
 
 class RemovableHandle:

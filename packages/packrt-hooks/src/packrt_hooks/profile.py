@@ -30,6 +30,7 @@ class ModuleTiming:
 
     @property
     def self_s(self) -> float:
+        """Seconds spent in this module itself: its total minus the time of profiled modules it called directly."""
         return self.total_s - self.children_s
 
     @property

@@ -13,7 +13,8 @@ from packrt_core.errors import CheckpointError
 class SupportsNumpy(Protocol):
     """Anything with a zero-copy ``numpy()`` view of its values, such as a packrt ``Tensor``."""
 
-    def numpy(self) -> np.ndarray[Any, Any]: ...
+    def numpy(self) -> np.ndarray[Any, Any]:
+        """The values as a numpy array that shares memory with the object (no copy)."""
 
 
 def as_array(key: str, value: object) -> np.ndarray[Any, Any]:

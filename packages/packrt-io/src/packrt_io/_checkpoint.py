@@ -45,15 +45,19 @@ class CheckpointModule(Protocol):
     """The calls checkpoints make on a module, each with the keywords it passes (``packrt.nn.Module``
     takes them all, as does any module that keeps the Module contract)."""
 
-    def state_dict(self, *, keep_vars: bool) -> dict[str, Any]: ...
+    def state_dict(self, *, keep_vars: bool) -> dict[str, Any]:
+        """The module's flat tensor dict; saves call it with ``keep_vars=True`` to see ties."""
 
-    def named_parameters(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]: ...
+    def named_parameters(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]:
+        """Every parameter by dotted name; saves call it with ``remove_duplicate=False`` to find ties."""
 
-    def named_buffers(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]: ...
+    def named_buffers(self, *, remove_duplicate: bool) -> Iterator[tuple[str, Any]]:
+        """Every buffer by dotted name; saves call it with ``remove_duplicate=False`` to find ties."""
 
     def load_state_dict(
         self, state_dict: Mapping[str, Any], *, strict: bool, assign: bool, pack: bool, weight_residency: str | None
-    ) -> Any: ...
+    ) -> Any:
+        """Bind a flat dict of tensors by name; loads pass every keyword (``assign=True`` for zero-copy)."""
 
 
 # -- progress ----------------------------------------------------------------------------------------

@@ -37,12 +37,15 @@ class ArrayBackend:
 
     # -- availability --------------------------------------------------------------
     def is_available(self) -> bool:
+        """Whether this backend can serve tensors here (the CPU always can)."""
         return True
 
     def device_count(self) -> int:
+        """How many devices of this type answer (1 for the CPU)."""
         return 1
 
     def unavailable_reason(self) -> str:
+        """Why the backend is unavailable, for error messages ('' when it is available)."""
         return ""
 
     def free_memory(self, index: int = 0) -> int:
@@ -59,25 +62,32 @@ class ArrayBackend:
 
     # -- allocation and transfer ---------------------------------------------------
     def asarray(self, data: Any, dtype: np.dtype[Any] | None, index: int = 0) -> Array:
+        """``data`` as an array of this namespace on device ``index``, converted to ``dtype`` when given."""
         return self.xp.asarray(data, dtype=dtype)
 
     def empty(self, shape: Sequence[int], dtype: np.dtype[Any], index: int = 0) -> Array:
+        """An uninitialized array of ``shape`` and ``dtype`` on device ``index``."""
         return self.xp.empty(tuple(shape), dtype=dtype)
 
     def full(self, shape: Sequence[int], value: Any, dtype: np.dtype[Any], index: int = 0) -> Array:
+        """An array of ``shape`` and ``dtype`` on device ``index`` with every element ``value``."""
         return self.xp.full(tuple(shape), value, dtype=dtype)
 
     def arange(self, start: Any, stop: Any, step: Any, dtype: np.dtype[Any], index: int = 0) -> Array:
+        """Evenly spaced values in [start, stop) by ``step``, as ``dtype``, on device ``index``."""
         return self.xp.arange(start, stop, step, dtype=dtype)
 
     def to_host(self, a: Array) -> np.ndarray:
+        """The array as a numpy array in host memory (the array itself on the CPU: no copy)."""
         return np.asarray(a)
 
     def from_host(self, a: np.ndarray, index: int = 0) -> Array:
+        """A numpy array placed on device ``index`` (the array itself on the CPU: no copy)."""
         return self.xp.asarray(a)
 
     # -- random --------------------------------------------------------------------
     def manual_seed(self, seed: int) -> None:
+        """Seed the generator ``random`` draws from, so later samples repeat."""
         self._generator = np.random.default_rng(seed)
 
     def random(
@@ -100,4 +110,5 @@ class ArrayBackend:
         """Single-pool namespaces have nothing to cap."""
 
     def get_num_threads(self) -> int:
+        """The thread count this backend computes with (one pool: always 1)."""
         return 1

@@ -98,6 +98,7 @@ class LinearView:
         self.w, self.b = w, b
 
     def forward(self, x: Array) -> Array:
+        """``x @ w.T + b`` straight from the bound arrays (a half weight converts on every call)."""
         return linear(x, self.w, self.b)
 
 
@@ -169,6 +170,7 @@ class Conv2dView:
         self.w, self.b, self.geometry = w, b, geometry
 
     def forward(self, x: Array) -> Array:
+        """The convolution straight from the bound arrays (a half weight converts on every call)."""
         return conv2d(x, self.w, self.b, self.geometry)
 
 

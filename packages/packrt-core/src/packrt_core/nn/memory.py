@@ -20,6 +20,7 @@ class MemoryRow(NamedTuple):
 
     @property
     def total(self) -> int:
+        """Bytes this layer keeps in all: raw plus packed plus borrowed."""
         return self.raw + self.packed + self.borrowed
 
 
@@ -27,6 +28,7 @@ class MemoryReport(list[MemoryRow]):
     """Rows of :func:`memory_report`; ``str()`` prints them as a table with totals."""
 
     def totals(self) -> dict[str, int]:
+        """The raw, packed and borrowed bytes summed over every row, by column name."""
         return {k: sum(getattr(r, k) for r in self) for k in ("raw", "packed", "borrowed")}
 
     def __str__(self) -> str:
