@@ -218,3 +218,56 @@ def benchmarks(session: nox.Session) -> None:
         env=unset_openblas,
     )
     session.run("python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md"))
+
+
+@nox.session(requires=["build"])
+def gpu(session: nox.Session) -> None:
+    """On a machine with one NVIDIA GPU: the CUDA tests, the conformance suite on cuda, GPU benchmarks.
+
+    Installs packrt[cuda] (cupy-cuda13x) from the fresh wheels, transformers, and ``torch==2.13.0``
+    from the default index: on a GPU machine that index serves a CUDA build (PyPI's Linux wheel is
+    one), which the torch rows of the benchmarks and the DLPack test need; where it serves the CPU
+    build those checks skip or record the reason. Then runs packrt-kernels-cuda's tests, the
+    conformance suite with ``--device cuda`` (revision 2) and
+    ``packages/packrt-kernels-cuda/benchmarks/gpu_bench.py`` (packrt vs torch on the same GPU, CUDA
+    events), writing reports/gpu-bench.{json,md} and reports/conformance-packrt-cuda-gpu.*. Skips
+    with the reason where no driver or no GPU answers. Not tagged ci: CI has no GPU.
+    """
+    if shutil.which("nvidia-smi") is None:
+        session.skip("no NVIDIA driver here (nvidia-smi is not on the PATH): nox -s gpu needs a GPU")
+    REPORTS.mkdir(exist_ok=True)
+    _install_from_dist(
+        session, "packrt[cuda]", "packrt-kernels-cuda[test]", "packrt-conformance", "transformers==5.23.0", TORCH
+    )
+    answer = session.run("python", "-c", "import packrt; print(packrt.cuda.is_available())", silent=True)
+    if "True" not in str(answer):
+        reason = session.run(
+            "python",
+            "-c",
+            "from packrt_kernels_cuda import CudaBackend; print(CudaBackend().unavailable_reason())",
+            silent=True,
+        )
+        session.skip(f"no GPU answers here: {str(reason).strip()}")
+    cuda_package = ROOT / "packages" / "packrt-kernels-cuda"
+    session.chdir(str(cuda_package))
+    _pytest_tests(session)
+    session.chdir(str(CONFORMANCE))
+    stem = REPORTS / "conformance-packrt-cuda-gpu"
+    session.run(
+        "packrt-conformance",
+        "--impl",
+        "packrt",
+        "--device",
+        "cuda",
+        "--revision",
+        "2",
+        "--expectations",
+        "expectations/packrt.txt",
+        "--report-json",
+        f"{stem}.json",
+        "--report-md",
+        f"{stem}.md",
+        "-q",
+    )
+    session.chdir(str(ROOT))
+    session.run("python", str(cuda_package / "benchmarks" / "gpu_bench.py"), "--out", str(REPORTS))
