@@ -199,3 +199,9 @@ def test_tensor_of_a_tensor_shares_its_storage() -> None:
     shared = prt.Tensor(t)
     shared.add_(1)
     assert t.tolist() == [2.0]
+
+
+def test_to_refuses_an_argument_that_is_neither_device_nor_dtype_with_a_type_error() -> None:
+    for bad in ([], {}, 1.5, True):
+        with pytest.raises(TypeError, match=r"to\(\) cannot read a .* as a device or dtype"):
+            prt.ones(2).to(bad)

@@ -49,6 +49,11 @@ def parse_to_args(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Placement:
     elif rest and rest[0] is not None and not _is_dtype_like(rest[0]):
         if device is not None:
             raise TypeError("to() got the device both positionally and as device=")
+        if not isinstance(rest[0], str | Device | int) or isinstance(rest[0], bool):
+            raise TypeError(
+                f"to() cannot read a {type(rest[0]).__name__} ({rest[0]!r}) as a device or dtype: expected a device "
+                "('cpu', 'cuda:0', an index), a dtype (object, name or DataType) or a tensor"
+            )
         device = rest.pop(0)
     elif rest and rest[0] is None:
         rest.pop(0)
