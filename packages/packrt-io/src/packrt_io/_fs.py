@@ -99,8 +99,11 @@ def open_for_reading(path: PathLike, what: str = "checkpoint") -> tuple[str, int
     where = path_text(path)
     try:
         mode = os.stat(where).st_mode
-        if not stat.S_ISREG(mode):
-            _not_regular(where, mode, what)
+    except (OSError, ValueError) as err:
+        _read_failure(where, err, what)
+    if not stat.S_ISREG(mode):
+        _not_regular(where, mode, what)
+    try:
         # O_NONBLOCK: should the path become a FIFO after the check, opening it still returns at once.
         fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError) as err:

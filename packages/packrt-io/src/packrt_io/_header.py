@@ -65,7 +65,7 @@ class Header:
 
 def fail(path: str, problem: str, *, key: str | None = None, fix: str = _FIX) -> NoReturn:
     """Raise the CheckpointError for ``problem`` in ``path`` (and tensor ``key``), ending with a fix."""
-    where = f"checkpoint {path!r}" + (f", tensor {key!r}" if key is not None else "")
+    where = f"checkpoint {path!r}" + (f", tensor {clip_name(key)!r}" if key is not None else "")
     raise CheckpointError(f"{where}: {problem}; {fix}")
 
 
@@ -186,6 +186,11 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
             key=key,
         )
     return TensorEntry(key, dtype, tuple(shape), begin, end)
+
+
+def clip_name(name: str, limit: int = 200) -> str:
+    """``name`` as an error message shows it: cut after ``limit`` characters, saying how many more."""
+    return name if len(name) <= limit else f"{name[:limit]}... ({len(name) - limit} more characters)"
 
 
 def _clip(text: str, limit: int = 200) -> str:
@@ -332,6 +337,7 @@ __all__ = [
     "PREFIX_BYTES",
     "Header",
     "TensorEntry",
+    "clip_name",
     "fail",
     "gc_paused",
     "header_length",

@@ -109,7 +109,7 @@ def decode(raw: bytes | str, limit: int, fail: Fail) -> tuple[Any, int]:
 def fail_duplicate(raw: bytes | str, fail: Fail) -> NoReturn:
     """Call ``fail`` naming the first key the JSON text ``raw`` repeats within one object."""
     name, first, second = first_duplicate(raw)
-    fail(f"key {name!r} appears twice in one JSON object (first {_short(first)}, then {_short(second)})")
+    fail(f"key {_short(name)} appears twice in one JSON object (first {_short(first)}, then {_short(second)})")
 
 
 def _short(value: Any) -> str:

@@ -19,7 +19,7 @@ from typing import Any, Final, NoReturn
 
 from packrt_core.errors import CheckpointError
 from packrt_io import _fs, _json, _reader
-from packrt_io._header import Header, gc_paused
+from packrt_io._header import Header, clip_name, gc_paused
 
 SINGLE_NAME: Final = "model.safetensors"
 INDEX_NAME: Final = "model.safetensors.index.json"
@@ -119,9 +119,9 @@ def _fail(path: Path, problem: str, *, shard: str | None = None, key: str | None
     kind = "checkpoint index" if path.name.endswith(".json") else "checkpoint"
     where = f"{kind} {str(path)!r}"
     if shard is not None:
-        where += f", shard {shard!r}"
+        where += f", shard {clip_name(shard)!r}"
     if key is not None:
-        where += f", tensor {key!r}"
+        where += f", tensor {clip_name(key)!r}"
     raise CheckpointError(f"{where}: {problem}" + (f"; {fix}" if fix else ""))
 
 
@@ -201,12 +201,12 @@ def leftovers(resolved: Resolved, named: set[str]) -> tuple[Path, ...]:
 def check_shard_name(index: Path, key: str, shard: object) -> str:
     """``shard`` if it is a plain file name in the index's directory, else a CheckpointError."""
     if not isinstance(shard, str):
-        _fail(index, f"weight_map value must be a shard file name string, found {shard!r}", key=key)
+        _fail(index, f"weight_map value must be a shard file name string, found {clip_name(repr(shard))}", key=key)
     separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
     if shard in ("", ".", "..") or any(sep in shard for sep in separators) or "\0" in shard:
         _fail(
             index,
-            f"shard name {shard!r} is not a plain file name: shards must sit in the index's own "
+            f"shard name {clip_name(repr(shard))} is not a plain file name: shards must sit in the index's own "
             "directory (no path separators, no '..', not absolute)",
             key=key,
             fix="the index is damaged or was crafted to read files outside its directory",
@@ -233,7 +233,8 @@ def read_index(index: Path) -> tuple[dict[str, str], dict[str, Any]]:
         if weight_map.get(name) == second:
             _fail(
                 index,
-                f"is listed twice in weight_map (shard {first!r}, then {second!r}); a tensor must "
+                f"is listed twice in weight_map (shard {clip_name(repr(first))}, then {clip_name(repr(second))}); "
+                "a tensor must "
                 "come from exactly one shard",
                 key=name,
             )
