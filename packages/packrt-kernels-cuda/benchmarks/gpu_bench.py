@@ -53,7 +53,8 @@ def time_torch(fn: Timed, warmup: int, repeat: int) -> float:
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        event: Any = torch.cuda.Event
+        start, stop = event(enable_timing=True), event(enable_timing=True)
         start.record()
         for _ in range(repeat):
             fn()
@@ -106,7 +107,8 @@ def bench_encoder(rows: list[dict[str, Any]]) -> None:
             model = BertEncoder(EncoderConfig()).to(dtype).to("cuda")
             ids = np.random.default_rng(0).integers(0, 30522, size=(batch, seq))
             x = packrt.tensor(ids).to("cuda")
-            peer = BertModel(BertConfig(), add_pooling_layer=False).to("cuda", getattr(torch, dtype)).eval()
+            bert: Any = BertModel(BertConfig(), add_pooling_layer=False)
+            peer = bert.to("cuda", getattr(torch, dtype)).eval()
             tx = torch.as_tensor(ids, device="cuda")
             mine = time_packrt(partial(model, x), 2, 10)
             theirs = time_torch(partial(peer, input_ids=tx), 2, 10)
@@ -142,7 +144,8 @@ def bench_decode(rows: list[dict[str, Any]]) -> None:
                 pad_token_id=None,
             )
             torch.manual_seed(0)
-            peer = LlamaForCausalLM(config).to(torch.float16).eval()
+            llama: Any = LlamaForCausalLM(config)
+            peer = llama.to(torch.float16).eval()
             peer.save_pretrained(tmp)
             peer = peer.to("cuda")
             mine_model = models.from_pretrained(tmp, device="cuda")
