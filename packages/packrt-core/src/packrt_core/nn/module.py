@@ -580,6 +580,14 @@ class Module:
         that cannot fail, or None. Raising here aborts the load with nothing written."""
         return None
 
+    def _transaction_state(self) -> Any:
+        """What a failed load must put back on this module beyond its registries and values
+        (layers with packs override; a plain module has nothing more)."""
+        return None
+
+    def _restore_transaction_state(self, state: Any) -> None:
+        """Put back what :meth:`_transaction_state` captured."""
+
     def _pack_now(self) -> None:
         """Pack this module's bound weights now (layers override; plain modules have none)."""
 

@@ -145,6 +145,11 @@ class PackedLayer(Module):
         """A zero-copy serving form over the declared arrays."""
         raise NotImplementedError
 
+    def _floating(self, name: str) -> bool:
+        """Whether declared weight ``name`` must be floating point (QuantizedLinear's int8 weight is not)."""
+        param = self._parameters.get(name)
+        return param is not None and param.dtype.is_floating_point
+
     def _pack_nbytes(self) -> int:
         """The size a pack will take, before building it: each declared tensor in its compute
         dtype (half precision packs as float32)."""
@@ -285,6 +290,16 @@ class PackedLayer(Module):
         """Build what the load needs before anything is written (a pack from the incoming
         values when ``pack=True`` and the residency packs), and return the commit step."""
         target = residency or self._residency
+        if assign:  # a float layer bound to integer weights would serve integers, or fail to pack
+            prefix = f"{path}." if path else ""
+            wrong = [
+                f"{prefix}{name}: {type(self).__name__} serves floating-point weights, the checkpoint has "
+                f"{value.dtype.name}; cast it to a float dtype first (an int8 weight belongs in QuantizedLinear)"
+                for name, value in incoming.items()
+                if name in self.declared and not value.dtype.is_floating_point and self._floating(name)
+            ]
+            if wrong:
+                raise StateDictError("; ".join(wrong))
         prebuilt = None
         if pack and target in ("packed", "auto"):
             arrays: dict[str, Array | None] = dict.fromkeys(self.declared)
@@ -315,6 +330,19 @@ class PackedLayer(Module):
                 self._pack_now()
 
         return commit
+
+    def _transaction_state(self) -> Any:
+        """The pack, its stamp and the residency bookkeeping, and each declared parameter's storage
+        slots: what a failed load puts back so the layer is as it was, pack included."""
+        params = [(p, p._data, p._source) for _, p in self._declared_params()]
+        return (self._served, self._residency, self._decision, self.pack_count, params)
+
+    def _restore_transaction_state(self, state: Any) -> None:
+        served, residency, decision, pack_count, params = state
+        with WRITES:
+            for param, data, source in params:
+                param._data, param._source = data, source
+            self._served, self._residency, self._decision, self.pack_count = served, residency, decision, pack_count
 
     def _state_value(self, name: str, param: Parameter, keep_vars: bool) -> Tensor | None:
         """Revision 2: every declared weight, rebuilt from the pack where the raw was dropped.

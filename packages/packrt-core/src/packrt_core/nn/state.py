@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from packrt_core.creation import from_numpy
-from packrt_core.errors import ResidencyError, StateDictError
+from packrt_core.errors import ReadOnlyError, ResidencyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.tensor import Tensor, _Lineage
 
@@ -118,16 +118,61 @@ def load_state_dict(
     if problems:
         raise StateDictError(_failure(root, problems))
     commits = _prepare(root, chosen, assign, pack, weight_residency)
-    _restore_extra_state(extra, state_dict)
-    _write(chosen, assign)
-    for commit in commits:
-        commit()
-    if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
-        bound = {module for tie, _ in chosen for module, _, _ in tie.places}
-        for module in root.modules():
-            if module not in bound:
-                module._pack_now()
+    bindings = _bindings(chosen) if assign else {}  # every new Parameter/Buffer object, made before any write
+    undo = _Undo(root, chosen, assign, [(key, module) for key, module in extra.items() if key in state_dict])
+    try:
+        for key, module in undo.extra:
+            module.set_extra_state(state_dict[key])
+        _write(chosen, assign, bindings)
+        for commit in commits:
+            commit()
+        if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
+            bound = {module for tie, _ in chosen for module, _, _ in tie.places}
+            for module in root.modules():
+                if module not in bound:
+                    module._pack_now()
+    except BaseException:  # KeyboardInterrupt and MemoryError included: the model goes back as it was
+        undo.restore()
+        raise
     return _IncompatibleKeys(missing, unexpected)
+
+
+class _Undo:
+    """Everything a load may change, captured before its first write, and put back by :meth:`restore`:
+    each layer's pack and residency state, the objects in every slot an assign-load rebinds, the
+    values and versions of every tensor a copy-load overwrites (a copy of those tensors: the one
+    cost of a transactional copy-load; assign-loads keep references only), and extra state."""
+
+    def __init__(
+        self, root: Module, chosen: list[tuple[_Tie, Tensor]], assign: bool, extra: list[tuple[str, Module]]
+    ) -> None:
+        self.extra = extra
+        self.layers = [(m, m._transaction_state()) for m in root.modules()]
+        self.slots = [
+            (module, registry, name, getattr(module, registry)[name])
+            for tie, _ in chosen
+            for module, registry, name in tie.places
+        ]
+        self.values: list[tuple[Tensor, Any, int]] = []
+        if not assign:
+            for tie, _ in chosen:
+                t = tie.tensor
+                # a parameter whose pack holds its values gets them back with its layer: no copy needed
+                self.values.append((t, None if t._data is None else t._data.copy(), t._lineage.version))
+        self.extra_before = [(m, m.get_extra_state() if m._has_extra_state() else None) for _, m in extra]
+
+    def restore(self) -> None:
+        for module, state in self.layers:
+            module._restore_transaction_state(state)
+        for module, registry, name, old in self.slots:
+            getattr(module, registry)[name] = old
+        for t, old, version in self.values:
+            if old is not None:
+                with t._lineage:
+                    t._data[...] = old
+            t._lineage.version = version  # the values are the ones the layer's pack was stamped with
+        for module, before in reversed(self.extra_before):
+            module.set_extra_state(before)
 
 
 def _layout(root: Module) -> tuple[list[_Tie], dict[str, Module]]:
@@ -191,6 +236,12 @@ def _check_value(tie: _Tie, key: str, value: Tensor, assign: bool, problems: lis
             "into: load with assign=True"
         )
         ok = False
+    elif not assign:
+        try:
+            target._check_writable(f"{key}:")
+        except (ReadOnlyError, StorageFreeError) as err:
+            problems.append(f"{err} (copy mode writes into the model's tensor; load with assign=True to rebind it)")
+            ok = False
     return ok
 
 
@@ -242,36 +293,30 @@ def _prepare(
     return commits
 
 
-def _restore_extra_state(extra: dict[str, Module], state_dict: Mapping[str, Any]) -> None:
-    """Call set_extra_state for each present key; if one raises, put back what was there."""
-    done: list[tuple[Module, Any]] = []
-    try:
-        for key, module in extra.items():
-            if key in state_dict:
-                before = module.get_extra_state() if module._has_extra_state() else None
-                module.set_extra_state(state_dict[key])
-                done.append((module, before))
-    except Exception:
-        for module, before in reversed(done):
-            module.set_extra_state(before)
-        raise
-
-
-def _write(chosen: list[tuple[_Tie, Tensor]], assign: bool) -> None:
-    if not assign:
-        for tie, value in chosen:
-            tie.tensor.copy_(value)
-        return
-    bound: dict[tuple[int, str], Tensor] = {}  # one new object per incoming tensor and kind
+def _bindings(chosen: list[tuple[_Tie, Tensor]]) -> dict[tuple[int, str, str], Tensor]:
+    """The object each slot an assign-load rebinds receives: one new object per incoming tensor
+    and kind (a Parameter, a Buffer keeping its flag, a plain tensor), so a tie stays one object."""
+    made: dict[tuple[int, str], Tensor] = {}
+    out: dict[tuple[int, str, str], Tensor] = {}
     for tie, value in chosen:
         for module, registry, name in tie.places:
             old = getattr(module, registry)[name]
             kind = "parameter" if registry == "_parameters" else type(old).__name__
-            new = bound.get((id(value), kind))
+            new = made.get((id(value), kind))
             if new is None:
-                new = _bind(value, old)
-                bound[(id(value), kind)] = new
-            getattr(module, registry)[name] = new
+                new = made[(id(value), kind)] = _bind(value, old)
+            out[(id(module), registry, name)] = new
+    return out
+
+
+def _write(chosen: list[tuple[_Tie, Tensor]], assign: bool, bindings: dict[tuple[int, str, str], Tensor]) -> None:
+    if not assign:
+        for tie, value in chosen:
+            tie.tensor.copy_(value)
+        return
+    for tie, _ in chosen:
+        for module, registry, name in tie.places:
+            getattr(module, registry)[name] = bindings[(id(module), registry, name)]
 
 
 def _bind(value: Tensor, old: Tensor) -> Tensor:
