@@ -63,6 +63,9 @@ class FakeAdapter:
     def resident_bytes(self, module: Any) -> int:
         return 0
 
+    def raw_bytes(self, module: Any) -> int:
+        return 0
+
 
 ADAPTER = FakeAdapter()
 

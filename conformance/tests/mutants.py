@@ -71,6 +71,17 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
         "named_modules.self-first",
         "module.order.state-dict",
         "state_dict.flat-dotted-keys",
+        # Which name is "the first" of a shared tensor or module is set by the walk order, so
+        # these rules break with it:
+        "module.dedup.walks",
+        "module.dedup.state-dict",
+        "named_parameters.shared-first-name",
+        "parameters.shared-once",
+        "named_buffers.remove-duplicate",
+        "named_children.duplicate-once",
+        "named_modules.first-path-wins",
+        "named_modules.remove-duplicate-false",
+        "named_parameters.remove-duplicate-false",
     },
     "test_walks",
     "test_state_dict",
@@ -148,7 +159,15 @@ class RemoveDuplicateIgnored:
 
 
 # -- hooks -----------------------------------------------------------------------------------------
-@mutant("always-call-ignored", {"register_forward_hook.always-call"}, "test_hooks")
+@mutant(
+    "always-call-ignored",
+    {
+        "register_forward_hook.always-call",
+        "register_forward_hook.always-call-order",
+        "register_forward_hook.always-call-with-kwargs",
+    },
+    "test_hooks",
+)
 class HooksSkippedOnRaise:
     """``always_call=True`` is dropped: no forward hook runs when forward raises."""
 
@@ -164,6 +183,7 @@ class HooksSkippedOnRaise:
         "register_forward_hook.registration-order",
         "register_forward_pre_hook.prepend",
         "register_forward_pre_hook.registration-order",
+        "register_forward_hook.always-call-order",  # a prepended always_call hook runs first there too
     },
     "test_hooks",
 )
@@ -222,6 +242,12 @@ class BufferFlagIgnored:
         "float.casts-floating",
         "double.casts-floating",
         "bfloat16.casts-floating",
+        # Every form of to() is checked for the whole cast rule (floating tensors cast, integer ones kept):
+        "to.dtype-object",
+        "to.datatype-value",
+        "to.device-and-dtype",
+        "to.tensor-form",
+        "to.returns-self",
     },
     "test_placement",
 )
@@ -240,7 +266,13 @@ class IntegerBuffersCast:
 
 # -- loading ---------------------------------------------------------------------------------------
 @mutant(
-    "strict-ignored", {"load_state_dict.strict.raises", "load_state_dict.strict.runtime-error-lists-keys"}, "test_load"
+    "strict-ignored",
+    {
+        "load_state_dict.strict.raises",
+        "load_state_dict.strict.runtime-error-lists-keys",
+        "load_state_dict.missing-extra-state",  # strict=True must refuse missing extra state too
+    },
+    "test_load",
 )
 class StrictIgnored:
     """``strict=True`` is treated as ``strict=False``: key mismatches come back, never raise."""
@@ -266,6 +298,312 @@ class NonTransactionalLoad:
                     break  # the naive loop meets the bad key here; the real load below raises for it
                 target.copy_(value)
         return super().load_state_dict(state_dict, strict, assign, **options)  # type: ignore[misc]
+
+
+# -- several items of one kind: orders -----------------------------------------------------------
+@mutant("own-buffers-reversed", {"state_dict.own-buffers-order"}, "test_state_dict", "test_load")
+class OwnBuffersReversed:
+    """state_dict lists a module's own persistent buffers from the last registered to the first."""
+
+    _parameters: dict[str, Any]
+    _buffers: dict[str, Any]
+
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool, seen: set[int]) -> None:
+        own: dict[str, Any] = {}
+        super()._save_to_state_dict(own, prefix, keep_vars, seen)  # type: ignore[misc]
+        params = [k for k in own if k[len(prefix) :] in self._parameters]
+        buffers = [k for k in own if k[len(prefix) :] in self._buffers]
+        rest = [k for k in own if k not in params and k not in buffers]
+        for key in [*params, *reversed(buffers), *rest]:  # the fault: buffers newest first
+            destination[key] = own[key]
+
+
+def _incompatible(result: Any, missing: list[str], unexpected: list[str]) -> Any:
+    return type(result)(missing, unexpected)
+
+
+@mutant("missing-keys-buffers-first", {"load_state_dict.missing-keys-order"}, "test_load")
+class MissingKeysBuffersFirst:
+    """missing_keys names the missing buffers before the missing parameters."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(state_dict, strict, *args, **kwargs)  # type: ignore[misc]
+        buffers = {n for n, _ in self.named_buffers()}  # type: ignore[attr-defined]
+        first = [k for k in result.missing_keys if k in buffers] + [k for k in result.missing_keys if k not in buffers]
+        return _incompatible(result, first, list(result.unexpected_keys))
+
+
+@mutant("missing-extra-state-unreported", {"load_state_dict.missing-extra-state"}, "test_load", "test_state_dict")
+class MissingExtraStateUnreported:
+    """A missing extra-state key is neither reported nor refused: only tensor keys count."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(state_dict, False, *args, **kwargs)  # type: ignore[misc]
+        missing = [k for k in result.missing_keys if not k.endswith("_extra_state")]  # the fault
+        if strict and (missing or result.unexpected_keys):
+            raise RuntimeError(f"Missing key(s) in state_dict: {missing}; unexpected: {result.unexpected_keys}")
+        return _incompatible(result, missing, list(result.unexpected_keys))
+
+
+@mutant("always-call-reversed", {"register_forward_hook.always-call-order"}, "test_hooks")
+class AlwaysCallReversed:
+    """When forward raises, the always_call hooks run from the last to the first."""
+
+    _forward_pre_hooks: Any
+    _forward_hooks: Any
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return super().forward(*args, **kwargs)  # type: ignore[misc]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        pre, post = self._forward_pre_hooks.entries, self._forward_hooks.entries
+        if not (pre or post):
+            return self.forward(*args, **kwargs)
+        try:
+            for e in pre:
+                got = e.hook(self, args, kwargs) if e.with_kwargs else e.hook(self, args)
+                if got is not None and e.with_kwargs:
+                    args, kwargs = got
+                elif got is not None:
+                    args = got if isinstance(got, tuple) else (got,)
+            out = self.forward(*args, **kwargs)
+            for e in post:
+                got = e.hook(self, args, kwargs, out) if e.with_kwargs else e.hook(self, args, out)
+                out = out if got is None else got
+            return out
+        except Exception:
+            for e in reversed([e for e in post if e.always_call]):  # the fault: reversed
+                _ = e.hook(self, args, kwargs, None) if e.with_kwargs else e.hook(self, args, None)
+            raise
+
+
+class _Handle:
+    """A handle whose ``remove`` runs ``action`` (a faulty removal)."""
+
+    def __init__(self, action: Callable[[], None]) -> None:
+        self._action = action
+
+    def remove(self) -> None:
+        self._action()
+
+    def __enter__(self) -> _Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+class _FaultyRemoval:
+    """Both registries hand out handles whose removal goes through :meth:`_faulty_remove`."""
+
+    def _faulty_remove(self, registry: Any, handle: Any) -> None:
+        raise NotImplementedError
+
+    def register_forward_pre_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        handle = super().register_forward_pre_hook(hook, **flags)  # type: ignore[misc]
+        registry = self._forward_pre_hooks  # type: ignore[attr-defined]
+        return _Handle(lambda: self._faulty_remove(registry, handle))
+
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        handle = super().register_forward_hook(hook, **flags)  # type: ignore[misc]
+        registry = self._forward_hooks  # type: ignore[attr-defined]
+        return _Handle(lambda: self._faulty_remove(registry, handle))
+
+
+@mutant(
+    "remove-clears-registry",
+    {
+        "register_forward_hook.remove-own-only",
+        "register_forward_hook.remove-keeps-the-rest",
+        "register_forward_pre_hook.remove-own-only",
+        "register_forward_pre_hook.remove-keeps-the-rest",
+    },
+    "test_hooks",
+)
+class RemoveClearsRegistry(_FaultyRemoval):
+    """handle.remove() takes out every hook of its registry, not only its own."""
+
+    def _faulty_remove(self, registry: Any, handle: Any) -> None:
+        handle.remove()
+        registry.clear()  # the fault
+
+
+@mutant(
+    "removal-reorders-rest",
+    {"register_forward_hook.remove-keeps-the-rest", "register_forward_pre_hook.remove-keeps-the-rest"},
+    "test_hooks",
+)
+class RemovalReordersRest(_FaultyRemoval):
+    """handle.remove() takes out its own hook but leaves the others in reverse order."""
+
+    def _faulty_remove(self, registry: Any, handle: Any) -> None:
+        handle.remove()
+        registry._entries = tuple(reversed(registry._entries))  # the fault
+
+
+@mutant("kwargs-dropped-on-raise", {"register_forward_hook.always-call-with-kwargs"}, "test_hooks")
+class KwargsDroppedOnRaise:
+    """A with_kwargs always_call hook gets an empty keyword dict when forward raises."""
+
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        if flags.get("with_kwargs") and flags.get("always_call"):
+            inner = hook
+
+            def hook(module: Any, args: Any, kwargs: Any, out: Any) -> Any:
+                return inner(module, args, kwargs if out is not None else {}, out)  # the fault
+
+        return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
+
+
+# -- re-registration ---------------------------------------------------------------------------
+@mutant("none-attribute-hides-child", {"module.register.child-over-none-attribute"}, "test_registration")
+class NoneAttributeHidesChild:
+    """A Module assigned over a plain attribute is filed as a child, but the plain attribute stays."""
+
+    _modules: dict[str, Any]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__dict__ and hasattr(value, "named_modules") and not name.startswith("_"):
+            self._modules[name] = value  # the fault: the instance attribute still wins on reads
+            return
+        super().__setattr__(name, value)
+
+
+@mutant("buffer-under-plain-attribute", {"register_buffer.over-plain-attribute"}, "test_registration")
+class BufferUnderPlainAttribute:
+    """register_buffer files a buffer under a name a plain attribute holds, which then hides it."""
+
+    _buffers: dict[str, Any]
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        if name in self.__dict__ and not name.startswith("_"):
+            self._buffers[name] = tensor  # the fault: no refusal, and m.<name> still reads the attribute
+            return
+        super().register_buffer(name, tensor, persistent)  # type: ignore[misc]
+
+
+# -- a shared child ------------------------------------------------------------------------------
+@mutant("shared-child-second-name-ignored", {"load_state_dict.shared-child-second-name"}, "test_load")
+class SharedChildSecondNameIgnored:
+    """A child held under two names is loaded under its first name only: keys under the second are unexpected."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+        first = {m for _, m in self.named_modules()}  # type: ignore[attr-defined]
+        seen: set[int] = set()
+        second: list[str] = []
+        for path, module in self.named_modules(remove_duplicate=False):  # type: ignore[attr-defined]
+            if id(module) in seen and module in first and path:
+                second.append(path + ".")
+            seen.add(id(module))
+        dropped = [k for k in state_dict if any(k.startswith(p) for p in second)]
+        kept = {k: v for k, v in state_dict.items() if k not in dropped}
+        result = super().load_state_dict(kept, False, *args, **kwargs)  # type: ignore[misc]
+        unexpected = [*result.unexpected_keys, *dropped]
+        if strict and (result.missing_keys or unexpected):
+            raise RuntimeError(f"Missing key(s): {result.missing_keys}; unexpected key(s): {unexpected}")
+        return _incompatible(result, list(result.missing_keys), unexpected)
+
+
+# -- pack=True -----------------------------------------------------------------------------------
+def _own_keys(module: Any, path: str, keys: Iterable[str]) -> bool:
+    prefix = path + "." if path else ""
+    return any(k.startswith(prefix) and "." not in k[len(prefix) :] for k in keys)
+
+
+@mutant("pack-only-named-layers", {"load_state_dict.pack.whole-tree-strict-false"}, "test_packing")
+class PackOnlyNamedLayers:
+    """pack=True packs only the layers whose keys the checkpoint carries."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, pack: bool = False, **kwargs: Any) -> Any:
+        result = super().load_state_dict(state_dict, *args, pack=False, **kwargs)  # type: ignore[misc]
+        if pack:
+            for path, module in self.named_modules():  # type: ignore[attr-defined]
+                if _own_keys(module, path, state_dict):
+                    module._pack_now()  # the fault: the other layers are left unpacked
+        return result
+
+
+@mutant(
+    "pack-skipped-on-dtype-change",
+    {"load_state_dict.pack.copy-converts-dtype", "load_state_dict.pack.assign-half"},
+    "test_packing",
+)
+class PackSkippedOnDtypeChange:
+    """pack=True is dropped when a checkpoint value's dtype differs from its slot's."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, pack: bool = False, **kwargs: Any) -> Any:
+        slots = dict(self.named_parameters())  # type: ignore[attr-defined]
+        changes = any(k in slots and v.dtype != slots[k].dtype for k, v in state_dict.items())
+        return super().load_state_dict(state_dict, *args, pack=pack and not changes, **kwargs)  # type: ignore[misc]
+
+
+# -- residency across loads ----------------------------------------------------------------------
+def _served(module: Any) -> Any:
+    return module.__dict__.get("_served")
+
+
+@mutant("stale-pack-survives-reload", {"load_state_dict.residency.reload-drops-pack"}, "test_packing")
+class StalePackSurvivesReload:
+    """A reload under borrowed or per_call leaves the pack an earlier forward built in place."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+        before = {m: _served(m) for m in self.modules()}  # type: ignore[attr-defined]
+        result = super().load_state_dict(state_dict, *args, **kwargs)  # type: ignore[misc]
+        if kwargs.get("weight_residency") in ("borrowed", "per_call"):
+            for module, served in before.items():
+                if served is not None:
+                    module.__dict__["_served"] = served  # the fault
+        return result
+
+
+@mutant("pack-true-ignores-borrowed", {"load_state_dict.pack.borrowed-live-handle"}, "test_packing")
+class PackTrueIgnoresBorrowed:
+    """pack=True builds a pack (and drops the raw weights) whatever the residency says."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, pack: bool = False, **kwargs: Any) -> Any:
+        result = super().load_state_dict(state_dict, *args, pack=pack, **kwargs)  # type: ignore[misc]
+        if pack:
+            for module in self.modules():  # type: ignore[attr-defined]
+                if hasattr(module, "_current_pack"):
+                    module._current_pack()  # the fault
+        return result
+
+
+@mutant(
+    "packed-keeps-raw",
+    {"load_state_dict.residency.packed-drops-raw", "load_state_dict.residency.packed-single-copy"},
+    "test_packing",
+)
+class PackedKeepsRaw:
+    """A pack is installed but the raw weight storage is never released."""
+
+    def _install(self, pack: Any, stamp: Any = None) -> Any:
+        self.__dict__["_served"] = (pack, stamp if stamp is not None else self._stamp())  # type: ignore[attr-defined]
+        self.__dict__["pack_count"] = self.__dict__.get("pack_count", 0) + 1
+        return pack  # the fault: no parameter drops its raw storage
+
+
+@mutant("packed-never-packs", {"load_state_dict.residency.packed-drops-raw"}, "test_packing")
+class PackedNeverPacks:
+    """weight_residency='packed' serves every call from the raw weights and never packs."""
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("weight_residency") == "packed":
+            kwargs["weight_residency"] = "per_call"  # the fault
+        return super().load_state_dict(state_dict, *args, **kwargs)  # type: ignore[misc]
+
+
+# -- extra_repr ------------------------------------------------------------------------------------
+@mutant("linear-repr-needs-bias", {"extra_repr.linear-geometry-no-bias"}, "test_tree_ops")
+class LinearReprNeedsBias:
+    """Linear's extra_repr reads its geometry off the bias, so a layer without one cannot print it."""
+
+    def extra_repr(self) -> str:
+        if "in_features" in self.__dict__:
+            weight, bias = self.weight, self.bias  # type: ignore[attr-defined]
+            return f"in_features={weight.shape[1]}, out_features={bias.shape[0]}, bias=True"  # the fault
+        text: str = super().extra_repr()  # type: ignore[misc]
+        return text
 
 
 # -- revisions -------------------------------------------------------------------------------------
@@ -295,5 +633,22 @@ MUTANTS: tuple[type[Mutant], ...] = (
     StrictIgnored,
     NonTransactionalLoad,
     RevisionSwitchIgnored,
+    OwnBuffersReversed,
+    MissingKeysBuffersFirst,
+    MissingExtraStateUnreported,
+    AlwaysCallReversed,
+    RemoveClearsRegistry,
+    RemovalReordersRest,
+    KwargsDroppedOnRaise,
+    NoneAttributeHidesChild,
+    BufferUnderPlainAttribute,
+    SharedChildSecondNameIgnored,
+    PackOnlyNamedLayers,
+    PackSkippedOnDtypeChange,
+    StalePackSurvivesReload,
+    PackTrueIgnoresBorrowed,
+    PackedKeepsRaw,
+    PackedNeverPacks,
+    LinearReprNeedsBias,
 )
 """Every mutant, in the order the suite's own tests run them."""

@@ -53,7 +53,10 @@ def test_other_protocol_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> N
 
     old = FakeAdapter()
     old.protocol_version = 0
-    with pytest.raises(AdapterError, match=r"speaks protocol version 0, this suite speaks 1"):
+    with pytest.raises(AdapterError, match=r"speaks protocol version 0, this suite speaks 2"):
+        check_adapter(old)
+    old.protocol_version = 1
+    with pytest.raises(AdapterError, match=r"version 2 adds raw_bytes\(module\)"):
         check_adapter(old)
 
 

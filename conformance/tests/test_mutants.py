@@ -1,10 +1,12 @@
-"""The suite catches broken implementations: each mutant adapter fails on the clauses its fault breaks.
+"""The suite catches broken implementations: each mutant adapter fails exactly the clauses its fault breaks.
 
 Every mutant (``mutants.py``) is packrt with one rule broken. The suite runs against it in a
 subprocess (``--impl mutants:<Name>``, this directory on ``PYTHONPATH``) over the suite files that
-hold the broken rule's tests; the JSON report must show every clause in the mutant's ``breaks`` as
-failed, and the same clauses must pass on the real packrt adapter (so the failure is the fault's,
-not the test's). packrt is not a dependency of the suite: without it these tests skip, unless
+hold the broken rule's tests; the JSON report must show the clauses in the mutant's ``breaks`` as
+failed and no other clause (a fault that trips an unrelated clause says the clause is not atomic, or
+the mutant breaks more than it claims), and the same clauses must pass on the real packrt adapter
+(so the failure is the fault's, not the test's). packrt is not a dependency of the suite: without it
+these tests skip, unless
 ``PACKRT_REQUIRE_PACKRT=1`` makes its absence a failure.
 """
 
@@ -14,6 +16,7 @@ import importlib.util
 import json
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,10 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...]) -> tuple[int, str, dict[str, str]]:
+Run = tuple[int, str, dict[str, str]]
+
+
+def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...]) -> Run:
     """Run the shipped suite's ``files`` against ``impl``; return the exit code, output and outcomes."""
     import subprocess
 
@@ -79,15 +85,29 @@ def test_real_packrt_passes_every_clause_a_mutant_breaks(tmp_path: Path, revisio
     assert {cid: outcomes[cid] for cid in broken if outcomes[cid] != "pass"} == {}
 
 
-@pytest.mark.usefixtures("require_packrt")
+@pytest.fixture(scope="module")
+def mutant_runs(tmp_path_factory: pytest.TempPathFactory, require_packrt: None) -> dict[str, Future[Run]]:
+    """Every mutant's run, started at once on a few workers (each is a subprocess): the module's
+    tests then only read their own result, so the selftest costs about runs / workers."""
+    tmp = tmp_path_factory.mktemp("mutants")
+    pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2)))
+    runs = {
+        m.__name__: pool.submit(_run, tmp, f"mutants:{m.__name__}", m.revision_under_test, m.suite_files)
+        for m in MUTANTS
+    }
+    pool.shutdown(wait=False)
+    return runs
+
+
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.__name__ for m in MUTANTS])
-def test_suite_fails_the_mutant_on_the_clauses_its_fault_breaks(tmp_path: Path, mutant: Any) -> None:
-    code, output, outcomes = _run(
-        tmp_path, f"mutants:{mutant.__name__}", mutant.revision_under_test, mutant.suite_files
-    )
+def test_suite_fails_the_mutant_on_exactly_the_clauses_its_fault_breaks(
+    mutant_runs: dict[str, Future[Run]], mutant: Any
+) -> None:
+    code, output, outcomes = mutant_runs[mutant.__name__].result(timeout=600)
     assert code == pytest.ExitCode.TESTS_FAILED, f"the suite passed a broken implementation:\n{output[-3000:]}"
     failed = {cid for cid, outcome in outcomes.items() if outcome == "fail"}
     assert sorted(mutant.breaks - failed) == [], f"{mutant.fault}: the suite missed these broken clauses"
+    assert sorted(failed - mutant.breaks) == [], f"{mutant.fault}: these clauses fail but do not say why"
     assert f"packrt-mutant[{mutant.fault}] " in output, "the run summary names the mutant"
     assert "broken contract clause" in output
     assert any(f"{cid} (revision {mutant.revision_under_test})" in output for cid in mutant.breaks)

@@ -47,7 +47,7 @@ def test_torch_passes_with_its_expectation_file(pytester: pytest.Pytester, revis
 
 
 def test_without_expectations_exactly_the_listed_clauses_fail(pytester: pytest.Pytester) -> None:
-    result, outcomes = _run(pytester, "--max-examples", "5")
+    result, outcomes = _run(pytester, "--max-examples", "5", "--no-shipped-expectations")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     failing = {cid for cid, o in outcomes.items() if o == "fail"}
     assert failing == set(load_expectations(EXPECTATIONS).entries)

@@ -17,7 +17,8 @@ import numpy.typing as npt
 __all__ = ["ADAPTER_PROTOCOL_VERSION", "Adapter", "AdapterError"]
 
 #: The protocol version this suite speaks; an adapter declaring another one is refused.
-ADAPTER_PROTOCOL_VERSION = 1
+#: Version 2 added :meth:`Adapter.raw_bytes` (a packed layer must really drop its raw weights).
+ADAPTER_PROTOCOL_VERSION = 2
 
 
 class AdapterError(RuntimeError):
@@ -99,6 +100,11 @@ class Adapter(Protocol):
     def resident_bytes(self, module: Any) -> int:
         """Bytes of storage the tree holds (each storage counted once; storage-free tensors count 0)."""
 
+    def raw_bytes(self, module: Any) -> int:
+        """Bytes of raw tensor storage the tree's parameters and buffers hold now, each storage once:
+        a weight whose values live only in a layer's pack counts 0, a borrowed one counts its
+        bound storage (protocol version 2)."""
+
 
 def check_adapter(adapter: object) -> Adapter:
     """Return ``adapter`` typed as :class:`Adapter`, or raise :class:`AdapterError` saying what is wrong."""
@@ -112,6 +118,7 @@ def check_adapter(adapter: object) -> Adapter:
         raise AdapterError(
             f"adapter {adapter.name!r} speaks protocol version {adapter.protocol_version}, this suite "
             f"speaks {ADAPTER_PROTOCOL_VERSION}; update the adapter or install a matching suite"
+            + (" (version 2 adds raw_bytes(module))" if adapter.protocol_version == 1 else "")
         )
     if adapter.revision not in adapter.revisions:
         raise AdapterError(
@@ -147,4 +154,5 @@ _MEMBERS = [
     "quantized_linear",
     "is_packed",
     "resident_bytes",
+    "raw_bytes",
 ]

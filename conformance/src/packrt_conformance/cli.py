@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from packrt_conformance import isolation
+
 __all__ = ["import_hint", "main", "suite_dir"]
 
 _EXIT_USAGE = int(pytest.ExitCode.USAGE_ERROR)
@@ -91,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return _EXIT_USAGE
-        return int(pytest.main(["-p", "packrt_conformance.plugin", "-p", "no:cacheprovider", str(suite_dir()), *args]))
+        with isolation.isolated_environment():  # the suite's own ini, rootdir and no conftest (isolation.py)
+            return int(pytest.main([*isolation.pytest_args(), *args]))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,10 @@ revision-1 clause that fails is recorded as ``superseded``, not failed.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,41 @@ from packrt_conformance.adapter import Adapter, AdapterError
 from packrt_conformance.adapters import load_adapter
 from packrt_conformance.clauses import CAPABILITIES, Clause, Registry, load_registry
 from packrt_conformance.expectations import Expectations, ExpectationsError, load_expectations
-from packrt_conformance.report import ClauseResult, build_report, render_markdown
+from packrt_conformance.report import ClauseResult, build_report, count_line, render_markdown
 
-__all__ = ["ConformanceState"]
+__all__ = ["DEFAULT_MAX_EXAMPLES", "HYPOTHESIS_PROFILE", "ConformanceState", "shipped_expectations"]
+
+#: Examples per property test unless ``--max-examples`` says otherwise.
+DEFAULT_MAX_EXAMPLES = 100
+#: The hypothesis profile the suite loads: its own, whatever profile the environment registered.
+HYPOTHESIS_PROFILE = "packrt-conformance"
+_LIMIT = 600  # characters of an expected / actual value kept in a report
+
+
+def shipped_expectations(spec: str | None) -> Path | None:
+    """The expectation file shipped in the package for an entry-point name (``torch``), if any."""
+    if not spec or ":" in spec or not re.fullmatch(r"[A-Za-z0-9_.-]+", spec):
+        return None
+    path = Path(str(resources.files("packrt_conformance"))) / "shipped_expectations" / f"{spec}.txt"
+    return path if path.is_file() else None
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _load_hypothesis_profile(max_examples: int | None) -> None:
+    """No deadline (a loaded machine must not fail a conforming implementation), a stated example
+    count, no example database in the directory the run starts from, derandomized under CI."""
+    settings.register_profile(
+        HYPOTHESIS_PROFILE,
+        deadline=None,
+        max_examples=max_examples if max_examples is not None else DEFAULT_MAX_EXAMPLES,
+        derandomize=_ci(),
+        database=None,
+        print_blob=False,
+    )
+    settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 @dataclass
@@ -43,6 +78,7 @@ class ConformanceState:
     expectations: Expectations
     results: dict[str, ClauseResult] = field(default_factory=dict)
     xpassed: list[str] = field(default_factory=list)
+    failing_tests: set[str] = field(default_factory=set)
 
     @property
     def device_skip(self) -> str | None:
@@ -67,6 +103,7 @@ class ConformanceState:
 
 
 STATE = pytest.StashKey[ConformanceState]()
+LAST_COMPARE = pytest.StashKey[tuple[str, Any, Any]]()
 ITEM_CLAUSES = pytest.StashKey[list[Clause]]()
 ITEM_SUPERSEDED = pytest.StashKey[bool]()
 
@@ -76,7 +113,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--impl", help="adapter to test: module:object or an entry-point name (e.g. torch)")
     group.addoption("--revision", type=int, choices=(1, 2), help="contract revision (default: the adapter's)")
     group.addoption("--device", help="device the adapter places tensors on, e.g. cpu or cuda (default: the adapter's)")
-    group.addoption("--expectations", type=Path, help="file of '<clause id> <reason>' expected failures")
+    group.addoption(
+        "--expectations",
+        type=Path,
+        help="file of '<clause id> <reason>' expected failures (default: the file shipped for an entry-point name)",
+    )
+    group.addoption(
+        "--no-shipped-expectations",
+        action="store_true",
+        help="do not use the expectation file the suite ships for --impl <name>",
+    )
     group.addoption("--report-json", type=Path, help="write the per-clause JSON report here")
     group.addoption("--report-md", type=Path, help="write a markdown summary here")
     group.addoption("--max-examples", type=int, help="hypothesis examples per property test")
@@ -100,6 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         adapter.set_revision(revision)
     exp_path: Path | None = config.getoption("--expectations")
+    if exp_path is None and not config.getoption("--no-shipped-expectations"):
+        exp_path = shipped_expectations(spec)
     expectations = Expectations(entries={})
     if exp_path is not None:
         try:
@@ -111,16 +159,23 @@ def pytest_configure(config: pytest.Config) -> None:
                 UserWarning(f"{exp_path}: entry {cid!r} matches no clause of the registry; remove or fix it"),
                 stacklevel=2,
             )
-    max_examples: int | None = config.getoption("--max-examples")
-    if max_examples is not None:
-        settings.register_profile("packrt-conformance", parent=settings.default, max_examples=max_examples)
-        settings.load_profile("packrt-conformance")
+    _load_hypothesis_profile(config.getoption("--max-examples"))
     config.stash[STATE] = ConformanceState(registry, adapter, spec, revision, expectations)
 
 
-def pytest_report_header(config: pytest.Config) -> str | None:
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
     state = config.stash.get(STATE, None)
-    return state.header() if state is not None else None
+    if state is None:
+        return None
+    s = settings()  # the profile in force
+    lines = [
+        state.header(),
+        f"hypothesis: profile {HYPOTHESIS_PROFILE}, max_examples={s.max_examples}, deadline={s.deadline}, "
+        f"derandomize={s.derandomize}",
+    ]
+    if state.expectations.entries:
+        lines.append(f"expectations: {state.expectations.source} ({len(state.expectations.entries)} entries)")
+    return lines
 
 
 @pytest.fixture(scope="session")
@@ -209,6 +264,64 @@ def _outcome(rep: pytest.TestReport, superseded: bool) -> tuple[str, str] | None
     return "fail", last
 
 
+def pytest_assertrepr_compare(config: pytest.Config, op: str, left: Any, right: Any) -> None:
+    """Remember the failing comparison (the suite writes ``assert actual == expected``); the
+    explanation itself stays pytest's."""
+    config.stash[LAST_COMPARE] = (op, left, right)
+
+
+def _short(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    text = " ".join(text.split())
+    return text if len(text) <= _LIMIT else text[: _LIMIT - 3] + "..."
+
+
+def _expected_actual(excinfo: pytest.ExceptionInfo[BaseException] | None, compare: Any) -> tuple[str, str, str]:
+    """(expected, actual, one-line message) of a failed test, read from its exception."""
+    if excinfo is None:
+        return "", "", "failed"
+    exc = excinfo.value
+    text = str(exc)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    if text.startswith("DID NOT RAISE"):
+        return f"raises {text.removeprefix('DID NOT RAISE').strip()}", "no exception was raised", first
+    if isinstance(exc, AssertionError):
+        if text.startswith("Regex pattern did not match"):
+            got = dict(re.findall(r"^\s*(Regex|Input): (.*)$", text, re.MULTILINE))
+            return f"message matching {got.get('Regex', '?')}", got.get("Input", "?"), first
+        if "ACTUAL:" in text and "DESIRED:" in text:  # numpy.testing
+            actual = text.split("ACTUAL:", 1)[1].split("DESIRED:", 1)[0]
+            return _short(text.split("DESIRED:", 1)[1]), _short(actual), first
+        if compare is not None:
+            op, left, right = compare
+            if op == "==":
+                return _short(right), _short(left), first
+            if op in ("in", "not in"):
+                return f"{op} the value, {_short(left)}", _short(right), first
+            return f"{op} {_short(right)}", _short(left), first
+        asserted = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")), "")
+        return "the assertion to hold", _short(asserted or first), first
+    return "no exception", _short(f"{type(exc).__name__}: {text}"), f"{type(exc).__name__}: {first}"
+
+
+def _reproduce(state: ConformanceState, item: pytest.Item) -> str:
+    device = f" --device {state.adapter.device}" if state.adapter and state.adapter.device != "cpu" else ""
+    return f"packrt-conformance --impl {state.spec} --revision {state.revision}{device} -k '{item.name}'"
+
+
+def _location(item: pytest.Item) -> str:
+    """The test's real file (absolute) and line, whatever directory the run started from."""
+    path, line, _ = item.location
+    where = Path(str(item.path)).resolve() if hasattr(item, "path") else Path(path).resolve()
+    return f"{where}:{(line or 0) + 1}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if LAST_COMPARE in item.config.stash:  # a fresh test starts with no remembered comparison
+        del item.config.stash[LAST_COMPARE]
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     result = yield
@@ -221,17 +334,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if got is None:
         return
     outcome, reason = got
-    for clause in clauses:
-        state.results.setdefault(clause.id, ClauseResult()).record(outcome, reason, item.nodeid)
-    if outcome == "xpass":
-        state.xpassed.append(item.nodeid)
+    test = f"{Path(str(item.path)).resolve()}::{item.name}"
+    detail: dict[str, str] = {}
     if outcome in ("fail", "error"):
+        compare = item.config.stash.get(LAST_COMPARE, None)
+        expected, actual, message = _expected_actual(call.excinfo, compare)
+        detail = {
+            "expected": expected,
+            "actual": actual,
+            "location": _location(item),
+            "reproduce": _reproduce(state, item),
+        }
+        reason = f"{message} (expected {expected}; actual {actual})" if expected else message
+        if outcome == "error":
+            reason = f"{'setup' if rep.when == 'setup' else rep.when} failed: {reason}"
+    for clause in clauses:
+        state.results.setdefault(clause.id, ClauseResult()).record(outcome, reason, test, detail)
+    if outcome == "xpass":
+        state.xpassed.append(test)
+    if outcome in ("fail", "error"):
+        state.failing_tests.add(test)
         lines = [f"{c.id} (revision {state.revision}): {c.rule}" for c in clauses]
         lines += [f"  reading: {c.reading}" for c in clauses if c.reading]
-        device = f" --device {state.adapter.device}" if state.adapter and state.adapter.device != "cpu" else ""
-        lines.append(
-            f"reproduce: packrt-conformance --impl {state.spec} --revision {state.revision}{device} -k '{item.name}'"
-        )
+        lines += [f"expected: {detail['expected']}", f"actual: {detail['actual']}", f"test: {detail['location']}"]
+        lines.append(f"reproduce: {detail['reproduce']}")
         rep.sections.append(("broken contract clause", "\n".join(lines)))
 
 
@@ -245,8 +371,9 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     terminalreporter.section("packrt-conformance")
     terminalreporter.write_line(
         f"{state.adapter.name} {state.adapter.version}, revision {state.revision}, "
-        f"device {state.adapter.device}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        f"device {state.adapter.device}: clauses " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     )
+    terminalreporter.write_line(count_line(counts, len(state.failing_tests)) + "; pytest's line below counts tests")
     for nodeid in state.xpassed:
         terminalreporter.write_line(f"XPASS {nodeid}: listed as an expected failure but passes; remove the entry")
 
@@ -272,6 +399,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         device=adapter.device,
         suite_version=__version__,
         expectations=state.expectations.source if state.expectations.entries else None,
+        failing_tests=len(state.failing_tests),
     )
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)

@@ -107,3 +107,8 @@ class PackrtAdapter:
 
     def resident_bytes(self, module: Any) -> int:
         return int(sum(row.total for row in self._packrt.nn.memory_report(module)))
+
+    def raw_bytes(self, module: Any) -> int:
+        # memory_report splits a layer's bytes into raw, packed and borrowed; borrowed is raw storage
+        # the layer serves from in place, so only the packed column is left out.
+        return int(sum(row.raw + row.borrowed for row in self._packrt.nn.memory_report(module)))

@@ -107,6 +107,9 @@ class TorchAdapter:
     def is_packed(self, module: Any) -> bool:
         return False  # torch layers never pack
 
+    def raw_bytes(self, module: Any) -> int:
+        return self.resident_bytes(module)  # torch never packs: every byte it holds is raw
+
     def resident_bytes(self, module: Any) -> int:
         seen: set[int] = set()
         total = 0

@@ -159,3 +159,85 @@ def test_removed_hook_no_longer_runs(impl: Adapter, register: str) -> None:
     handle.remove()
     m(2)
     assert log == [(1,)]
+
+
+# -- several hooks of one kind: order on a raising forward, removal -------------------------------
+@pytest.mark.clause("register_forward_hook.always-call-order")
+def test_always_call_hooks_run_in_run_order_when_forward_raises(impl: Adapter) -> None:
+    m = raising_module(impl)
+    log: list[tuple[str, Any]] = []
+
+    def hook(tag: str) -> Any:
+        return lambda mod, args, out: log.append((tag, out))
+
+    m.register_forward_hook(hook("first"), always_call=True)
+    m.register_forward_hook(hook("plain"))
+    m.register_forward_hook(hook("third"), always_call=True)
+    m.register_forward_hook(hook("prepended"), always_call=True, prepend=True)
+    with pytest.raises(ValueError, match="forward failed on purpose"):
+        m(1)
+    assert log == [("prepended", None), ("first", None), ("third", None)]
+    log.clear()
+    with pytest.raises(ValueError, match="forward failed on purpose"):
+        m(2)
+    assert log == [("prepended", None), ("first", None), ("third", None)], "a second failing call runs them again"
+
+
+@pytest.mark.clause("register_forward_hook.always-call-with-kwargs")
+def test_always_call_hook_with_kwargs_receives_args_kwargs_and_none(impl: Adapter) -> None:
+    class Failing(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def forward(self, x: Any, y: Any = 0) -> Any:
+            raise ValueError("forward failed on purpose")
+
+    m = Failing()
+    seen: list[Any] = []
+    m.register_forward_hook(
+        lambda mod, args, kwargs, out: seen.append((mod, args, dict(kwargs), out)), with_kwargs=True, always_call=True
+    )
+    with pytest.raises(ValueError, match="forward failed on purpose"):
+        m(1, y=5)
+    assert seen == [(m, (1,), {"y": 5}, None)]
+
+
+def _recorder(register: str, log: list[str], tag: str) -> Any:
+    if register == "register_forward_hook":
+        return lambda mod, args, out: log.append(tag)
+    return lambda mod, args: log.append(tag)
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        clause_param("register_forward_hook.remove-keeps-the-rest", "register_forward_hook"),
+        clause_param("register_forward_pre_hook.remove-keeps-the-rest", "register_forward_pre_hook"),
+    ],
+)
+def test_removing_one_of_three_hooks_keeps_the_others_in_order(impl: Adapter, register: str) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    handles = {tag: getattr(m, register)(_recorder(register, log, tag)) for tag in ("a", "b", "c")}
+    m(1)
+    assert log == ["a", "b", "c"]
+    steps = [("b", ["a", "c"]), ("a", ["c"]), ("b", ["c"]), ("c", [])]  # "b" twice: a spent handle is a no-op
+    for tag, left in steps:
+        handles[tag].remove()
+        log.clear()
+        assert m(1) == 10
+        assert log == left, f"after removing {tag!r}"
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        clause_param("register_forward_hook.remove-own-only", "register_forward_hook"),
+        clause_param("register_forward_pre_hook.remove-own-only", "register_forward_pre_hook"),
+    ],
+)
+@pytest.mark.parametrize("removed", ["older", "newer"])
+def test_a_handle_removes_exactly_its_own_hook(impl: Adapter, register: str, removed: str) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    handles = {tag: getattr(m, register)(_recorder(register, log, tag)) for tag in ("older", "newer")}
+    handles[removed].remove()
+    m(1)
+    assert log == [tag for tag in ("older", "newer") if tag != removed]

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import tied_tree, values_equal
+from packrt_conformance.suite._support import shared_child_tree, tied_tree, values_equal
 
 W = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
 B = [0.5, -0.5, 1.5]
@@ -205,3 +205,86 @@ def test_failed_load_changes_nothing(impl: Adapter) -> None:
         m.load_state_dict(ckpt)
     for key, value in m.state_dict().items():
         assert np.array_equal(impl.to_numpy(value), before[key]), f"{key} changed by a failed load"
+
+
+def _mixed_tree(impl: Adapter) -> Any:
+    """root(p_b, p_a; buffers buf_z, buf_y, tmp: non-persistent) -> lin: Linear(2, 2), tail(gain; steps, last)."""
+    root = impl.nn.Module()
+    root.p_b = impl.parameter([1.0])
+    root.register_buffer("buf_z", impl.tensor([2.0]))
+    root.p_a = impl.parameter([3.0])
+    root.register_buffer("tmp", impl.tensor([0.0]), persistent=False)
+    root.register_buffer("buf_y", impl.tensor([4.0]))
+    root.lin = impl.linear(2, 2)
+    tail = impl.nn.Module()
+    tail.register_buffer("steps", impl.tensor([1], "int64"))
+    tail.gain = impl.parameter([5.0])
+    tail.register_buffer("last", impl.tensor([6.0]))
+    root.tail = tail
+    return root
+
+
+MIXED_ORDER = ["p_b", "p_a", "buf_z", "buf_y", "lin.weight", "lin.bias", "tail.gain", "tail.steps", "tail.last"]
+
+
+@pytest.mark.clause("load_state_dict.missing-keys-order")
+@pytest.mark.parametrize("given_keys", [(), ("p_a", "lin.bias"), ("p_b", "buf_y", "tail.steps")])
+def test_missing_keys_follow_state_dict_order(impl: Adapter, given_keys: tuple[str, ...]) -> None:
+    full = _mixed_tree(impl).state_dict()  # the values only: state_dict's own order is its clause's business
+    result = _mixed_tree(impl).load_state_dict({k: full[k] for k in given_keys}, strict=False)
+    assert list(result.missing_keys) == [k for k in MIXED_ORDER if k not in given_keys]
+    assert list(result.unexpected_keys) == []
+
+
+def _extra_state_tree(impl: Adapter) -> Any:
+    class Counter(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self, start: int) -> None:
+            super().__init__()
+            self.w = impl.parameter([float(start)])
+            self.seen = start
+
+        def get_extra_state(self) -> Any:
+            return {"seen": self.seen}
+
+        def set_extra_state(self, state: Any) -> None:
+            self.seen = state["seen"]
+
+    root = impl.nn.Module()
+    root.second = Counter(2)
+    root.plain = impl.linear(1, 1)
+    root.first = Counter(1)
+    return root
+
+
+@pytest.mark.clause("load_state_dict.missing-extra-state")
+def test_missing_extra_state_keys_are_each_reported(impl: Adapter) -> None:
+    src = _extra_state_tree(impl)
+    tensors_only = {k: v for k, v in src.state_dict().items() if not k.endswith("_extra_state")}
+    assert set(src.state_dict()) - set(tensors_only) == {"second._extra_state", "first._extra_state"}
+    dst = _extra_state_tree(impl)
+    result = dst.load_state_dict(tensors_only, strict=False)
+    extra_missing = [k for k in result.missing_keys if k.endswith("_extra_state")]
+    assert extra_missing == ["second._extra_state", "first._extra_state"]
+    assert list(result.missing_keys) == extra_missing, "every tensor key was given"
+    assert (dst.second.seen, dst.first.seen) == (2, 1)
+    with pytest.raises(RuntimeError, match=r"second\._extra_state") as info:
+        _extra_state_tree(impl).load_state_dict(tensors_only, strict=True)
+    assert "first._extra_state" in str(info.value)
+    one = dict(tensors_only, **{"first._extra_state": {"seen": 9}})
+    dst = _extra_state_tree(impl)
+    result = dst.load_state_dict(one, strict=False)
+    assert list(result.missing_keys) == ["second._extra_state"]
+    assert (dst.second.seen, dst.first.seen) == (2, 9)
+
+
+@pytest.mark.clause("load_state_dict.shared-child-second-name")
+def test_a_shared_child_loads_from_its_second_name(impl: Adapter) -> None:
+    root, child = shared_child_tree(impl)
+    result = root.load_state_dict({"second.w": impl.tensor([7.0])})
+    assert list(result.missing_keys) == []
+    assert list(result.unexpected_keys) == []
+    assert values_equal(impl, child.w, [7.0])
+    assert values_equal(impl, root.first.w, [7.0])
+    result = root.load_state_dict({"first.w": impl.tensor([8.0]), "second.w": impl.tensor([8.0])})
+    assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], [])
+    assert values_equal(impl, child.w, [8.0])

@@ -136,3 +136,100 @@ def test_revision_1_state_dict_omits_packed_entries(impl: Adapter) -> None:
     _out(impl, layer)
     assert impl.is_packed(layer)
     assert "weight" not in layer.state_dict()
+
+
+# -- pack=True across the tree and dtypes ---------------------------------------------------------
+def _three_layers(impl: Adapter) -> Any:
+    root = impl.nn.Module()
+    for name in ("a", "b", "c"):
+        setattr(root, name, impl.linear(2, 3))
+    return root
+
+
+@pytest.mark.clause("load_state_dict.pack.whole-tree-strict-false")
+@pytest.mark.parametrize("named", [("b",), ("a", "c")])
+def test_pack_true_packs_every_layer_even_those_not_named(impl: Adapter, named: tuple[str, ...]) -> None:
+    root = _three_layers(impl)
+    ckpt = {f"{n}.{k}": impl.tensor(v) for n in named for k, v in (("weight", W), ("bias", B))}
+    result = root.load_state_dict(ckpt, strict=False, pack=True)
+    assert sorted(result.missing_keys) == sorted(
+        f"{n}.{k}" for n in ("a", "b", "c") if n not in named for k in ("weight", "bias")
+    )
+    assert {n: impl.is_packed(getattr(root, n)) for n in ("a", "b", "c")} == dict.fromkeys(("a", "b", "c"), True)
+    for n in named:
+        np.testing.assert_allclose(_out(impl, getattr(root, n)), _expect(), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.pack.copy-converts-dtype")
+def test_copy_load_of_float64_with_pack_serves_float32(impl: Adapter) -> None:
+    layer = impl.linear(2, 3)
+    weight = impl.tensor(W, "float64")
+    layer.load_state_dict({"weight": weight, "bias": impl.tensor(B, "float64")}, pack=True)
+    assert impl.is_packed(layer)
+    assert impl.dtype_name(layer.weight) == "float32"
+    assert values_equal(impl, layer.weight, W)
+    out = layer(impl.tensor(X))
+    assert impl.dtype_name(out) == "float32"
+    np.testing.assert_allclose(impl.to_numpy(out), _expect(), rtol=1e-5)
+    impl.write_(weight, 2 * W)  # a copy load shares nothing with the checkpoint
+    np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+
+
+@pytest.mark.clause("load_state_dict.pack.assign-half")
+def test_assign_load_of_float16_with_pack_serves_the_values(impl: Adapter) -> None:
+    layer = impl.linear(2, 3)
+    layer.load_state_dict(
+        {"weight": impl.tensor(W, "float16"), "bias": impl.tensor(B, "float16")}, assign=True, pack=True
+    )
+    assert impl.is_packed(layer)
+    assert impl.dtype_name(layer.weight) == "float16"
+    assert values_equal(impl, layer.weight, W)
+    for _ in range(2):  # a float16 layer takes float16 input (the dtypes must agree, as in PyTorch)
+        out = impl.to_numpy(layer(impl.tensor(X, "float16")))
+        np.testing.assert_allclose(out, _expect(), rtol=1e-2)
+        assert impl.is_packed(layer)
+
+
+# -- residency across loads -------------------------------------------------------------------
+@pytest.mark.clause("load_state_dict.pack.borrowed-live-handle")
+def test_pack_true_with_borrowed_keeps_the_checkpoint_live(impl: Adapter) -> None:
+    layer, ckpt = _loaded(impl, pack=True, weight_residency="borrowed")
+    assert not impl.is_packed(layer)
+    impl.write_(ckpt["weight"], 2 * W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=2 * W), rtol=1e-5)
+    assert not impl.is_packed(layer)
+    impl.write_(ckpt["weight"], 3 * W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=3 * W), rtol=1e-5)
+    assert impl.raw_bytes(layer) == (W.size + B.size) * 4
+
+
+@pytest.mark.clause("load_state_dict.residency.reload-drops-pack")
+@pytest.mark.parametrize("residency", ["borrowed", "per_call"])
+def test_a_packed_layer_reloaded_borrowed_or_per_call_holds_no_pack(impl: Adapter, residency: str) -> None:
+    layer, _ = _loaded(impl)
+    _out(impl, layer)
+    assert impl.is_packed(layer), "the first forward packs under the default residency"
+    ckpt = {"weight": impl.tensor(2 * W), "bias": impl.tensor(B)}
+    layer.load_state_dict(ckpt, assign=True, weight_residency=residency)
+    assert not impl.is_packed(layer), "the load must drop the pack"
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=2 * W), rtol=1e-5)
+    assert not impl.is_packed(layer)
+    assert impl.raw_bytes(layer) == (W.size + B.size) * 4
+    if residency == "borrowed":
+        impl.write_(ckpt["weight"], 3 * W)
+        np.testing.assert_allclose(_out(impl, layer), _expect(weight=3 * W), rtol=1e-5)
+        assert not impl.is_packed(layer)
+
+
+@pytest.mark.clause("load_state_dict.residency.packed-drops-raw")
+def test_packed_residency_really_drops_the_raw_weights(impl: Adapter) -> None:
+    layer, ckpt = _loaded(impl, weight_residency="packed")
+    assert impl.raw_bytes(layer) == (W.size + B.size) * 4, "before the first forward the bound tensors are raw"
+    first = _out(impl, layer)
+    np.testing.assert_allclose(first, _expect(), rtol=1e-5)
+    assert impl.is_packed(layer)
+    assert impl.raw_bytes(layer) == 0, "the raw weight storage must be released once packed"
+    impl.write_(ckpt["weight"], 2 * W)
+    np.testing.assert_allclose(_out(impl, layer), first, rtol=1e-6)
+    assert impl.raw_bytes(layer) == 0
+    assert values_equal(impl, layer.weight, W)

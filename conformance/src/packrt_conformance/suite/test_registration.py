@@ -155,3 +155,41 @@ def test_buffer_objects_own_persistent_flag_wins(impl: Adapter) -> None:
     m.register_buffer("dropped", impl.buffer([1.0], persistent=False))
     m.register_buffer("kept", impl.buffer([2.0], persistent=True), persistent=False)
     assert list(m.state_dict()) == ["kept"], "the Buffer's flag must decide, not register_buffer's argument"
+
+
+# -- re-registration ---------------------------------------------------------------------------
+@pytest.mark.clause("module.register.child-over-none-attribute")
+def test_a_none_attribute_then_a_module_becomes_the_child(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.body = impl.linear(2, 2)
+    m.head = None
+    assert m.head is None
+    assert names(m.named_children()) == ["body"]
+    head = impl.linear(2, 3)
+    m.head = head
+    assert m.head is head
+    assert list(m.named_children()) == [("body", m.body), ("head", head)]
+    assert names(m.named_parameters()) == ["body.weight", "body.bias", "head.weight", "head.bias"]
+    assert list(m.state_dict()) == ["body.weight", "body.bias", "head.weight", "head.bias"]
+    replacement = impl.linear(2, 1)
+    m.head = replacement  # and once more: a registered child replaced by another
+    assert m.head is replacement
+    assert list(m.named_children()) == [("body", m.body), ("head", replacement)]
+
+
+@pytest.mark.clause("register_buffer.over-plain-attribute")
+def test_register_buffer_over_a_plain_attribute_refuses_or_reads_back(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.foo = 3
+    t = impl.tensor([1.0, 2.0])
+    try:
+        m.register_buffer("foo", t)
+    except Exception:  # the pages name no type for the refusal; any exception refuses
+        assert m.foo == 3, "a refused registration must leave the attribute as it was"
+        assert names(m.named_buffers()) == []
+        assert m.state_dict() == {}
+        return
+    assert not isinstance(m.foo, int), "the buffer was filed but the plain attribute still hides it"
+    assert impl.shares_storage(m.foo, t)
+    assert names(m.named_buffers()) == ["foo"]
+    assert list(m.state_dict()) == ["foo"]

@@ -53,7 +53,9 @@ def test_state_dict_holds_parameters_and_persistent_buffers_only(impl: Adapter) 
 @pytest.mark.clause("state_dict.prefix")
 @given(prefix=st.from_regex(r"[a-z][a-z0-9_.]{0,10}\.", fullmatch=True))
 def test_state_dict_prefix_is_prepended_to_every_key(impl: Adapter, prefix: str) -> None:
-    assert list(sample_tree(impl).state_dict(prefix=prefix)) == [prefix + k for k in SAMPLE_STATE]
+    root = sample_tree(impl)
+    assert sorted(root.state_dict()) == sorted(SAMPLE_STATE)
+    assert list(root.state_dict(prefix=prefix)) == [prefix + k for k in root.state_dict()]
 
 
 @pytest.mark.clause("state_dict.values-share-storage")
@@ -78,9 +80,11 @@ def test_keep_vars_hands_out_the_objects_themselves(impl: Adapter) -> None:
 @pytest.mark.clause("state_dict.destination")
 def test_destination_is_filled_in_place_and_returned(impl: Adapter) -> None:
     dest: dict[str, Any] = {"already": 1}
-    out = sample_tree(impl).state_dict(destination=dest)
+    root = sample_tree(impl)
+    out = root.state_dict(destination=dest)
     assert out is dest
-    assert list(dest) == ["already", *SAMPLE_STATE]
+    assert list(dest) == ["already", *root.state_dict()]
+    assert sorted(root.state_dict()) == sorted(SAMPLE_STATE)
 
 
 @pytest.mark.clause("state_dict.round-trip")
@@ -130,3 +134,25 @@ def test_load_hands_extra_state_back_to_set_extra_state(impl: Adapter) -> None:
     dst = _with_extra_state(impl)
     dst.load_state_dict(src.state_dict())
     assert dst.counter.seen == 11
+
+
+@pytest.mark.clause("state_dict.own-buffers-order")
+def test_several_own_buffers_keep_registration_order(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    root.register_buffer("zeta", impl.tensor([1.0]))
+    root.w2 = impl.parameter([2.0])
+    root.register_buffer("alpha", impl.tensor([3.0]))
+    root.register_buffer("scratch", impl.tensor([0.0]), persistent=False)
+    root.register_buffer("mid", impl.tensor([4], "int64"))
+    root.w1 = impl.parameter([5.0])
+    child = impl.nn.Module()
+    child.register_buffer("yy", impl.tensor([6.0]))
+    child.register_buffer("bb", impl.tensor([7.0]))
+    root.child = child
+    expected = ["w2", "w1", "zeta", "alpha", "mid", "child.yy", "child.bb"]
+    assert list(root.state_dict()) == expected
+    assert list(root.state_dict(keep_vars=True)) == expected
+    root.alpha = impl.tensor([8.0])  # a new value in a registered slot keeps the slot's place
+    assert list(root.state_dict()) == expected
+    assert values_equal(impl, root.state_dict()["alpha"], [8.0])
+    assert [n for n, _ in root.named_buffers()] == ["zeta", "alpha", "scratch", "mid", "child.yy", "child.bb"]

@@ -144,3 +144,15 @@ def test_repr_prints_a_shared_child_once(impl: Adapter) -> None:
     text = repr(root)
     assert "(first)" in text
     assert "(second)" not in text
+
+
+@pytest.mark.clause("extra_repr.linear-geometry-no-bias")
+@pytest.mark.parametrize(("fan_in", "fan_out"), [(64, 256), (3, 5)])
+def test_linear_without_bias_still_states_its_geometry(impl: Adapter, fan_in: int, fan_out: int) -> None:
+    layer = impl.linear(fan_in, fan_out, bias=False)
+    text = layer.extra_repr()
+    assert isinstance(text, str)
+    assert f"in_features={fan_in}" in text
+    assert f"out_features={fan_out}" in text
+    assert "bias=True" not in text
+    assert f"in_features={fan_in}" in repr(layer)

@@ -69,7 +69,9 @@ def test_remove_duplicate_false_yields_every_name_of_a_tie(impl: Adapter) -> Non
 @given(prefix=_PREFIX)
 def test_named_tensor_walks_prepend_the_prefix(impl: Adapter, walk: str, expected: list[str], prefix: str) -> None:
     root = sample_tree(impl)
-    assert names(getattr(root, walk)(prefix=prefix)) == [f"{prefix}.{n}" for n in expected]
+    assert sorted(names(getattr(root, walk)())) == sorted(expected)
+    # The walk's own order is the order clauses' business: here, each name exactly gains the prefix.
+    assert names(getattr(root, walk)(prefix=prefix)) == [f"{prefix}.{n}" for n in names(getattr(root, walk)())]
 
 
 @pytest.mark.parametrize(
@@ -147,11 +149,10 @@ def test_named_modules_starts_with_self_under_empty_name(impl: Adapter) -> None:
 @pytest.mark.clause("named_modules.prefix")
 @given(prefix=_PREFIX)
 def test_named_modules_prefix_names_the_root_and_prefixes_the_rest(impl: Adapter, prefix: str) -> None:
-    assert names(sample_tree(impl).named_modules(prefix=prefix)) == [
-        prefix,
-        f"{prefix}.encoder",
-        f"{prefix}.decoder",
-    ]
+    root = sample_tree(impl)
+    plain = names(root.named_modules())
+    assert sorted(plain) == ["", "decoder", "encoder"]
+    assert names(root.named_modules(prefix=prefix)) == [f"{prefix}.{n}" if n else prefix for n in plain]
 
 
 @pytest.mark.clause("named_modules.first-path-wins")
