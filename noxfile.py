@@ -115,6 +115,7 @@ def lint(session: nox.Session) -> None:
         "numba>=0.60",
         "psutil>=5.9",
         "types-psutil",
+        "tokenizers>=0.20",
         "safetensors>=0.4",
         "pytest>=8",
         "hypothesis>=6.120",
