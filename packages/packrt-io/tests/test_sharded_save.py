@@ -71,10 +71,9 @@ def test_a_smaller_resave_removes_the_shards_the_new_index_no_longer_names(
     assert len(list(tmp_path.glob("model-*-of-00004.safetensors"))) == 4
     packrt_io.save_checkpoint(_module(fake_module, 4), tmp_path, max_shard_size=64)
     names = sorted(p.name for p in tmp_path.iterdir())
-    token = names[0].split("-")[1]
     assert names == [
-        f"model-{token}-00001-of-00002.safetensors",
-        f"model-{token}-00002-of-00002.safetensors",
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
         "model.safetensors.index.json",
     ]
 
@@ -129,11 +128,28 @@ def test_a_resave_that_dies_before_the_index_switch_keeps_the_previous_checkpoin
     assert all(name in str(caught[0].message) for name in written[:2])
 
 
+def test_a_resave_with_the_same_shard_count_writes_beside_the_current_shards(
+    tmp_path: Path, fake_module: type[Any]
+) -> None:
+    packrt_io.save_checkpoint(_module(fake_module, 2), tmp_path, max_shard_size=32)
+    first = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    assert first == {"w0": "model-00001-of-00002.safetensors", "w1": "model-00002-of-00002.safetensors"}
+    packrt_io.save_checkpoint(_module(fake_module, 2, value=3.0), tmp_path, max_shard_size=32)
+    second = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    token = second["w0"].split("-")[1]
+    assert second == {
+        "w0": f"model-{token}-00001-of-00002.safetensors",
+        "w1": f"model-{token}-00002-of-00002.safetensors",
+    }
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*second.values(), "model.safetensors.index.json"])
+    arrays, _, _ = packrt_io.load_checkpoint_arrays(tmp_path)
+    assert (arrays["w1"] == 4.0).all()
+
+
 def test_the_index_records_the_total_size_and_sorted_weight_map(tmp_path: Path, fake_module: type[Any]) -> None:
     index = packrt_io.save_checkpoint(_module(fake_module, 3), tmp_path / "m.index.json", max_shard_size=40)
     body = json.loads(index.read_text())
     assert body["metadata"]["total_size"] == 3 * 32
     assert body["metadata"]["format"] == "pt"
     assert list(body["weight_map"]) == ["w0", "w1", "w2"]
-    token = body["weight_map"]["w0"].split("-")[1]
-    assert set(body["weight_map"].values()) == {f"m-{token}-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}
+    assert set(body["weight_map"].values()) == {f"m-0000{i}-of-00003.safetensors" for i in (1, 2, 3)}

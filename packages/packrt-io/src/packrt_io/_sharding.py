@@ -2,14 +2,15 @@
 
 The commit protocol (README: "Crash-safe saves"): when both a single file and an index sit at one
 target, the **index wins**, and a load reports the single file as a leftover. A sharded save writes
-its shards under new names (``<stem>-<token>-00001-of-00003.safetensors``, the token fresh for every
-save), then switches by one atomic rename of the index (fsync of the file and of the directory), then
-removes the files the previous index named and any single file. A single-file save writes the file
-atomically, then removes the index (the switch), then the shards that index named. Killed at any step,
-the target loads as the previous checkpoint or as the new one; the files of an unfinished save are
-leftovers a load names in a warning. Every shard and the index carry one random ``packrt.save_id``, so
-a shard from another save is refused, never mixed in. Shards fill greedily in key order up to
-``max_shard_size`` (a tensor larger than the limit gets a shard of its own).
+its shards under names no file has yet (``<stem>-00001-of-00003.safetensors`` when free, else with a
+fresh token: ``<stem>-<token>-00001-of-00003.safetensors``), then switches by one atomic rename of the
+index (fsync of the file and of the directory), then removes the files the previous index named and
+any single file. A single-file save writes the file atomically, then removes the index (the switch),
+then the shards that index named. Killed at any step, the target loads as the previous checkpoint or
+as the new one; the files of an unfinished save are leftovers a load names in a warning. Every shard
+and the index carry one random ``packrt.save_id``, so a shard from another save is refused, never
+mixed in. Shards fill greedily in key order up to ``max_shard_size`` (a tensor larger than the limit
+gets a shard of its own).
 """
 
 from __future__ import annotations
@@ -101,17 +102,18 @@ def plan_shards(sizes: Mapping[str, int], limit: int) -> list[list[str]]:
     return shards
 
 
-def shard_name(stem: str, token: str, number: int, count: int) -> str:
-    """The file name of shard ``number`` of ``count`` of the save whose names carry ``token``."""
-    return f"{stem}-{token}-{number:05d}-of-{count:05d}.safetensors"
+def shard_names(directory: Path, stem: str, count: int) -> list[str]:
+    """Names for the ``count`` shards of a new save: names no file in ``directory`` has yet.
 
-
-def _fresh_token(directory: Path, stem: str, count: int) -> str:
-    # A new token per save, so no shard of this save can land on a file any index names.
-    while True:
+    The Hugging Face names (``<stem>-00001-of-00003.safetensors``) when all are free, as in a first
+    save; else the same names with a fresh random token after the stem, so a re-save never writes over
+    a shard the current index still names.
+    """
+    plain = [f"{stem}-{number:05d}-of-{count:05d}.safetensors" for number in range(1, count + 1)]
+    while any((directory / name).exists() for name in plain):
         token = secrets.token_hex(4)
-        if not any((directory / shard_name(stem, token, n, count)).exists() for n in (1, count)):
-            return token
+        plain = [f"{stem}-{token}-{number:05d}-of-{count:05d}.safetensors" for number in range(1, count + 1)]
+    return plain
 
 
 def _named_by(index: Path) -> set[str]:
@@ -158,15 +160,13 @@ def _save_sharded(
     directory = target.index.parent
     has_index = _fs.kind_of(target.index) == "file"
     mode = _fs.existing_mode(target.index if has_index else target.single)
-    count = len(groups)
-    token = _fresh_token(directory, target.stem, count)
-    save_id = token + secrets.token_hex(4)
+    names = shard_names(directory, target.stem, len(groups))
+    save_id = secrets.token_hex(8)
     shard_metadata = {**metadata, SAVE_ID_KEY: save_id}
     weight_map: dict[str, str] = {}
     total = 0
     # 1. New shards under new names: nothing the current checkpoint uses is touched.
-    for number, keys in enumerate(groups, start=1):
-        name = shard_name(target.stem, token, number, count)
+    for name, keys in zip(names, groups, strict=True):
         _writer.save_arrays({key: arrays[key] for key in keys}, directory / name, shard_metadata, mode=mode)
         weight_map.update(dict.fromkeys(keys, name))
         total += sum(arrays[key].nbytes for key in keys)
@@ -201,4 +201,4 @@ def write_checkpoint(
     return _save_sharded(arrays, target, metadata, groups)
 
 
-__all__ = ["Target", "parse_size", "plan_shards", "shard_name", "target_for", "write_checkpoint"]
+__all__ = ["Target", "parse_size", "plan_shards", "shard_names", "target_for", "write_checkpoint"]
