@@ -267,3 +267,37 @@ def test_a_broken_pipe_is_not_reported_as_an_error(
     monkeypatch.setattr(sys, "stdout", _ClosedPipe())
     assert main([arg.format(path=path) for arg in argv]) == 141
     assert capsys.readouterr().err == ""
+
+
+def _raw_checkpoint(path: Path, names: list[str]) -> None:
+    """A safetensors file whose header names are written as given (JSON escapes and all)."""
+    tensors = {name: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]} for i, name in enumerate(names)}
+    header = json.dumps(tensors).encode("utf-8")
+    header += b" " * (-len(header) % 8)
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * (4 * len(names)))
+
+
+def test_inspect_escapes_control_characters_and_lone_surrogates_in_names(tmp_path: Path, capsys: Any) -> None:
+    path = tmp_path / "odd.safetensors"
+    _raw_checkpoint(path, ["bell\u0007", "esc\u001b[31mred", "half\ud800surrogate"])
+    code = main(["inspect", str(path)])
+    captured = capsys.readouterr()
+    if code == 0:
+        assert "bell\\x07" in captured.out and "esc\\x1b[31mred" in captured.out
+        assert "half\\ud800surrogate" in captured.out and "\u0007" not in captured.out
+    else:  # the reader may refuse the names outright: then as a packrt error, exit 2, no traceback
+        assert code == 2 and "Traceback" not in captured.err and "error:" in captured.err
+
+
+def test_an_internal_failure_is_exit_2_with_the_reason_and_no_traceback(
+    tmp_path: Path, capsys: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import packrt.cli as cli
+
+    def broken(path: Any) -> Any:
+        raise IndexError("list index out of range")
+
+    monkeypatch.setattr(cli.packrt_io, "inspect_checkpoint", broken)
+    assert main(["inspect", str(tmp_path / "x.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert "internal error (IndexError): list index out of range" in err and "Traceback" not in err

@@ -60,6 +60,17 @@ def _table(rows: Sequence[Sequence[str]], right: set[int], out: TextIO) -> None:
         print("  ".join(cells).rstrip(), file=out)
 
 
+def _safe(text: str) -> str:
+    """``text`` as the terminal should see it: control characters, lone surrogates and other
+    unprintable code points escaped (``\\x07``, ``\\ud800``), so a tensor name can neither ring
+    the bell, move the cursor, nor make printing fail."""
+    if text.isprintable():
+        return text
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in text
+    )
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(dim) for dim in shape) + "]"
 
@@ -67,27 +78,27 @@ def _shape(shape: Sequence[int]) -> str:
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
     info = packrt_io.inspect_checkpoint(args.path)
     form = f"sharded, {len(info.shards)} shards" if info.sharded else "single file"
-    print(f"checkpoint: {info.path} ({form})", file=out)
+    print(f"checkpoint: {_safe(str(info.path))} ({form})", file=out)
     print(f"tensors: {len(info.tensors)}, {info.total_bytes} bytes", file=out)
     if info.tensors:
         header = ["name", "dtype", "shape", "bytes"] + (["shard"] if info.sharded else [])
         rows = [header]
         for name in sorted(info.tensors):
             tensor = info.tensors[name]
-            row = [name, tensor.dtype, _shape(tensor.shape), str(tensor.nbytes)]
-            rows.append(row + ([tensor.file] if info.sharded else []))
+            row = [_safe(name), tensor.dtype, _shape(tensor.shape), str(tensor.nbytes)]
+            rows.append(row + ([_safe(tensor.file)] if info.sharded else []))
         print(file=out)
         _table(rows, {3}, out)
     metadata = {key: str(value) for key, value in (info.index_metadata or info.metadata).items()}
     if metadata:
         print("\nmetadata:", file=out)
-        _table([[f"  {key}", metadata[key]] for key in sorted(metadata)], set(), out)
+        _table([[f"  {_safe(key)}", _safe(metadata[key])] for key in sorted(metadata)], set(), out)
     if info.sharded:
         print("\nshards:", file=out)
         rows = []
         for shard in info.shards:
             held = [t for t in info.tensors.values() if t.file == shard.name]
-            rows.append([f"  {shard.name}", f"{len(held)} tensors", f"{sum(t.nbytes for t in held)} bytes"])
+            rows.append([f"  {_safe(shard.name)}", f"{len(held)} tensors", f"{sum(t.nbytes for t in held)} bytes"])
         _table(rows, {1, 2}, out)
     return _EXIT_OK
 
@@ -207,8 +218,8 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         with meta_init():
             model = _build(factory, args.model, config)
     report = packrt_io.check_checkpoint(model, args.path)
-    print(f"checkpoint: {report.info.path}", file=out)
-    print(f"model: {args.model}", file=out)
+    print(f"checkpoint: {_safe(str(report.info.path))}", file=out)
+    print(f"model: {_safe(args.model)}", file=out)
     sections = [
         ("missing keys (in the model, not in the checkpoint)", list(report.missing_keys)),
         ("unexpected keys (in the checkpoint, not in the model)", list(report.unexpected_keys)),
@@ -218,7 +229,7 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
         if lines:
             print(f"\n{title}: {len(lines)}", file=out)
             for line in lines:
-                print(f"  {line}", file=out)
+                print(f"  {_safe(line)}", file=out)
     print("\nresult: " + ("match" if report.matches else "MISMATCH"), file=out)
     return _EXIT_OK if report.matches else _EXIT_MISMATCH
 
@@ -298,7 +309,14 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise  # an OSError, but not a failure of the command: main handles it
     except (UsageError, PackrtError, OSError) as err:
-        print(f"packrt {args.command}: error: {err}", file=sys.stderr)
+        print(f"packrt {args.command}: error: {_safe(str(err))}", file=sys.stderr)
+        return _EXIT_ERROR
+    except Exception as err:  # a defect of packrt, not of the input: still no traceback, never "mismatch"
+        print(
+            f"packrt {args.command}: internal error ({type(err).__name__}): {_safe(str(err))}; please report it "
+            "with the command line",
+            file=sys.stderr,
+        )
         return _EXIT_ERROR
     return code
 
