@@ -272,3 +272,37 @@ def gpu(session: nox.Session) -> None:
     )
     session.chdir(str(ROOT))
     session.run("python", str(cuda_package / "benchmarks" / "gpu_bench.py"), "--out", str(REPORTS))
+
+
+DOCS_REQUIREMENTS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11"]
+
+
+@nox.session(requires=["build"])
+def docs(session: nox.Session) -> None:
+    """The documentation site into site/, strict (docs/README.md): docstring check, then mkdocs build.
+
+    The packrt conformance runs (both revisions) feed the report pages; torch's report comes from
+    reports/ when ``nox -s conformance`` wrote one, else from docs/_conformance_snapshot/.
+    """
+    _install_from_dist(session, "packrt", "packrt-kernels-cuda", "packrt-conformance", *DOCS_REQUIREMENTS)
+    REPORTS.mkdir(exist_ok=True)
+    session.chdir(str(CONFORMANCE))
+    for revision in (2, 1):
+        session.run(
+            "packrt-conformance",
+            "--impl",
+            "packrt",
+            "--revision",
+            str(revision),
+            "--expectations",
+            "expectations/packrt.txt",
+            "--report-json",
+            str(REPORTS / f"conformance-packrt-cpu-rev{revision}.json"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            silent=True,
+        )
+    session.chdir(str(ROOT))
+    session.run("python", "docs/_check_docstrings.py")
+    session.run("mkdocs", "build", "--strict", "--clean", *session.posargs, env={"NO_MKDOCS_2_WARNING": "1"})

@@ -113,11 +113,14 @@ def missing(roots: tuple[str, ...] = PACKAGES) -> list[str]:
             elif inspect.isclass(value):
                 if _ours(value, roots):
                     visit_class(path, value)
-            elif callable(value) and (inspect.isfunction(value) or inspect.isbuiltin(value)):
-                if _ours(value, roots) and id(value) not in done:
-                    done.add(id(value))
-                    if not (inspect.getdoc(value) or "").strip():
-                        found.append(f"{path} (function)")
+            elif (
+                (inspect.isfunction(value) or inspect.isbuiltin(value))
+                and _ours(value, roots)
+                and id(value) not in done
+            ):
+                done.add(id(value))
+                if not (inspect.getdoc(value) or "").strip():
+                    found.append(f"{path} (function)")
 
     for root in roots:
         visit_module(importlib.import_module(root))

@@ -89,7 +89,10 @@ def _load_reports() -> dict[tuple[str, int], tuple[dict[str, Any], str]]:
         for place in places:
             path = place / f"conformance-{impl}-cpu-rev{revision}.json"
             if path.is_file():
-                found[(impl, revision)] = (json.loads(path.read_text(encoding="utf-8")), path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path))
+                found[(impl, revision)] = (
+                    json.loads(path.read_text(encoding="utf-8")),
+                    path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else str(path),
+                )
                 break
         else:
             log.warning("no conformance report for %s revision %d in %s", impl, revision, [str(p) for p in places])
@@ -141,7 +144,8 @@ def _report_page() -> str:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(report["summary"].items()))
         out.append(
             f"| {impl} rev {revision} | {report['suite']['version']} | {report['implementation']['name']} "
-            f"{report['implementation']['version']} | {report['device']} | {report['created']} | {counts} | `{source}` |"
+            f"{report['implementation']['version']} | {report['device']} | {report['created']} | {counts} "
+            f"| `{source}` |"
         )
     out += [
         "",
@@ -150,9 +154,7 @@ def _report_page() -> str:
         "`docs/_conformance_snapshot/`.",
         "",
     ]
-    outcomes = {
-        key: {c["id"]: c for c in reports[key][0]["clauses"]} for key in columns
-    }
+    outcomes = {key: {c["id"]: c for c in reports[key][0]["clauses"]} for key in columns}
     by_method: dict[str, list[Any]] = {}
     for clause in registry.values():
         by_method.setdefault(clause.method, []).append(clause)
@@ -178,7 +180,12 @@ def _report_page() -> str:
 
 
 def _changelog_page() -> str:
-    out = ["# Changelogs", "", "Each distribution keeps its own version and changelog; here they are, newest first.", ""]
+    out = [
+        "# Changelogs",
+        "",
+        "Each distribution keeps its own version and changelog; here they are, newest first.",
+        "",
+    ]
     for dist, rel in CHANGELOGS:
         text = (ROOT / rel).read_text(encoding="utf-8")
         lines = text.splitlines()
@@ -244,7 +251,7 @@ def _rewrite_links(text: str, page: Any, files: Files) -> str:
         bang, label, target = match.groups()
         if "://" in target or target.startswith(("#", "mailto:")):
             return match.group(0)
-        path, _, frag = target.partition("#")
+        path = target.partition("#")[0]
         resolved = (page_dir / path).resolve()
         if resolved.is_relative_to(docs_dir) or not resolved.is_relative_to(ROOT) or not resolved.exists():
             return match.group(0)
