@@ -277,7 +277,7 @@ def gpu(session: nox.Session) -> None:
 DOCS_REQUIREMENTS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11"]
 
 
-@nox.session(requires=["build"])
+@nox.session(tags=["ci"], requires=["build"])
 def docs(session: nox.Session) -> None:
     """The documentation site into site/, strict (docs/README.md): docstring check, then mkdocs build.
 
