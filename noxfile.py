@@ -193,14 +193,40 @@ def conformance_selftest(session: nox.Session) -> None:
 
 
 @nox.session(requires=["build"])
+def conformance_mutants(session: nox.Session) -> None:
+    """Mutation testing: AST mutants of packrt's Module, state, placement, residency, Linear and hook
+    code, a seeded sample bounded to about 20 minutes, the suite run against each in a fresh
+    subprocess; JSON results in reports/ (conformance/mutation/README.md). Not part of CI.
+    ``nox -s conformance_mutants -- --sample 50 --seed 7`` passes options to the mutator."""
+    _install_from_dist(session, "packrt-conformance", "packrt")
+    REPORTS.mkdir(exist_ok=True)
+    session.chdir(str(ROOT))
+    mutator = ["python", "conformance/mutation/mutate.py", "--root", str(ROOT), "--budget-s", "1200"]
+    session.run(*mutator, *session.posargs)
+
+
+@nox.session(requires=["build"])
 def benchmarks(session: nox.Session) -> None:
     """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
 
-    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only: they pin an older
-    OpenBLAS kernel that slows a current numpy (the run records which kernel ran). Both sides
-    get one thread unless overridden: ``nox -s benchmarks -- --bench-threads=2 -k matmul``.
+    OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only (the run records which
+    kernel ran). The kernel cases get one thread per side unless overridden (``nox -s benchmarks
+    -- --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
+    ``-- --compare`` (not passed to pytest) makes report.py fail the session when a tracked ratio
+    worsens beyond its margin in benchmarks/margins.json.
     """
-    _install_from_dist(session, "packrt-core", TORCH, "pytest>=8", "pytest-benchmark>=4.0", "threadpoolctl>=3.5")
+    _install_from_dist(
+        session,
+        "packrt",
+        TORCH,
+        "transformers==5.23.0",
+        "matplotlib>=3.8",
+        "pytest>=8",
+        "pytest-benchmark>=4.0",
+        "threadpoolctl>=3.5",
+    )
+    compare = "--compare" in session.posargs
+    pytest_args = [arg for arg in session.posargs if arg != "--compare"]
     out = ROOT / ".benchmarks"
     out.mkdir(exist_ok=True)
     results = out / "latest.json"
@@ -215,10 +241,11 @@ def benchmarks(session: nox.Session) -> None:
         "no:cacheprovider",
         "--bench-threads=1",
         f"--benchmark-json={results}",
-        *session.posargs,
+        *pytest_args,
         env=unset_openblas,
     )
-    session.run("python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md"))
+    report = ["python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md")]
+    session.run(*report, "--plot", str(out / "latest.png"), *(["--compare"] if compare else []))
 
 
 @nox.session(requires=["build"])

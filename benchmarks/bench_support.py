@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
+import statistics
+import time
 import tracemalloc
 from collections.abc import Callable
 from types import ModuleType
@@ -19,6 +22,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+import threadpoolctl  # type: ignore[import-untyped]
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -116,3 +120,146 @@ def traced(fn: Callable[[], Any]) -> tuple[Any, int, int]:
         if not was_tracing:
             tracemalloc.stop()
     return result, after - before, peak - before
+
+
+# -- threads and the one-core check ---------------------------------------------------------------------
+# A one-thread case may spend at most this much process CPU time per second of wall time. CPU time
+# (time.process_time) counts every thread of the process, so one busy thread gives ~1.0 and two busy
+# threads ~2.0 on an idle two-core machine, or ~1.5 when a neighbour takes half of the second core.
+# 1.3 sits above what a single thread shows (1.00-1.05 measured: the interpreter's own short-lived
+# helper threads, the BLAS/OpenMP pools waking once) and below a second busy thread even under
+# contention, so it flags a leaked second thread without flaking on bookkeeping.
+CORE_LIMIT = 1.3
+# Below this much wall time the ratio is too coarse to judge (a few scheduler ticks either way).
+CORE_CHECK_MIN_WALL_S = 0.05
+
+
+def _packrt_core_or_none() -> ModuleType | None:
+    try:
+        return importlib.import_module("packrt_core")
+    except ImportError:
+        return None
+
+
+def apply_thread_cap(n: int) -> None:
+    """Cap every pool both sides use at ``n``: numpy's BLAS (and OpenMP), packrt's numba pool, torch's intra-op.
+
+    Re-applied before each timed section, not once: numba's ``omp`` threading layer shares libgomp
+    with torch, and a numba parallel launch resets torch's OpenMP thread count to the machine's
+    (measured: ``torch.get_num_threads()`` 1 -> 2 after one packrt GELU), so a cap set once at
+    the start of the session does not hold for torch.
+    """
+    threadpoolctl.threadpool_limits(limits=n)
+    core = _packrt_core_or_none()
+    if core is not None and hasattr(core, "set_num_threads"):
+        core.set_num_threads(n)
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return
+    torch.set_num_threads(n)
+
+
+class CoreUse:
+    """Process CPU time over wall time across ``with`` blocks (all threads of the process counted)."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+        self.wall = 0.0
+
+    def __enter__(self) -> CoreUse:
+        self._cpu0, self._wall0 = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu += time.process_time() - self._cpu0
+        self.wall += time.perf_counter() - self._wall0
+
+    @property
+    def ratio(self) -> float:
+        return self.cpu / self.wall if self.wall > 0 else 0.0
+
+    def check(self, threads: int, what: str) -> None:
+        """Fail a one-thread case whose process used more than one core while it was timed."""
+        if threads == 1 and self.wall >= CORE_CHECK_MIN_WALL_S and self.ratio > CORE_LIMIT:
+            pytest.fail(
+                f"{what}: ran at --bench-threads=1 but used {self.ratio:.2f} cores (CPU {self.cpu:.3f} s over "
+                f"wall {self.wall:.3f} s > {CORE_LIMIT}); some pool escaped the thread cap"
+            )
+
+
+# -- whole-model cases: interleaved timing ----------------------------------------------------------------
+# Records in pytest-benchmark's JSON shape; conftest's pytest_benchmark_update_json appends them to the run.
+MODEL_RECORDS: list[dict[str, Any]] = []
+
+
+def race(
+    calls: dict[str, Callable[[], Any]],
+    threads: int,
+    *,
+    min_rounds: int = 3,
+    max_rounds: int = 8,
+    budget_s: float = 0.5,
+    round_s: float = 0.02,
+) -> dict[str, tuple[list[float], CoreUse]]:
+    """Time each implementation in turn, round after round: impl -> (seconds per call of each round, core use).
+
+    Interleaving puts every implementation's rounds in the same stretch of wall time, so a burst of
+    other work on a shared machine slows both sides instead of one; the report then takes each
+    side's fastest round. The cap is re-applied before every timed call (see apply_thread_cap).
+    Short calls repeat within a round until the round lasts about ``round_s``.
+    """
+    repeats: dict[str, int] = {}
+    for impl, fn in calls.items():
+        apply_thread_cap(threads)
+        start = time.perf_counter()
+        fn()
+        repeats[impl] = max(1, math.ceil(round_s / max(time.perf_counter() - start, 1e-9)))
+    out: dict[str, tuple[list[float], CoreUse]] = {impl: ([], CoreUse()) for impl in calls}
+    began = time.perf_counter()
+    order = list(calls)
+    for rounds in range(1, max_rounds + 1):
+        for impl in order:
+            fn, n = calls[impl], repeats[impl]
+            times, use = out[impl]
+            apply_thread_cap(threads)
+            with use:
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                times.append((time.perf_counter() - start) / n)
+        order.reverse()  # neither side always runs right after the other
+        if rounds >= min_rounds and time.perf_counter() - began >= budget_s:
+            break
+    return out
+
+
+def record_model_case(
+    name: str, case: str, impl: str, times: list[float], use: CoreUse, threads: int, **extra: Any
+) -> None:
+    """Store one implementation's rounds as a pytest-benchmark entry (report.py reads it like any other)."""
+    ordered = sorted(times)
+    MODEL_RECORDS.append(
+        {
+            "group": case,
+            "name": f"{name}[{impl}]",
+            "fullname": f"benchmarks/test_models.py::{name}[{impl}]",
+            "params": None,
+            "extra_info": {
+                "impl": impl,
+                "case": case,
+                "threads": threads,
+                "cpu_per_wall": round(use.ratio, 3),
+                **extra,
+            },
+            "stats": {
+                "min": ordered[0],
+                "max": ordered[-1],
+                "mean": statistics.fmean(ordered),
+                "median": statistics.median(ordered),
+                "stddev": statistics.stdev(ordered) if len(ordered) > 1 else 0.0,
+                "rounds": len(ordered),
+                "iterations": 1,
+            },
+        }
+    )

@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import os
 import platform
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 import pytest
 import threadpoolctl  # type: ignore[import-untyped]
+from bench_support import MODEL_RECORDS, CoreUse, apply_thread_cap
 
 OPENBLAS_OVERRIDES = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
@@ -53,6 +54,7 @@ def _torch_facts() -> dict[str, Any]:
     }
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     np.ones((2, 2)) @ np.ones((2, 2))  # make sure the BLAS is loaded before it is described
     machine_info["cpu_count"] = os.cpu_count()
@@ -86,6 +88,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def bench_threads(config: pytest.Config) -> int:
+    """The --bench-threads cap, or the core count when none was given."""
+    return int(config.getoption("--bench-threads") or os.cpu_count() or 1)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _thread_cap(request: pytest.FixtureRequest) -> Iterator[None]:
     """Apply --bench-threads to both sides alike, so a ratio never compares 1 thread with 2."""
@@ -97,12 +104,62 @@ def _thread_cap(request: pytest.FixtureRequest) -> Iterator[None]:
         raise pytest.UsageError(f"--bench-threads must be >= 1, got {n}")
     torch = _torch_or_none()
     old = torch.get_num_threads() if torch else None
-    if torch:
-        torch.set_num_threads(n)
+    apply_thread_cap(n)
     with threadpoolctl.threadpool_limits(limits=n):
         yield
     if torch and old:
         torch.set_num_threads(old)
+
+
+@pytest.fixture(autouse=True)
+def _reapply_thread_cap(request: pytest.FixtureRequest) -> None:
+    """Set the cap again before every case: a numba parallel kernel resets torch's OpenMP threads (bench_support)."""
+    if request.config.getoption("--bench-threads") is not None:
+        apply_thread_cap(request.config.getoption("--bench-threads"))
+
+
+@functools.cache
+def _core_checked_class() -> type:
+    """pytest-benchmark's fixture class, with the process's CPU/wall ratio measured around the timed calls.
+
+    The ratio lands in ``extra_info["cpu_per_wall"]``; at one thread a ratio above
+    ``bench_support.CORE_LIMIT`` fails the case (a pool escaped the cap). pytest-benchmark's own
+    calibration runs on the calling thread, so it only pulls the ratio towards 1. A subclass, not
+    a wrapper: the plugin refuses a ``benchmark`` that is not its own fixture type.
+    """
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    class CoreCheckedBenchmark(BenchmarkFixture):  # type: ignore[misc]
+        core_threads = 1
+
+        def _checked(self, run: Callable[[], Any]) -> Any:
+            with CoreUse() as use:
+                result = run()
+            self.extra_info["cpu_per_wall"] = round(use.ratio, 3)
+            use.check(self.core_threads, str(self.extra_info.get("case") or self.name))
+            return result
+
+        def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+            return self._checked(lambda: super(CoreCheckedBenchmark, self).__call__(fn, *args, **kwargs))
+
+        def pedantic(self, *args: Any, **kwargs: Any) -> Any:
+            return self._checked(lambda: super(CoreCheckedBenchmark, self).pedantic(*args, **kwargs))
+
+    return CoreCheckedBenchmark
+
+
+@pytest.fixture
+def benchmark(benchmark: Any, request: pytest.FixtureRequest) -> Any:
+    """The plugin's ``benchmark`` fixture with the one-core check (same name, so every suite gets it)."""
+    benchmark.__class__ = _core_checked_class()
+    benchmark.core_threads = bench_threads(request.config)
+    return benchmark
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-benchmark's hook; the plugin may be absent (test_report)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list[Any], output_json: dict[str, Any]) -> None:
+    """Add the whole-model cases, timed interleaved by bench_support.race, to the run's JSON."""
+    output_json["benchmarks"].extend(MODEL_RECORDS)
 
 
 @pytest.fixture(autouse=True)
@@ -111,4 +168,4 @@ def _record_blas(request: pytest.FixtureRequest) -> None:
     if "benchmark" in request.fixturenames:
         extra = request.getfixturevalue("benchmark").extra_info
         extra["blas"] = blas_summary()
-        extra["threads"] = request.config.getoption("--bench-threads") or os.cpu_count()
+        extra["threads"] = bench_threads(request.config)

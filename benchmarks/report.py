@@ -1,6 +1,8 @@
 """Turn a pytest-benchmark JSON into the ratio table: packrt's time over numpy's and torch's, per case.
 
     python benchmarks/report.py RESULTS.json [--baseline BASELINE.json | --no-baseline] [--markdown OUT.md]
+        [--plot OUT.png] [--compare] [--save-baseline PATH]
+    python benchmarks/report.py RUN1.json RUN2.json RUN3.json ... --write-margins benchmarks/margins.json
 
 A case is a pytest-benchmark group; each benchmark in it carries ``extra_info["impl"]``
 (``packrt`` or a ``packrt-*`` variant, ``numpy``, ``torch``). For every packrt variant in a
@@ -8,8 +10,13 @@ case the table gives its time and ``packrt / reference`` for each reference meas
 same run (below 1 means packrt is faster). ``--stat`` picks the rounds' min (default) or
 median. Comparing runs compares ratios, never absolute times, so a baseline from another
 machine still says whether packrt moved relative to its references. A second table lists the
-memory each weight form keeps (``extra_info["memory"]``, measured with tracemalloc). Nothing
-here fails on a number: the report informs, it does not gate.
+memory each weight form keeps (``extra_info["memory"]``, measured with tracemalloc).
+
+The report opens with a summary of the *tracked* ratios (every whole-model case and a chosen set
+of kernel cases, listed in ``margins.json``): this run's ratio, the baseline's, their change
+(now / baseline, above 1 is worse) and a flag. ``--compare`` turns it into a gate: the exit
+status is 1 when any tracked ratio worsened by more than its margin. The margins are data,
+derived from repeated runs of the unchanged tree with ``--write-margins`` (see ``derive_margins``).
 
 Without ``--baseline`` the newest JSON in ``benchmarks/baselines/`` is the baseline.
 """
@@ -25,7 +32,28 @@ from pathlib import Path
 from typing import Any
 
 BASELINES = Path(__file__).parent / "baselines"
+MARGINS = Path(__file__).parent / "margins.json"
 REFERENCES = ("numpy", "torch")
+# Kernel cases tracked next to every whole-model case ("model-*", packrt / torch): one per kind of
+# kernel, each against the reference it is meant to match, all fp32 (half precision adds ml_dtypes noise).
+KERNEL_TRACKED: tuple[tuple[str, str, str], ...] = (
+    ("matmul-fp32-512", "packrt", "numpy"),
+    ("linear-fp32-1x1024->1024", "packrt", "torch"),
+    ("linear-fp32-32x1024->1024", "packrt", "torch"),
+    ("conv2d-3x3-fp32-8x32x32x32->64", "packrt-packed", "torch"),
+    ("sdpa-full-fp32-4x8x128x64", "packrt", "torch"),
+    ("elementwise-add-fp32-512x1024+1024", "packrt", "numpy"),
+    ("reduce-sum-fp32-1024x1024", "packrt", "numpy"),
+    ("module-call-overhead", "packrt", "torch"),
+    ("nn-linear-packed-fp32-8x1024->1024", "packrt", "torch"),
+)
+# Margin = clamp(NOISE_FACTOR * spread + MARGIN_FLOOR, MIN_MARGIN, MAX_MARGIN), spread = max/min - 1 of
+# the case's ratio over repeated runs. A comparison sets one run against another, so its change can
+# reach the whole spread; doubling it covers the spread the few runs did not happen to show. The
+# cap keeps a 1.5x regression a failure on every tracked case, however noisy.
+NOISE_FACTOR, MARGIN_FLOOR, MIN_MARGIN, MAX_MARGIN = 2.0, 0.05, 0.10, 0.45
+
+Tracked = tuple[str, str, str]  # (case, packrt impl, reference)
 
 Ratios = dict[tuple[str, str], dict[str, float]]  # (case, packrt impl) -> {reference: ratio}
 
@@ -101,11 +129,7 @@ def ratio_table(data: dict[str, Any], baseline: dict[str, Any] | None, stat: str
     cases = medians(data, stat)
     now = ratios(cases)
     before = ratios(medians(baseline, stat)) if baseline else {}
-    targets = {
-        b["extra_info"].get("case") or b["group"]: b["extra_info"]["target_ratio_vs_torch"]
-        for b in data["benchmarks"]
-        if "target_ratio_vs_torch" in b.get("extra_info", {})
-    }
+    targets = _targets(data)
     head = f"| case | packrt | {stat} | / numpy | / torch |"
     rule = "| --- | --- | ---: | ---: | ---: |"
     if baseline:
@@ -154,9 +178,182 @@ def memory_table(data: dict[str, Any]) -> list[str]:
     return rows if found else []
 
 
-def render(data: dict[str, Any], baseline: dict[str, Any] | None, baseline_name: str | None, stat: str = "min") -> str:
-    """The whole report as markdown."""
-    parts = ["## Machine", "", *machine_lines(data), "", f"## Ratios (packrt {stat} / reference {stat})", ""]
+def flops_table(data: dict[str, Any], stat: str = "min") -> list[str]:
+    """Achieved GFLOP/s of every benchmark that recorded ``extra_info["flops"]``, with its CPU/wall ratio.
+
+    A one-thread row above the machine's one-core peak, or with CPU/wall near 2, ran on more than one core.
+    """
+    rows = ["| case | impl | threads | GFLOP/s | CPU / wall |", "| --- | --- | ---: | ---: | ---: |"]
+    found = [b for b in data["benchmarks"] if b.get("extra_info", {}).get("flops")]
+    for bench in sorted(found, key=lambda b: (b["extra_info"].get("case", ""), b["extra_info"].get("impl", ""))):
+        extra = bench["extra_info"]
+        gflops = float(extra["flops"]) / float(bench["stats"][stat]) / 1e9
+        cpu = extra.get("cpu_per_wall")
+        rows.append(
+            f"| {extra.get('case', bench['group'])} | {extra.get('impl', '?')} | {extra.get('threads', '?')} "
+            f"| {gflops:.1f} | {'-' if cpu is None else f'{cpu:.2f}'} |"
+        )
+    return rows if found else []
+
+
+def _targets(data: dict[str, Any]) -> dict[str, float]:
+    return {
+        b["extra_info"].get("case") or b["group"]: float(b["extra_info"]["target_ratio_vs_torch"])
+        for b in data["benchmarks"]
+        if "target_ratio_vs_torch" in b.get("extra_info", {})
+    }
+
+
+def default_tracked(now: Ratios) -> list[Tracked]:
+    """What a run tracks: every whole-model case against torch, plus KERNEL_TRACKED where the run has it."""
+    models = [(case, impl, "torch") for (case, impl), r in now.items() if case.startswith("model-") and "torch" in r]
+    kernels = [t for t in KERNEL_TRACKED if t[2] in now.get((t[0], t[1]), {})]
+    return sorted(models) + list(kernels)
+
+
+def load_margins(path: Path = MARGINS) -> dict[Tracked, float]:
+    """(case, impl, reference) -> margin (a fraction: 0.25 lets a ratio grow by 25% before --compare fails)."""
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise SystemExit(f"cannot read the margins {path}: {err}; derive them with --write-margins") from err
+    return {(t["case"], t["impl"], t["ref"]): float(t["margin"]) for t in stored["tracked"]}
+
+
+def derive_margins(runs: list[dict[str, Any]], stat: str = "min") -> dict[str, Any]:
+    """Margins from repeated runs of one tree: each tracked case's spread (max/min - 1) and the margin it gets."""
+    per_run = [ratios(medians(run, stat)) for run in runs]
+    tracked = default_tracked(per_run[0])
+    entries = []
+    for case, impl, ref in tracked:
+        seen = [r[case, impl][ref] for r in per_run if ref in r.get((case, impl), {})]
+        if len(seen) < len(runs):
+            continue  # not in every run: its noise is unknown, so it is not tracked
+        spread = max(seen) / min(seen) - 1
+        margin = min(MAX_MARGIN, max(MIN_MARGIN, NOISE_FACTOR * spread + MARGIN_FLOOR))
+        entries.append(
+            {
+                "case": case,
+                "impl": impl,
+                "ref": ref,
+                "ratios": [round(v, 4) for v in seen],
+                "spread": round(spread, 4),
+                "margin": round(margin, 3),
+                "capped": NOISE_FACTOR * spread + MARGIN_FLOOR > MAX_MARGIN,
+            }
+        )
+    return {
+        "method": (
+            f"margin = clamp({NOISE_FACTOR} * spread + {MARGIN_FLOOR}, {MIN_MARGIN}, {MAX_MARGIN}); spread = "
+            f"max/min - 1 of the ratio ({stat} statistic) over {len(runs)} runs of the unchanged tree"
+        ),
+        "runs": [run.get("datetime", "?") for run in runs],
+        "tracked": entries,
+    }
+
+
+def compare(
+    data: dict[str, Any], baseline: dict[str, Any] | None, margins: dict[Tracked, float], stat: str = "min"
+) -> list[dict[str, Any]]:
+    """One row per tracked ratio: now, baseline, change (now / baseline), margin, flag (REGRESSED fails --compare)."""
+    now = ratios(medians(data, stat))
+    before = ratios(medians(baseline, stat)) if baseline else {}
+    targets = _targets(data)
+    rows = []
+    for key, margin in sorted(margins.items()):
+        case, impl, ref = key
+        ratio = now.get((case, impl), {}).get(ref)
+        base = before.get((case, impl), {}).get(ref)
+        change = ratio / base if ratio is not None and base is not None else None
+        if ratio is None:
+            flag = "not run"
+        elif change is None:
+            flag = "new"
+        elif change > 1 + margin:
+            flag = "REGRESSED"
+        elif change < 1 / (1 + margin):
+            flag = "improved"
+        else:
+            flag = "ok"
+        target = targets.get(case) if ref == "torch" else None
+        rows.append(
+            {"case": case, "impl": impl, "ref": ref, "ratio": ratio, "baseline": base, "change": change}
+            | {"margin": margin, "flag": flag, "target": target}
+        )
+    return rows
+
+
+def _num(value: float | None, fmt: str = ".2f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def summary_table(rows: list[dict[str, Any]]) -> list[str]:
+    """The tracked ratios as markdown, one row per (case, packrt impl, reference), in case order."""
+    out = [
+        "| case | ratio | baseline ratio | change | margin | flag | target |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    for row in rows:
+        impl = "" if row["impl"] == "packrt" else f" {row['impl']}"
+        target = row["target"]
+        if target is None or row["ratio"] is None:
+            met = "-"
+        else:
+            met = f"<= {target}: {'met' if row['ratio'] <= target else 'MISSED'}"
+        out.append(
+            f"| {row['case']}{impl} / {row['ref']} | {_num(row['ratio'])} | {_num(row['baseline'])} "
+            f"| {_num(row['change'], '.2f')}x | {row['margin']:.0%} | {row['flag']} | {met} |"
+        )
+    return out
+
+
+def plot(history: list[tuple[str, dict[str, Any]]], tracked: list[Tracked], path: Path, stat: str = "min") -> None:
+    """A PNG of each tracked ratio across the runs in ``history`` (label, run), oldest first; two panels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = [ratios(medians(run, stat)) for _, run in history]
+    labels = [label for label, _ in history]
+    panels = [("whole models (packrt / torch)", [t for t in tracked if t[0].startswith("model-")])]
+    panels.append(("kernel cases", [t for t in tracked if not t[0].startswith("model-")]))
+    fig, axes = plt.subplots(1, 2, figsize=(16, 7), sharey=True)
+    for ax, (title, keys) in zip(axes, panels, strict=True):
+        for case, impl, ref in keys:
+            ys = [r.get((case, impl), {}).get(ref, float("nan")) for r in series]
+            name = case if impl == "packrt" else f"{case} {impl}"
+            ax.plot(range(len(labels)), ys, marker="o", label=f"{name} / {ref}")
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(0.0, -0.18), ncol=2)
+    axes[0].set_ylabel(f"packrt / reference ({stat}); below 1 packrt is faster")
+    fig.suptitle("tracked ratios across stored baselines")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def render(
+    data: dict[str, Any],
+    baseline: dict[str, Any] | None,
+    baseline_name: str | None,
+    stat: str = "min",
+    summary: list[dict[str, Any]] | None = None,
+) -> str:
+    """The whole report as markdown: the tracked summary first (when given), then machine, ratios, memory."""
+    parts = []
+    if summary is not None:
+        parts += ["## Tracked ratios", ""]
+        parts.append(
+            f"packrt / reference ({stat}); change = ratio / baseline ratio (above 1 is worse); a change above "
+            f"1 + margin is REGRESSED and fails `--compare`. Baseline: `{baseline_name or 'none'}`."
+        )
+        parts += ["", *summary_table(summary), ""]
+    parts += ["## Machine", "", *machine_lines(data), "", f"## Ratios (packrt {stat} / reference {stat})", ""]
     parts.append("Below 1.00 packrt is faster than the reference; each ratio comes from one run.")
     if baseline_name:
         parts.append(f"Baseline columns: the same ratios from `{baseline_name}`.")
@@ -165,6 +362,9 @@ def render(data: dict[str, Any], baseline: dict[str, Any] | None, baseline_name:
         if ran != then:
             parts.append(f"WARNING: this run used {ran} threads, the baseline {then}; ratios may not compare.")
     parts += ["", *ratio_table(data, baseline, stat)]
+    flops = flops_table(data, stat)
+    if flops:
+        parts += ["", "## Achieved GFLOP/s (and process CPU time over wall time)", "", *flops]
     mem = memory_table(data)
     if mem:
         parts += ["", "## Memory (tracemalloc)", "", *mem]
@@ -188,12 +388,22 @@ def newest_baseline() -> Path | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results", type=Path, help="pytest-benchmark JSON (--benchmark-json)")
+    parser.add_argument("results", type=Path, nargs="+", help="pytest-benchmark JSON (--benchmark-json)")
     parser.add_argument("--baseline", type=Path, help="a stored run to compare ratios with")
     parser.add_argument("--no-baseline", action="store_true", help="print this run's ratios only")
     parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    parser.add_argument("--plot", type=Path, help="also draw the tracked ratios across the stored baselines (PNG)")
     parser.add_argument(
         "--save-baseline", type=Path, help="also store this run (minus raw round timings) as a baseline"
+    )
+    parser.add_argument("--margins", type=Path, default=MARGINS, help="the tracked cases and their margins")
+    parser.add_argument(
+        "--compare", action="store_true", help="exit 1 when a tracked ratio worsened by more than its margin"
+    )
+    parser.add_argument(
+        "--write-margins",
+        type=Path,
+        help="derive the margins from the given results (3 or more runs of one tree) and write them here",
     )
     parser.add_argument(
         "--stat",
@@ -203,18 +413,52 @@ def main(argv: list[str] | None = None) -> int:
         "ever adds time, so the fastest round is the steadiest estimate)",
     )
     args = parser.parse_args(argv)
-    data = load(args.results)
+    if args.write_margins:
+        if len(args.results) < 3:
+            parser.error(f"--write-margins needs 3 or more runs to measure noise, got {len(args.results)}")
+        derived = derive_margins([load(p) for p in args.results], args.stat)
+        args.write_margins.write_text(json.dumps(derived, indent=1) + "\n")
+        for entry in derived["tracked"]:
+            print(
+                f"{entry['case']} {entry['impl']}/{entry['ref']}: spread {entry['spread']:.1%} -> {entry['margin']:.0%}"
+            )
+        return 0
+    if len(args.results) != 1:
+        parser.error("give one results file (several only with --write-margins)")
+    results = args.results[0]
+    data = load(results)
     base_path = None if args.no_baseline else (args.baseline or newest_baseline())
-    if base_path is not None and base_path.resolve() == args.results.resolve():
+    if base_path is not None and base_path.resolve() == results.resolve():
         base_path = None
     baseline = load(base_path) if base_path else None
-    text = render(data, baseline, base_path.name if base_path else None, args.stat)
+    if args.compare or args.margins.exists():
+        margins = load_margins(args.margins)
+    else:  # no margins derived yet: show what would be tracked, at the widest margin
+        margins = dict.fromkeys(default_tracked(ratios(medians(data, args.stat))), MAX_MARGIN)
+    summary = compare(data, baseline, margins, args.stat)
+    text = render(data, baseline, base_path.name if base_path else None, args.stat, summary)
     sys.stdout.write(text)
     if args.save_baseline:
         save_baseline(data, args.save_baseline)
     if args.markdown:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(text)
+    if args.plot:
+        history = [(p.stem, load(p)) for p in sorted(BASELINES.glob("*.json"))]
+        history.append(("this run", data))
+        plot(history, sorted(margins), args.plot, args.stat)
+    if args.compare:
+        if baseline is None:
+            sys.stderr.write("--compare needs a baseline (benchmarks/baselines/ is empty or --no-baseline)\n")
+            return 2
+        regressed = [row for row in summary if row["flag"] == "REGRESSED"]
+        for row in regressed:
+            sys.stderr.write(
+                f"REGRESSED: {row['case']} {row['impl']} / {row['ref']} {row['baseline']:.3f} -> {row['ratio']:.3f} "
+                f"({row['change']:.2f}x, margin {row['margin']:.0%})\n"
+            )
+        if regressed:
+            return 1
     return 0
 
 

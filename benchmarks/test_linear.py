@@ -55,7 +55,7 @@ def test_linear_forward(benchmark: Any, batch: int, dtype: str, impl: str) -> No
     x, w, b = _data(dtype, batch)
     fn = _callable(impl, x, w, b)
     check_close(fn(), _numpy_linear(x, w, b), dtype, f"{impl} linear {dtype} batch {batch}")
-    mark(benchmark, impl, f"linear-{dtype}-{batch}x{FEATURES}->{FEATURES}")
+    mark(benchmark, impl, f"linear-{dtype}-{batch}x{FEATURES}->{FEATURES}", flops=2 * batch * FEATURES * FEATURES)
     benchmark(fn)
 
 
@@ -74,5 +74,5 @@ def test_int8_linear_forward(benchmark: Any, batch: int, impl: str) -> None:
     else:
         fn = _callable(impl, x, w, b)
         check_close(fn(), _numpy_linear(x, w, b), "fp32", f"{impl} linear fp32 batch {batch}")
-    mark(benchmark, impl, f"linear-int8-vs-fp32-{batch}x{FEATURES}->{FEATURES}")
+    mark(benchmark, impl, f"linear-int8-vs-fp32-{batch}x{FEATURES}->{FEATURES}", flops=2 * batch * FEATURES * FEATURES)
     benchmark(fn)

@@ -44,5 +44,5 @@ def test_square_matmul(benchmark: Any, dtype: str, n: int, impl: str) -> None:
     check_close(result, expected, dtype, f"{impl} matmul {dtype} {n}")
     if impl != "torch":
         assert np.asarray(result).dtype == DTYPES[dtype], f"{impl} matmul {dtype} changed the dtype"
-    mark(benchmark, impl, f"matmul-{dtype}-{n}")
+    mark(benchmark, impl, f"matmul-{dtype}-{n}", flops=2 * n**3)
     benchmark(fn)

@@ -87,3 +87,98 @@ def test_saved_baseline_keeps_statistics_and_drops_raw_rounds(tmp_path: Path) ->
     stored = json.loads(saved.read_text())
     assert stored["benchmarks"][0]["stats"] == {"min": 2.0, "median": 2.0}
     assert report.medians(stored) == report.medians(run)
+
+
+# -- the tracked summary and the --compare gate ----------------------------------------------------------
+def _model_run(ratio: float, kernel_ratio: float = 0.5) -> dict[str, Any]:
+    return _run(
+        _bench("model-enc-fp32-8x128-1t", "packrt", ratio, target_ratio_vs_torch=1.0),
+        _bench("model-enc-fp32-8x128-1t", "torch", 1.0),
+        _bench("matmul-fp32-512", "packrt", kernel_ratio),
+        _bench("matmul-fp32-512", "numpy", 1.0),
+    )
+
+
+MARGINS = {
+    "tracked": [
+        {"case": "model-enc-fp32-8x128-1t", "impl": "packrt", "ref": "torch", "margin": 0.2},
+        {"case": "matmul-fp32-512", "impl": "packrt", "ref": "numpy", "margin": 0.1},
+    ]
+}
+
+
+def _gate(tmp_path: Path, run: dict[str, Any], baseline: dict[str, Any], *extra: str) -> int:
+    paths = {}
+    for name, content in (("run", run), ("base", baseline), ("margins", MARGINS)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(content))
+    args = [str(paths["run"]), "--baseline", str(paths["base"]), "--margins", str(paths["margins"]), *extra]
+    return report.main(args)
+
+
+def test_compare_fails_when_one_tracked_ratio_worsens_beyond_its_margin(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    seeded = _model_run(0.9, kernel_ratio=0.5 * 1.15)  # the kernel case: 15% worse against a 10% margin
+    assert _gate(tmp_path, seeded, _model_run(0.9), "--compare") == 1
+    err = capsys.readouterr().err
+    assert "REGRESSED: matmul-fp32-512 packrt / numpy 0.500 -> 0.575 (1.15x, margin 10%)" in err
+    assert "model-enc" not in err
+
+
+def test_compare_passes_on_an_unchanged_run_and_on_changes_within_the_margins(tmp_path: Path) -> None:
+    assert _gate(tmp_path, _model_run(0.9), _model_run(0.9), "--compare") == 0
+    assert _gate(tmp_path, _model_run(0.9 * 1.19, kernel_ratio=0.5 * 1.09), _model_run(0.9), "--compare") == 0
+
+
+def test_a_regression_only_fails_the_run_when_compare_is_asked(tmp_path: Path) -> None:
+    assert _gate(tmp_path, _model_run(1.8), _model_run(0.9)) == 0
+    assert _gate(tmp_path, _model_run(1.8), _model_run(0.9), "--compare") == 1
+
+
+def test_summary_table_comes_first_with_ratio_baseline_change_and_flag(tmp_path: Path) -> None:
+    out = tmp_path / "report.md"
+    _gate(tmp_path, _model_run(1.35), _model_run(0.9), "--markdown", str(out))
+    text = out.read_text()
+    assert text.index("## Tracked ratios") < text.index("## Machine") < text.index("## Ratios")
+    assert "| model-enc-fp32-8x128-1t / torch | 1.35 | 0.90 | 1.50x | 20% | REGRESSED | <= 1.0: MISSED |" in text
+    assert "| matmul-fp32-512 / numpy | 0.50 | 0.50 | 1.00x | 10% | ok | - |" in text
+
+
+def test_compare_without_a_baseline_is_an_error_not_a_pass(tmp_path: Path) -> None:
+    results, margins = tmp_path / "run.json", tmp_path / "margins.json"
+    results.write_text(json.dumps(_model_run(0.9)))
+    margins.write_text(json.dumps(MARGINS))
+    assert report.main([str(results), "--no-baseline", "--margins", str(margins), "--compare"]) == 2
+
+
+def test_margins_are_twice_the_measured_spread_plus_a_floor_and_capped_so_1_5x_always_fails() -> None:
+    runs = [_model_run(r, kernel_ratio=k) for r, k in ((1.0, 0.50), (1.1, 0.50), (1.05, 0.80))]
+    derived = {(t["case"], t["ref"]): t for t in report.derive_margins(runs)["tracked"]}
+    model = derived["model-enc-fp32-8x128-1t", "torch"]
+    assert model["spread"] == pytest.approx(0.1)
+    assert model["margin"] == pytest.approx(2 * 0.1 + report.MARGIN_FLOOR)
+    kernel = derived["matmul-fp32-512", "numpy"]  # spread 60%: capped below 50%
+    assert kernel["margin"] == report.MAX_MARGIN < 0.5
+    assert kernel["capped"] is True
+
+
+def test_write_margins_refuses_fewer_than_three_runs(tmp_path: Path) -> None:
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(_model_run(1.0)))
+    with pytest.raises(SystemExit, match="2"):
+        report.main([str(run), str(run), "--write-margins", str(tmp_path / "m.json")])
+
+
+def test_flops_table_gives_achieved_gflops_and_the_core_use() -> None:
+    run = _run(_bench("matmul-fp32-512", "packrt", 0.01, flops=2 * 512**3, threads=1, cpu_per_wall=1.01))
+    assert report.flops_table(run)[-1] == "| matmul-fp32-512 | packrt | 1 | 26.8 | 1.01 |"
+
+
+def test_plot_draws_the_tracked_ratios_across_baselines_as_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="the plot needs matplotlib (nox -s benchmarks installs it)")
+    history = [("2026-01-01-a", _model_run(1.2)), ("this run", _model_run(0.9))]
+    tracked = [("model-enc-fp32-8x128-1t", "packrt", "torch"), ("matmul-fp32-512", "packrt", "numpy")]
+    path = tmp_path / "plot.png"
+    report.plot(history, tracked, path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
