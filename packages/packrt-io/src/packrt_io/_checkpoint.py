@@ -24,6 +24,7 @@ import numpy as np
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
 from packrt_io._arrays import as_array
+from packrt_io._guard import MappedFile, guard
 from packrt_io._header import gc_paused
 from packrt_io._layout import (
     EXTRA_STATE_PREFIX,
@@ -173,19 +174,39 @@ def load_checkpoint(
     ``_IncompatibleKeys`` is returned and whose StateDictError leaves the module unchanged (its message
     then names the checkpoint too, with long lists of keys cut short).
     """
-    arrays, info, _reports = load_checkpoint_arrays(path, progress=progress)
+    arrays, info, reports = load_checkpoint_arrays(path, progress=progress)
     state = as_tensors(info.path, arrays)
     for alias, primary in info.ties().items():
         state[alias] = state[primary]
     state.update(info.extra_state())
     try:
-        return module.load_state_dict(state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency)
+        result = module.load_state_dict(
+            state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency
+        )
     except PackrtError as err:
         _annotate(err, info)
         raise
     except Exception as err:
         err.add_note(f"while loading checkpoint {str(info.path)!r} into {type(module).__name__}")
         raise
+    _guard_mapped_files(module, [r.mapped_file for r in reports if r.mapped_file is not None] if assign else [])
+    return result
+
+
+_GUARD_HANDLE = "_packrt_io_mapped_files"
+
+
+def _guard_mapped_files(module: Any, files: list[MappedFile]) -> None:
+    """Check, before each call of ``module``, that the files it now serves from are unchanged (an
+    assign-load binds their mapped pages); a later load replaces the previous check."""
+    previous = getattr(module, _GUARD_HANDLE, None)
+    if previous is not None:
+        previous.remove()
+    register = getattr(module, "register_forward_pre_hook", None)
+    if not files or register is None:
+        object.__setattr__(module, _GUARD_HANDLE, None)
+        return
+    object.__setattr__(module, _GUARD_HANDLE, register(guard(files)))
 
 
 # -- saving ------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ import numpy as np
 import safetensors
 
 from packrt_io import _fs
+from packrt_io._guard import MappedFile
 from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, header_length, parse_header
 
 PathLike = _fs.PathLike
@@ -39,6 +40,8 @@ class LoadReport:
     # Keys copied out of the mapping because their data offset is misaligned for their dtype.
     unaligned_copies: tuple[str, ...] = ()
     copied_bytes: int = 0
+    # The open file behind a mapping (None when not mapped), checked before a model serves from it.
+    mapped_file: MappedFile | None = field(default=None, compare=False, repr=False)
 
     @property
     def copy_count(self) -> int:
@@ -165,8 +168,12 @@ def load_with_header(
                 arrays, copied, copied_bytes = _load_mapped(where, fd, header)
             else:
                 arrays = _load_read(where, fd, header)
-    finally:
-        # The mapping keeps its own reference to the file, so the descriptor can go now.
+        # A mapped file stays open with its guard, so its identity can be checked while it serves.
+        mapped_file = MappedFile(where, fd, header.identity) if mmap else None
+    except BaseException:
+        os.close(fd)
+        raise
+    if mapped_file is None:
         os.close(fd)
     report = LoadReport(
         path=Path(where),
@@ -176,6 +183,7 @@ def load_with_header(
         metadata=dict(header.metadata),
         unaligned_copies=tuple(copied),
         copied_bytes=copied_bytes,
+        mapped_file=mapped_file,
     )
     return arrays, report
 

@@ -1,0 +1,62 @@
+"""Mapped files that are checked before a model serves from them.
+
+A borrowed model's weights are views of the checkpoint's pages. If the file is truncated while
+mapped, reading a vanished page kills the process with SIGBUS; if it is rewritten in place (``cp``
+over it), the weights silently become the new bytes. :class:`MappedFile` keeps the file open for
+as long as its mapping is in use and remembers what the file was at load (inode, size,
+modification time); :func:`guard` checks every file a model maps once per call of the model (one
+``fstat`` each) and raises a CheckpointError naming the file and what changed.
+
+What remains open is the race itself: a truncation that lands *during* a forward, after the
+check, can still end the process. Replace checkpoints by writing a new file and renaming it over
+the old one (what ``save_checkpoint`` does): the mapped inode then stays whole and unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from packrt_core.errors import CheckpointError
+
+
+class MappedFile:
+    """An open descriptor of a mapped checkpoint file and its identity at load time."""
+
+    __slots__ = ("__weakref__", "fd", "identity", "path")
+
+    def __init__(self, path: str, fd: int, identity: tuple[int, ...]) -> None:
+        self.path, self.fd, self.identity = path, fd, identity
+        weakref.finalize(self, os.close, fd)  # closed with the last reference to the guard
+
+    def check(self) -> None:
+        """CheckpointError when the mapped file is no longer what was loaded."""
+        info = os.fstat(self.fd)
+        now = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        if now == self.identity:
+            return
+        size_then, size_now = self.identity[2], now[2]
+        if size_now < size_then:
+            change = f"it shrank from {size_then} to {size_now} bytes (reading its weights now would end the process)"
+        elif size_now != size_then:
+            change = f"its size changed from {size_then} to {size_now} bytes"
+        else:
+            change = "it was modified in place since it was loaded"
+        raise CheckpointError(
+            f"checkpoint {self.path!r}: the memory-mapped file the model serves from changed: {change}. Its "
+            "weights are no longer the ones loaded; load the model again once the file is complete, and replace "
+            "checkpoints by writing a new file and renaming it over the old one"
+        )
+
+
+def guard(files: Sequence[MappedFile]) -> Callable[..., None]:
+    """A forward pre-hook checking ``files`` before each call (it holds the files, not the module)."""
+    held = tuple(files)
+
+    def check_mapped_files(module: Any, args: Any) -> None:
+        for mapped in held:
+            mapped.check()
+
+    return check_mapped_files

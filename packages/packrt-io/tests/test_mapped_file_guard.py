@@ -1,0 +1,84 @@
+"""A model serving from a memory-mapped checkpoint notices the file changing under it.
+
+Truncating or rewriting the mapped file in place would end the process with SIGBUS or silently swap
+the weights; instead the next call of the model raises a CheckpointError naming the file and the
+change. Replacing the file by rename (what save_checkpoint does) is safe and raises nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import packrt_core as prt
+import packrt_io
+from packrt_core import nn
+from packrt_core.errors import CheckpointError
+
+
+def _served(tmp_path: Path, residency: str = "borrowed") -> tuple[nn.Module, Path]:
+    prt.manual_seed(3)
+    path = tmp_path / "model.safetensors"
+    packrt_io.save_checkpoint(nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16)), path)
+    with prt.meta_init():
+        model = nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16))
+    packrt_io.load_checkpoint(model, path, weight_residency=residency)
+    model(prt.ones(2, 16))
+    return model, path
+
+
+def test_a_file_rewritten_in_place_under_a_borrowed_model_is_named_at_the_next_call(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    with open(path, "r+b") as f:  # what `cp other.safetensors model.safetensors` does to the inode
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x00\x80\x7f")
+    os.utime(path, ns=(0, os.stat(path).st_mtime_ns + 10**9))  # the write's new mtime, made unmistakable
+    with pytest.raises(CheckpointError, match=r"model\.safetensors': the memory-mapped file .* modified in place"):
+        model(prt.ones(2, 16))
+
+
+def test_a_truncated_file_is_refused_before_a_forward_can_touch_a_vanished_page(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    os.truncate(path, 100)
+    with pytest.raises(CheckpointError, match=r"it shrank from \d+ to 100 bytes"):
+        model(prt.ones(2, 16))
+
+
+def test_plain_parameters_stay_mapped_under_packed_and_are_guarded_too(tmp_path: Path) -> None:
+    model, path = _served(tmp_path, "packed")  # Linear packs; LayerNorm's weight stays a view of the file
+    os.truncate(path, 100)
+    with pytest.raises(CheckpointError, match="shrank"):
+        model(prt.ones(2, 16))
+
+
+def test_a_checkpoint_replaced_by_rename_keeps_serving_the_weights_loaded(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    before = model(prt.ones(2, 16)).numpy().copy()
+    packrt_io.save_checkpoint(nn.Sequential(nn.Linear(16, 16), nn.LayerNorm(16)), path)  # new inode, renamed in
+    np.testing.assert_array_equal(model(prt.ones(2, 16)).numpy(), before)
+
+
+def test_a_reload_replaces_the_previous_files_check(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    other = tmp_path / "other.safetensors"
+    packrt_io.save_checkpoint(model, other)
+    packrt_io.load_checkpoint(model, other, weight_residency="borrowed")
+    os.truncate(path, 100)  # the first file no longer serves this model
+    model(prt.ones(2, 16))
+
+
+def test_a_dropped_model_closes_the_files_it_held_open(tmp_path: Path) -> None:
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    gc.disable()
+    try:
+        model, _ = _served(tmp_path)
+        assert len(os.listdir("/proc/self/fd")) > before  # the guard's descriptor (and the mapping's own)
+        del model
+        assert len(os.listdir("/proc/self/fd")) == before
+    finally:
+        gc.enable()
