@@ -301,3 +301,10 @@ def test_an_internal_failure_is_exit_2_with_the_reason_and_no_traceback(
     assert main(["inspect", str(tmp_path / "x.safetensors")]) == 2
     err = capsys.readouterr().err
     assert "internal error (IndexError): list index out of range" in err and "Traceback" not in err
+
+
+def test_inspect_of_an_index_with_an_empty_weight_map_lists_no_shards_and_exits_0(tmp_path: Path, capsys: Any) -> None:
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": {}}))
+    assert main(["inspect", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "tensors: 0, 0 bytes" in out and "shards:\n  (none)" in out

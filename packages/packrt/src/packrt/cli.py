@@ -51,6 +51,9 @@ class UsageError(Exception):
 
 
 def _table(rows: Sequence[Sequence[str]], right: set[int], out: TextIO) -> None:
+    if not rows:
+        print("  (none)", file=out)
+        return
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     for row in rows:
         cells = [
