@@ -324,7 +324,7 @@ def test_memory_report_prints_a_table_by_kind() -> None:
     model = nn.Sequential(served("packed"), served("borrowed"))
     model[0](prt.randn(1, 16))
     text = str(nn.memory_report(model))
-    assert text.splitlines()[0].split() == ["module", "type", "residency", "raw", "packed", "borrowed"]
+    assert text.splitlines()[0].split() == ["module", "type", "residency", "raw", "packed", "borrowed", "mapped"]
     assert "packed" in text and "borrowed" in text and text.splitlines()[-1].startswith("total")
 
 

@@ -82,3 +82,17 @@ def test_a_dropped_model_closes_the_files_it_held_open(tmp_path: Path) -> None:
         assert len(os.listdir("/proc/self/fd")) == before
     finally:
         gc.enable()
+
+
+def test_memory_report_names_the_file_behind_mapped_weights_and_counts_them(tmp_path: Path) -> None:
+    model, path = _served(tmp_path, "packed")
+    report = nn.memory_report(model)
+    rows = {row.path: row for row in report}
+    assert rows["0"].packed > 0 and rows["0"].mapped == 0  # the Linear copied its weights into its pack
+    assert rows["1"].mapped == rows["1"].raw == 2 * 16 * 4  # LayerNorm's weight and bias: pages of the file
+    assert rows["1"].files == (str(path),) and report.files() == (str(path),)
+    assert "mapped: raw or borrowed bytes that are pages of the checkpoint file(s)" in str(report)
+    (tmp_path / "b").mkdir()
+    borrowed, _ = _served(tmp_path / "b", "borrowed")
+    totals = nn.memory_report(borrowed).totals()
+    assert totals["mapped"] == totals["borrowed"] + 2 * 16 * 4 and totals["borrowed"] > 0

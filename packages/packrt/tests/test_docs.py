@@ -18,7 +18,7 @@ _FENCE = re.compile(r"^(?P<mark><!-- not-run -->\n)?```python[^\n]*\n(?P<code>.*
 
 def _pages() -> list[str]:
     docs = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
-    return ["README.md", *(p for p in docs if "```python" in (ROOT / p).read_text(encoding="utf-8"))]
+    return ["README.md", *(p for p in docs if _FENCE.search((ROOT / p).read_text(encoding="utf-8")))]
 
 
 PAGES = _pages() if (ROOT / "docs").is_dir() else ["README.md"]

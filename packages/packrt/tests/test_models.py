@@ -290,6 +290,7 @@ def test_meta_init_declares_every_weight_without_storage() -> None:
             "raw": sum(b.storage_nbytes for b in model.buffers()),
             "packed": 0,
             "borrowed": 0,
+            "mapped": 0,
         }
     # only the rotary tables hold bytes: constants, kept out of the state dict
     assert {name for name, b in decoder.named_buffers() if b.storage_nbytes} == {"rotary.cos", "rotary.sin"}

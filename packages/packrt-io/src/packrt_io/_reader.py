@@ -21,6 +21,7 @@ from typing import Any, Final
 import numpy as np
 import safetensors
 
+from packrt_core.nn.memory import name_mapped_file
 from packrt_io import _fs
 from packrt_io._guard import MappedFile
 from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, header_length, parse_header
@@ -105,6 +106,7 @@ def _load_mapped(path: str, fd: int, header: Header) -> tuple[dict[str, np.ndarr
     copied_bytes = 0
     # The mapping's start is page-aligned, so a tensor is aligned exactly when its file offset is.
     mapping = _mmap.mmap(fd, 0, access=_mmap.ACCESS_COPY)
+    name_mapped_file(mapping, path)  # so memory_report can say which file a weight's pages come from
     if len(mapping) != header.data_start + header.data_bytes:
         fail(path, "the file changed size while it was being loaded", fix="load it again once writers finish")
     empty = np.empty

@@ -1,15 +1,48 @@
-"""``memory_report``: resident bytes per module, by kind. Reading a report changes nothing."""
+"""``memory_report``: resident bytes per module, by kind. Reading a report changes nothing.
+
+Besides raw, packed and borrowed bytes, a row says how many of its raw and borrowed bytes are
+*mapped*: pages of a memory-mapped checkpoint file (shared with the page cache, not anonymous
+memory), and which files they come from when the loader named them (:func:`name_mapped_file`,
+which packrt-io calls for every file it maps). A plain parameter such as a LayerNorm weight stays
+mapped even under ``packed`` residency: only layers with packs copy their weights out.
+"""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import mmap
+import weakref
+from typing import Any, NamedTuple
 
 from packrt_core.nn.module import Module
 from packrt_core.nn.residency import PackedLayer
 
+_FILES: weakref.WeakKeyDictionary[mmap.mmap, str] = weakref.WeakKeyDictionary()
+
+
+def name_mapped_file(mapping: mmap.mmap, path: str) -> None:
+    """Record that ``mapping`` maps the file at ``path`` (for the report's ``files``)."""
+    _FILES[mapping] = path
+
+
+def _mapping_of(array: Any) -> mmap.mmap | None:
+    """The memory map ``array``'s storage is a view of, if any (following views, then buffers)."""
+    obj = array
+    for _ in range(64):  # a view chain is short; the bound only keeps a cyclic base from looping
+        if isinstance(obj, mmap.mmap):
+            return obj
+        if isinstance(obj, memoryview):
+            obj = obj.obj
+            continue
+        base = getattr(obj, "base", None)
+        if base is None:
+            return None
+        obj = base
+    return None
+
 
 class MemoryRow(NamedTuple):
-    """One module's resident bytes by kind."""
+    """One module's resident bytes by kind; ``mapped`` counts the raw and borrowed bytes that are
+    pages of a mapped checkpoint file, ``files`` names those files (when their loader did)."""
 
     path: str
     kind: str
@@ -17,6 +50,8 @@ class MemoryRow(NamedTuple):
     raw: int
     packed: int
     borrowed: int
+    mapped: int = 0
+    files: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -28,14 +63,21 @@ class MemoryReport(list[MemoryRow]):
     """Rows of :func:`memory_report`; ``str()`` prints them as a table with totals."""
 
     def totals(self) -> dict[str, int]:
-        """The raw, packed and borrowed bytes summed over every row, by column name."""
-        return {k: sum(getattr(r, k) for r in self) for k in ("raw", "packed", "borrowed")}
+        """The raw, packed, borrowed and mapped bytes summed over every row, by column name."""
+        return {k: sum(getattr(r, k) for r in self) for k in ("raw", "packed", "borrowed", "mapped")}
+
+    def files(self) -> tuple[str, ...]:
+        """Every mapped file the model's tensors are views of, in first-seen order."""
+        return tuple(dict.fromkeys(f for r in self for f in r.files))
 
     def __str__(self) -> str:
-        header = ("module", "type", "residency", "raw", "packed", "borrowed")
-        rows = [(r.path or "<root>", r.kind, r.residency, _mib(r.raw), _mib(r.packed), _mib(r.borrowed)) for r in self]
+        header = ("module", "type", "residency", "raw", "packed", "borrowed", "mapped")
+        rows = [
+            (r.path or "<root>", r.kind, r.residency, _mib(r.raw), _mib(r.packed), _mib(r.borrowed), _mib(r.mapped))
+            for r in self
+        ]
         t = self.totals()
-        rows.append(("total", "", "", _mib(t["raw"]), _mib(t["packed"]), _mib(t["borrowed"])))
+        rows.append(("total", "", "", _mib(t["raw"]), _mib(t["packed"]), _mib(t["borrowed"]), _mib(t["mapped"])))
         widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
         lines = [
             "  ".join(
@@ -43,6 +85,11 @@ class MemoryReport(list[MemoryRow]):
             )
             for row in [header, *rows]
         ]
+        if t["mapped"]:
+            lines.append(
+                "mapped: raw or borrowed bytes that are pages of the checkpoint file(s), shared with the page cache "
+                "(not anonymous memory): " + ", ".join(self.files() or ("unnamed mappings",))
+            )
         return "\n".join(lines)
 
 
@@ -61,7 +108,8 @@ def memory_report(module: Module) -> MemoryReport:
         layer = mod if isinstance(mod, PackedLayer) else None
         mode = layer.serving_residency() if layer is not None else "-"
         served_in_place = set(layer.declared) if layer is not None and mode == "borrowed" else set()
-        raw = borrowed = 0
+        raw = borrowed = mapped = 0
+        files: dict[str, None] = {}
         for registry in (mod._parameters, mod._buffers):
             for name, t in registry.items():
                 if t is None or id(t) in seen:
@@ -71,7 +119,12 @@ def memory_report(module: Module) -> MemoryReport:
                     borrowed += t.storage_nbytes
                 else:
                     raw += t.storage_nbytes
+                mapping = _mapping_of(t._data) if t._data is not None else None
+                if mapping is not None:
+                    mapped += t.storage_nbytes
+                    if mapping in _FILES:
+                        files[_FILES[mapping]] = None
         packed = layer.resident_pack_bytes if layer is not None else 0
         if raw or packed or borrowed or layer is not None:
-            report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed))
+            report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed, mapped, tuple(files)))
     return report
