@@ -82,6 +82,7 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
         "named_modules.first-path-wins",
         "named_modules.remove-duplicate-false",
         "named_parameters.remove-duplicate-false",
+        "named_modules.every-depth",  # it checks the depth-first order as well
     },
     "test_walks",
     "test_state_dict",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from packrt_conformance import __version__
 from packrt_conformance.adapter import Adapter, AdapterError
@@ -55,7 +57,9 @@ def _ci() -> bool:
 
 def _load_hypothesis_profile(max_examples: int | None) -> None:
     """No deadline (a loaded machine must not fail a conforming implementation), a stated example
-    count, no example database in the directory the run starts from, derandomized under CI."""
+    count, derandomized under CI, and nothing written into the directory the run starts from (no
+    example database; hypothesis's caches go to a directory of the suite's own under the temp dir)."""
+    set_hypothesis_home_dir(str(Path(tempfile.gettempdir()) / "packrt-conformance-hypothesis"))
     settings.register_profile(
         HYPOTHESIS_PROFILE,
         deadline=None,

@@ -288,3 +288,54 @@ def test_a_shared_child_loads_from_its_second_name(impl: Adapter) -> None:
     result = root.load_state_dict({"first.w": impl.tensor([8.0]), "second.w": impl.tensor([8.0])})
     assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], [])
     assert values_equal(impl, child.w, [8.0])
+
+
+def _failing_restore_tree(impl: Adapter) -> Any:
+    """root -> kept: extra state that restores, proj: Linear(2, 3), bad: extra state whose restore raises."""
+
+    class Kept(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = impl.parameter([1.0])
+            self.seen = 1
+
+        def get_extra_state(self) -> Any:
+            return {"seen": self.seen}
+
+        def set_extra_state(self, state: Any) -> None:
+            self.seen = state["seen"]
+
+    class Refuses(Kept):
+        def set_extra_state(self, state: Any) -> None:
+            if state["seen"] < 0:
+                raise ValueError("extra state refused on purpose")
+            super().set_extra_state(state)
+
+    root = impl.nn.Module()
+    root.kept = Kept()
+    root.proj = impl.linear(2, 3)
+    root.bad = Refuses()
+    return root
+
+
+@pytest.mark.clause("load_state_dict.failed-load-leaves-module-unchanged")
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_load_failing_in_set_extra_state_changes_nothing(impl: Adapter, assign: bool) -> None:
+    m = _failing_restore_tree(impl)
+    x = impl.tensor([[1.0, -2.0]])
+    before_out = impl.to_numpy(m.proj(x))  # the first forward packs where the layer packs
+    before = {k: impl.to_numpy(v) for k, v in m.state_dict().items() if not k.endswith("_extra_state")}
+    ckpt = {
+        "kept.w": impl.tensor([5.0]),
+        "kept._extra_state": {"seen": 7},
+        "proj.weight": impl.tensor(W),
+        "proj.bias": impl.tensor(B),
+        "bad.w": impl.tensor([6.0]),
+        "bad._extra_state": {"seen": -1},
+    }
+    with pytest.raises(ValueError, match="refused on purpose"):
+        m.load_state_dict(ckpt, assign=assign)
+    assert (m.kept.seen, m.bad.seen) == (1, 1), "extra state restored before the failure must be put back"
+    after = {k: impl.to_numpy(v) for k, v in m.state_dict().items() if not k.endswith("_extra_state")}
+    assert {k: v.tolist() for k, v in after.items()} == {k: v.tolist() for k, v in before.items()}
+    np.testing.assert_allclose(impl.to_numpy(m.proj(x)), before_out, rtol=1e-6)

@@ -148,8 +148,15 @@ def _three_layers(impl: Adapter) -> Any:
 
 @pytest.mark.clause("load_state_dict.pack.whole-tree-strict-false")
 @pytest.mark.parametrize("named", [("b",), ("a", "c")])
-def test_pack_true_packs_every_layer_even_those_not_named(impl: Adapter, named: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("residency", [None, "auto"])
+def test_pack_true_packs_every_layer_even_those_not_named(
+    impl: Adapter, named: tuple[str, ...], residency: str | None
+) -> None:
     root = _three_layers(impl)
+    if residency is not None:  # every layer takes the residency first; then a partial load packs them all
+        if "residency" not in impl.capabilities:
+            pytest.skip("needs capability ['residency']")
+        root.load_state_dict(root.state_dict(), weight_residency=residency)
     ckpt = {f"{n}.{k}": impl.tensor(v) for n in named for k, v in (("weight", W), ("bias", B))}
     result = root.load_state_dict(ckpt, strict=False, pack=True)
     assert sorted(result.missing_keys) == sorted(

@@ -179,3 +179,12 @@ def test_to_empty_keeps_meta_tensors_storage_free_until_assign(impl: Adapter) ->
     assert impl.resident_bytes(layer) == 0
     layer.load_state_dict({"weight": impl.tensor([[1.0, 2.0]] * 3), "bias": impl.tensor([0.0] * 3)}, assign=True)
     assert impl.has_storage(layer.weight)
+
+
+@pytest.mark.clause("to.none-changes-nothing")
+def test_to_none_asks_for_nothing(impl: Adapter) -> None:
+    root = sample_tree(impl)
+    before = {n: (impl.dtype_name(t), impl.device_of(t)) for n, t in root.state_dict(keep_vars=True).items()}
+    assert root.to(None) is root
+    after = {n: (impl.dtype_name(t), impl.device_of(t)) for n, t in root.state_dict(keep_vars=True).items()}
+    assert after == before

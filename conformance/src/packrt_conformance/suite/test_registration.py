@@ -193,3 +193,34 @@ def test_register_buffer_over_a_plain_attribute_refuses_or_reads_back(impl: Adap
     assert impl.shares_storage(m.foo, t)
     assert names(m.named_buffers()) == ["foo"]
     assert list(m.state_dict()) == ["foo"]
+
+
+@pytest.mark.clause("module.register.none-empties-slot")
+def test_assigning_none_to_a_child_empties_its_slot(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.body = impl.linear(2, 2)
+    m.head = impl.linear(2, 2)
+    m.body = None
+    assert m.body is None
+    assert names(m.named_children()) == ["head"]
+    assert names(m.named_modules()) == ["", "head"]
+    assert list(m.state_dict()) == ["head.weight", "head.bias"]
+    again = impl.linear(2, 1)
+    m.body = again
+    assert m.body is again
+    assert names(m.named_children()) == ["body", "head"]
+
+
+@pytest.mark.clause("module.register.none-empties-slot")
+def test_assigning_none_to_a_parameter_empties_its_slot(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.first = impl.parameter([1.0])
+    m.second = impl.parameter([2.0])
+    m.first = None
+    assert m.first is None
+    assert names(m.named_parameters()) == ["second"]
+    assert list(m.state_dict()) == ["second"]
+    again = impl.parameter([3.0])
+    m.first = again
+    assert m.first is again
+    assert names(m.named_parameters()) == ["first", "second"]

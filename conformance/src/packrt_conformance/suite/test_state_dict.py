@@ -156,3 +156,15 @@ def test_several_own_buffers_keep_registration_order(impl: Adapter) -> None:
     assert list(root.state_dict()) == expected
     assert values_equal(impl, root.state_dict()["alpha"], [8.0])
     assert [n for n, _ in root.named_buffers()] == ["zeta", "alpha", "scratch", "mid", "child.yy", "child.bb"]
+
+
+@pytest.mark.clause("module.dedup.state-dict")
+def test_shared_buffer_has_one_state_dict_entry_under_the_first_name(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    root.a = impl.nn.Module()
+    root.b = impl.nn.Module()
+    table = impl.tensor([1.0, 2.0])
+    root.a.register_buffer("table", table)
+    root.b.register_buffer("table", table)
+    root.b.register_buffer("own", impl.tensor([3.0]))
+    assert list(root.state_dict()) == ["a.table", "b.own"]

@@ -174,3 +174,20 @@ def test_named_modules_recurse_false_stops_at_direct_children(impl: Adapter) -> 
     root.outer.inner = impl.nn.Module()
     assert names(root.named_modules(recurse=False)) == ["", "outer"]
     assert names(root.named_modules(recurse=True)) == ["", "outer", "outer.inner"]
+
+
+@pytest.mark.clause("named_modules.every-depth")
+def test_walks_reach_every_depth(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    mid = impl.nn.Module()
+    leaf = impl.nn.Module()
+    leaf.w = impl.parameter([1.0])
+    leaf.register_buffer("b", impl.tensor([2.0]))
+    mid.leaf = leaf
+    mid.side = impl.linear(1, 1)
+    root.mid = mid
+    root.tail = impl.nn.Module()
+    assert names(root.named_modules()) == ["", "mid", "mid.leaf", "mid.side", "tail"]
+    assert names(root.named_parameters()) == ["mid.leaf.w", "mid.side.weight", "mid.side.bias"]
+    assert names(root.named_buffers()) == ["mid.leaf.b"]
+    assert list(root.state_dict()) == ["mid.leaf.w", "mid.leaf.b", "mid.side.weight", "mid.side.bias"]
