@@ -206,19 +206,6 @@ def conformance_mutants(session: nox.Session) -> None:
 
 
 @nox.session(requires=["build"])
-def conformance_mutants(session: nox.Session) -> None:
-    """Mutation testing: AST mutants of packrt's Module, state, placement, residency, Linear and hook
-    code, a seeded sample bounded to about 20 minutes, the suite run against each in a fresh
-    subprocess; JSON results in reports/ (conformance/mutation/README.md). Not part of CI.
-    ``nox -s conformance_mutants -- --sample 50 --seed 7`` passes options to the mutator."""
-    _install_from_dist(session, "packrt-conformance", "packrt")
-    REPORTS.mkdir(exist_ok=True)
-    session.chdir(str(ROOT))
-    mutator = ["python", "conformance/mutation/mutate.py", "--root", str(ROOT), "--budget-s", "1200"]
-    session.run(*mutator, *session.posargs)
-
-
-@nox.session(requires=["build"])
 def benchmarks(session: nox.Session) -> None:
     """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
 
