@@ -36,17 +36,18 @@ MARGINS = Path(__file__).parent / "margins.json"
 REFERENCES = ("numpy", "torch")
 # Kernel cases tracked next to every whole-model case ("model-*", packrt / torch): one per kind of
 # kernel, each against the reference it is meant to match, all fp32 (half precision adds ml_dtypes noise).
-KERNEL_TRACKED: tuple[tuple[str, str, str], ...] = (
-    ("matmul-fp32-512", "packrt", "numpy"),
-    ("linear-fp32-1x1024->1024", "packrt", "torch"),
-    ("linear-fp32-32x1024->1024", "packrt", "torch"),
-    ("conv2d-3x3-fp32-8x32x32x32->64", "packrt-packed", "torch"),
-    ("sdpa-full-fp32-4x8x128x64", "packrt", "torch"),
-    ("elementwise-add-fp32-512x1024+1024", "packrt", "numpy"),
-    ("reduce-sum-fp32-1024x1024", "packrt", "numpy"),
-    ("module-call-overhead", "packrt", "torch"),
-    ("nn-linear-packed-fp32-8x1024->1024", "packrt", "torch"),
-)
+_KERNEL_AGAINST: dict[str, tuple[str, str]] = {  # case -> (implementation, reference)
+    "matmul-fp32-512": ("packrt", "numpy"),
+    "linear-fp32-1x1024->1024": ("packrt", "torch"),
+    "linear-fp32-32x1024->1024": ("packrt", "torch"),
+    "conv2d-3x3-fp32-8x32x32x32->64": ("packrt-packed", "torch"),
+    "sdpa-full-fp32-4x8x128x64": ("packrt", "torch"),
+    "elementwise-add-fp32-512x1024+1024": ("packrt", "numpy"),
+    "reduce-sum-fp32-1024x1024": ("packrt", "numpy"),
+    "module-call-overhead": ("packrt", "torch"),
+    "nn-linear-packed-fp32-8x1024->1024": ("packrt", "torch"),
+}
+KERNEL_TRACKED: tuple[tuple[str, str, str], ...] = tuple((case, *against) for case, against in _KERNEL_AGAINST.items())
 # Margin = clamp(NOISE_FACTOR * spread + MARGIN_FLOOR, MIN_MARGIN, MAX_MARGIN), spread = max/min - 1 of
 # the case's ratio over repeated runs. A comparison sets one run against another, so its change can
 # reach the whole spread; doubling it covers the spread the few runs did not happen to show. The

@@ -232,20 +232,24 @@ def test_conv_net(request: pytest.FixtureRequest, threads: int) -> None:
     _run_case(request, case, {"packrt": packrt_call, "torch": torch_call}, threads)
 
 
+# The decode case's model: a small grouped-query Llama (8 heads sharing 4 key/value heads), untied head.
+_DECODER_SHAPE: dict[str, Any] = {
+    "vocab_size": VOCAB,
+    "hidden_size": 512,
+    "num_hidden_layers": 6,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "intermediate_size": 1408,
+    "max_position_embeddings": 256,
+    "tie_word_embeddings": False,
+    "initializer_range": 0.1,
+}
+
+
 def _decoder_pair(where: Path) -> tuple[Any, Any]:
     torch, transformers = require_torch(), _transformers()
     models = _packrt_models("from_pretrained")
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=512,
-        num_hidden_layers=6,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        intermediate_size=1408,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-        initializer_range=0.1,
-    )
+    config = transformers.LlamaConfig(**_DECODER_SHAPE)
     torch.manual_seed(31)
     reference = transformers.LlamaForCausalLM(config).eval()
     directory = where / "llama"

@@ -44,17 +44,20 @@ def _impl_spec(args: Sequence[str]) -> str | None:
 
 def import_hint(module_name: str, err: ImportError) -> str:
     """Where the module was looked for, and the fix."""
-    if err.name is not None and err.name != module_name and not module_name.startswith(err.name + "."):
+    missing = err.name
+    found_but_broken = missing is not None and missing != module_name and not module_name.startswith(f"{missing}.")
+    if found_but_broken:
         return (
-            f"hint: {module_name!r} was found, but importing it failed on {err.name!r}: install what your "
+            f"hint: {module_name!r} was found, but importing it failed on {missing!r}: install what your "
             "adapter needs, or fix its imports"
         )
-    top = module_name.split(".")[0]
-    return (
-        f"hint: --impl modules are imported as `python -m` would, from the current directory ({os.getcwd()}) "
-        f"and then sys.path; run packrt-conformance from the directory holding {top}.py (or the package {top}/), "
+    top, _, _ = module_name.partition(".")
+    looked = f"from the current directory ({os.getcwd()}) and then sys.path"
+    fix = (
+        f"run packrt-conformance from the directory holding {top}.py (or the package {top}/), "
         "or put that directory on PYTHONPATH (PYTHONPATH=/path/to/dir packrt-conformance --impl ...)"
     )
+    return f"hint: --impl modules are imported as `python -m` would, {looked}; {fix}"
 
 
 def _adapter_module_error(spec: str | None) -> str | None:
@@ -75,13 +78,14 @@ def _adapter_module_error(spec: str | None) -> str | None:
 def _cwd_importable() -> Iterator[None]:
     """The current directory first on ``sys.path`` during the run, as ``python -m`` puts it."""
     cwd = os.getcwd()
-    added = cwd not in sys.path
-    if added:
-        sys.path.insert(0, cwd)
+    if cwd in sys.path:  # already importable: leave sys.path alone
+        yield
+        return
+    sys.path.insert(0, cwd)
     try:
         yield
     finally:
-        if added and cwd in sys.path:
+        with contextlib.suppress(ValueError):  # the run may have taken it off itself
             sys.path.remove(cwd)
 
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from packrt_kernels_cpu import CPU_KERNELS, Kernels, PackedQuantizedLinear
+from packrt_kernels_cpu import packing as cpu_packing
 from packrt_kernels_cpu import quantize as cpu_quantize
 from packrt_kernels_cpu.functional import check_linear_args
 from packrt_kernels_cpu.namespace import (
@@ -283,13 +284,9 @@ class CudaPackedLinear:
         return _owned(self.wt.T, self.dtype), None if self.b is None else _owned(self.b, self.dtype)
 
 
-class CudaLinearView:
-    """The zero-copy serving form over the declared device weight (``borrowed``, ``per_call``)."""
-
-    nbytes = 0
-
-    def __init__(self, w: Array, b: Array | None) -> None:
-        self.w, self.b = w, b
+class CudaLinearView(cpu_packing.LinearView):
+    """The zero-copy serving form over the declared device weight (``borrowed``, ``per_call``): the CPU
+    view's bound arrays and zero extra bytes, served by the GPU ``linear``."""
 
     def forward(self, x: Array) -> Array:
         return linear(x, self.w, self.b)
@@ -383,12 +380,7 @@ def borrow_quantized_linear(
 
 # -- attention ---------------------------------------------------------------------------------
 def scaled_dot_product_attention(
-    q: Array,
-    k: Array,
-    v: Array,
-    attn_mask: Array | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
+    q: Array, k: Array, v: Array, attn_mask: Array | None = None, is_causal: bool = False, scale: float | None = None
 ) -> Array:
     """``softmax(q @ k^T * scale + mask) @ v`` as two batched GEMMs around one fused masked softmax;
     the CPU kernel's semantics (a query that sees no key gets zeros)."""

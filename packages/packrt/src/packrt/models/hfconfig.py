@@ -25,14 +25,14 @@ class HFConfig(Mapping[str, Any]):
         self._values = dict(values)
         self.path = Path(path)
 
-    def __getitem__(self, key: str) -> Any:
-        return self._values[key]
+    def __len__(self) -> int:
+        return len(self._values)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._values)
 
-    def __len__(self) -> int:
-        return len(self._values)
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
 
     def error(self, name: str, problem: str) -> CheckpointError:
         """The CheckpointError for field ``name`` of this file, saying what is wrong and how to fix it."""
