@@ -71,18 +71,19 @@ def test_dtypes_are_immutable() -> None:
 
 
 @pytest.mark.parametrize(
-    ("a", "b", "expected"),
+    "rule",
     [
-        ("float16", "bfloat16", "float32"),
-        ("float16", "float32", "float32"),
-        ("bfloat16", "float64", "float64"),
-        ("int8", "uint8", "int16"),
-        ("int32", "float16", "float16"),
-        ("bool", "int8", "int8"),
-        ("int64", "int32", "int64"),
+        "float16 + bfloat16 -> float32",
+        "float16 + float32 -> float32",
+        "bfloat16 + float64 -> float64",
+        "int8 + uint8 -> int16",
+        "int32 + float16 -> float16",
+        "bool + int8 -> int8",
+        "int64 + int32 -> int64",
     ],
 )
-def test_promotion_follows_pytorch(a: str, b: str, expected: str) -> None:
+def test_promotion_follows_pytorch(rule: str) -> None:
+    a, _, b, _, expected = rule.split()
     assert promote_types(as_dtype(a), as_dtype(b)) is as_dtype(expected)
     assert promote_types(as_dtype(b), as_dtype(a)) is as_dtype(expected)
 

@@ -33,9 +33,7 @@ def bits(t: Tensor) -> bytes:
 
 def fresh(**overrides: Any) -> Embedding:
     prt.manual_seed(0)
-    args: dict[str, Any] = {"num_embeddings": 10, "embedding_dim": 4}
-    args.update(overrides)
-    return Embedding(**args)
+    return Embedding(**{"num_embeddings": 10, "embedding_dim": 4, **overrides})
 
 
 def ids(*values: Any, dtype: str = "int64") -> Tensor:

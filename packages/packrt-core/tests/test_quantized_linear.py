@@ -39,9 +39,7 @@ def bits(t: Tensor) -> bytes:
 
 def fresh(**overrides: Any) -> QuantizedLinear:
     prt.manual_seed(0)
-    args: dict[str, Any] = {"in_features": 16, "out_features": 8}
-    args.update(overrides)
-    return QuantizedLinear(**args)
+    return QuantizedLinear(**{"in_features": 16, "out_features": 8, **overrides})
 
 
 def torch_reference(torch: ModuleType, layer: QuantizedLinear, x: Tensor) -> np.ndarray:

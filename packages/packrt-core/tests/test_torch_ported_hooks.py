@@ -4,7 +4,7 @@ fixture. packrt has no autograd, so the backward-hook cases have nothing to port
 
 from __future__ import annotations
 
-from functools import partial
+from functools import partial, reduce
 from typing import Any
 
 import pytest
@@ -63,29 +63,27 @@ def _add_bias(fired: list[int], expected: Any, hook_id: int, module: Any, args: 
     return out + kwargs["bias"]
 
 
-def test_forward_hooks_run_in_order_with_prepended_ones_first(shim: Any) -> None:
+@pytest.mark.parametrize(
+    ("kind", "where", "prepends", "expected"),
+    [
+        ("forward", "net1.seq2", [False, True, False, False, True], [4, 1, 0, 2, 3]),
+        ("forward_pre", "net2.seq1", [True, False, False, False, True], [4, 0, 1, 2, 3]),
+    ],
+)
+def test_hooks_run_in_order_with_prepended_ones_first(
+    shim: Any, kind: str, where: str, prepends: list[bool], expected: list[int]
+) -> None:
     fired: list[int] = []
     model = _toy(shim)
-    target = model.net1.seq2
+    target = reduce(getattr, where.split("."), model)
     hook = partial(_record, fired, target)
-    for hook_id, prepend in [(0, False), (1, True), (2, False), (3, False), (4, True)]:
-        target.register_forward_hook(partial(hook, hook_id), prepend=prepend)
+    for hook_id, prepend in enumerate(prepends):
+        getattr(target, f"register_{kind}_hook")(partial(hook, hook_id), prepend=prepend)
     x = shim.randn(10, 10)
     model(x)
-    assert fired == [4, 1, 0, 2, 3]
+    assert fired == expected
     model(x)
-    assert fired == [4, 1, 0, 2, 3] * 2
-
-
-def test_forward_pre_hooks_run_in_order_with_prepended_ones_first(shim: Any) -> None:
-    fired: list[int] = []
-    model = _toy(shim)
-    target = model.net2.seq1
-    hook = partial(_record, fired, target)
-    for hook_id, prepend in [(0, True), (1, False), (2, False), (3, False), (4, True)]:
-        target.register_forward_pre_hook(partial(hook, hook_id), prepend=prepend)
-    model(shim.randn(10, 10))
-    assert fired == [4, 0, 1, 2, 3]
+    assert fired == expected * 2
 
 
 def test_a_pre_hook_runs_before_and_a_hook_after_the_forward(shim: Any) -> None:

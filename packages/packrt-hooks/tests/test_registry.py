@@ -254,15 +254,7 @@ def test_on_change_is_called_after_every_registration_and_removal() -> None:
 def test_a_deep_copy_sends_a_bound_method_callback_to_the_copied_owner() -> None:
     import copy
 
-    class Owner:
-        def __init__(self) -> None:
-            self.changes = 0
-            self.registry = HookRegistry(self.changed)
-
-        def changed(self) -> None:
-            self.changes += 1
-
-    owner = Owner()
+    owner = _Owner()
     twin = copy.deepcopy(owner)
     twin.registry.add(lambda *a: None)
     assert (owner.changes, twin.changes) == (0, 1)

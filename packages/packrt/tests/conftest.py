@@ -11,26 +11,26 @@ from types import ModuleType
 import pytest
 
 
+def _import_or_skip(name: str, reason: str) -> ModuleType:
+    """``name``, imported; skips (``reason``) without it, or fails when PACKRT_REQUIRE_TORCH=1 says it must be there."""
+    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
+        return pytest.importorskip(name, reason=reason)
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        pytest.fail(f"{name} is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+
+
 @pytest.fixture(scope="session")
 def torch() -> ModuleType:
     """torch 2.13 (CPU); skips without it, or fails when PACKRT_REQUIRE_TORCH=1 says it must be there."""
-    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
-        return pytest.importorskip("torch", reason="torch is not installed (pip install torch==2.13.0)")
-    try:
-        return importlib.import_module("torch")
-    except ImportError as err:
-        pytest.fail(f"torch is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+    return _import_or_skip("torch", "torch is not installed (pip install torch==2.13.0)")
 
 
 @pytest.fixture(scope="session")
 def transformers(torch: ModuleType) -> ModuleType:
     """transformers 5.23 (the test extra) over torch; skips without it unless PACKRT_REQUIRE_TORCH=1."""
-    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
-        return pytest.importorskip("transformers", reason="transformers is not installed (packrt[test])")
-    try:
-        return importlib.import_module("transformers")
-    except ImportError as err:
-        pytest.fail(f"transformers is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+    return _import_or_skip("transformers", "transformers is not installed (packrt[test])")
 
 
 @pytest.fixture(scope="session")
