@@ -4,6 +4,7 @@ tests ported from PyTorch's own suite run through."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -11,11 +12,12 @@ import numpy as np
 import pytest
 
 import packrt_core
-from packrt_core import creation
+from packrt_core import creation, dispatch
 from packrt_core import nn as packrt_nn
 from packrt_core.device import Device
 from packrt_core.nn import Module, Parameter
 from packrt_core.tensor import Tensor
+from packrt_kernels_cpu import CpuBackend
 
 
 @pytest.fixture(scope="session")
@@ -85,3 +87,10 @@ class TorchShim:
 def shim() -> TorchShim:
     """PyTorch's test vocabulary over packrt, for the tests ported from PyTorch (test_torch_ported_*)."""
     return TorchShim()
+
+
+@pytest.fixture
+def second_device() -> Iterator[Device]:
+    """A 'cuda:0' served by a numpy backend, so device rules are testable on any machine."""
+    with dispatch.use_backend("cuda", CpuBackend()):
+        yield Device("cuda:0")

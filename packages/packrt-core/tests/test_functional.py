@@ -3,7 +3,6 @@ and turns every bad argument into a packrt error that names it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -14,12 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import packrt_core as prt
-from packrt_core import dispatch
 from packrt_core.dtypes import as_dtype
 from packrt_core.errors import DeviceError, DTypeError, IndexingError, ReadOnlyError, ShapeError, StorageFreeError
 from packrt_core.nn import functional as F  # noqa: N812 - torch's conventional alias
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import CpuBackend
 from packrt_kernels_cpu.tolerance import tolerance
 
 DTYPES = [prt.float32, prt.float16, prt.bfloat16, prt.float64]
@@ -68,13 +65,6 @@ def tf(torch: ModuleType) -> Any:
     import torch.nn.functional as torch_functional
 
     return torch_functional
-
-
-@pytest.fixture
-def second_device() -> Iterator[prt.Device]:
-    """A 'cuda:0' served by a numpy backend, so device rules are testable on any machine."""
-    with dispatch.use_backend("cuda", CpuBackend()):
-        yield prt.Device("cuda:0")
 
 
 # -- agreement with torch --------------------------------------------------------------------------------

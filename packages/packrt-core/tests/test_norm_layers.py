@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -11,12 +10,10 @@ import numpy as np
 import pytest
 
 import packrt_core as prt
-from packrt_core import dispatch
 from packrt_core.errors import DeviceError, DTypeError, ShapeError, StorageFreeError
 from packrt_core.nn import Parameter
 from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.tensor import Tensor
-from packrt_kernels_cpu import CpuBackend
 from packrt_kernels_cpu.tolerance import tolerance
 
 DTYPES = [prt.float32, prt.float16, prt.bfloat16, prt.float64]
@@ -60,13 +57,6 @@ def randomized_torch_layer(torch: ModuleType, name: str, args: Any, kwargs: Any,
         for param in layer.parameters():
             param.copy_(torch.randn(param.shape, generator=generator))
     return layer
-
-
-@pytest.fixture
-def second_device() -> Iterator[prt.Device]:
-    """A 'cuda:0' served by a numpy backend, so device rules are testable on any machine."""
-    with dispatch.use_backend("cuda", CpuBackend()):
-        yield prt.Device("cuda:0")
 
 
 # -- agreement with torch, through torch's own checkpoint --------------------------------------------

@@ -16,6 +16,7 @@ Parameter names (``L`` the layer): ``embed.weight``, ``positions.weight``,
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import packrt
 from packrt import nn
@@ -126,12 +127,10 @@ class GPT2LMHeadModel(CausalLM):
         x = self.embed(input_ids) + self.positions(positions)
         for layer in self.layers:
             x = layer(x, step, cache)
-        out: packrt.Tensor = self.norm(x)
-        return out
+        return cast(packrt.Tensor, self.norm(x))
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
-        out: packrt.Tensor = self.lm_head(hidden)
-        return out
+        return cast(packrt.Tensor, self.lm_head(hidden))
 
     def extra_repr(self) -> str:
         return f"vocab={self.vocab}, layers={self.num_layers}, positions={self.max_positions}, tied={self.tied}"
