@@ -12,13 +12,10 @@ from packrt_core.creation import (
     from_numpy,
     full,
     full_like,
-    get_num_threads,
-    manual_seed,
     ones,
     ones_like,
     rand,
     randn,
-    set_num_threads,
     tensor,
     zeros,
     zeros_like,
@@ -41,6 +38,7 @@ from packrt_core.dtypes import (
 from packrt_core.dtypes import float as float
 from packrt_core.meta import meta_init
 from packrt_core.revision import contract_revision, current_revision
+from packrt_core.runtime import get_num_threads, manual_seed, set_num_threads
 from packrt_core.tensor import Tensor
 
 bool = bool_

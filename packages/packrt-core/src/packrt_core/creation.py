@@ -183,25 +183,6 @@ def rand(*size: Any, dtype: Any = None, device: Any = None) -> Tensor:
     return _factory(size, _float_dtype(dtype, "rand"), device, ("uniform", 0.0, 1.0))
 
 
-def manual_seed(seed: int) -> None:
-    """Seed every backend's generator: the same seed gives the same draws."""
-    dispatch.get_backend("cpu")
-    for backend in dispatch.loaded_backends():
-        backend.manual_seed(int(seed))
-
-
-def set_num_threads(n: int) -> None:
-    """Cap the threads CPU kernels (the BLAS pool) use."""
-    if int(n) < 1:
-        raise ValueError(f"set_num_threads needs at least 1 thread, got {n}")
-    dispatch.backend_for(CPU).set_num_threads(int(n))
-
-
-def get_num_threads() -> int:
-    """Threads the CPU kernels' BLAS pool uses now."""
-    return int(dispatch.backend_for(CPU).get_num_threads())
-
-
 __all__ = [
     "ALL_DTYPES",
     "arange",
@@ -211,13 +192,10 @@ __all__ = [
     "from_numpy",
     "full",
     "full_like",
-    "get_num_threads",
-    "manual_seed",
     "ones",
     "ones_like",
     "rand",
     "randn",
-    "set_num_threads",
     "tensor",
     "zeros",
     "zeros_like",

@@ -1,9 +1,10 @@
 """The compiled loops behind :mod:`packrt_kernels_cpu.fused` (the only module that imports numba).
 
-Each kernel is written once as a serial loop over a span of its work (``_*_span``: elements,
-rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over numba's
-thread pool with ``prange``, ``name_serial`` runs it on the calling thread (what small work
-takes: waking a pool costs more than it saves, and on a busy machine far more). Every kernel
+Each kernel is written once as a compiled serial loop over a span of its work (``_*_span``:
+elements, rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over
+numba's thread pool with ``prange``; ``name_serial`` (plain Python) runs the whole span on the
+calling thread, what small work takes: waking a pool costs more than it saves, and on a busy
+machine far more. Every kernel
 takes C-contiguous arrays and writes ``out``. Row reductions (means, variances, sums of
 exponentials) accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32
 sums have; everything else stays float32.
@@ -83,64 +84,38 @@ def _narrow_span(src: Array, out: Array, lo: int, hi: int) -> None:
             out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
 
 
+GELU_ERF, GELU_TANH, SILU = 0, 1, 2  # the elementwise activations, by op code
+
+
+@_serial
+def _activation_span(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
+    if op == GELU_ERF:
+        _gelu_erf_span(x, out, lo, hi)
+    elif op == GELU_TANH:
+        _gelu_tanh_span(x, out, lo, hi)
+    else:
+        _silu_span(x, out, lo, hi)
+
+
+@_serial
+def cast_bits(widen: bool, src: Array, out: Array, lo: int, hi: int) -> None:
+    """bfloat16 <-> float32 on their bits, elements ``lo:hi``: ``widen`` uint16 -> uint32, else uint32
+    -> uint16. Memory-bound, so it runs on the calling thread whatever the size."""
+    if widen:
+        _widen_span(src, out, lo, hi)
+    else:
+        _narrow_span(src, out, lo, hi)
+
+
 @_parallel
-def gelu_erf(x: Array, out: Array) -> None:
+def activation(op: int, x: Array, out: Array) -> None:
     n = x.shape[0]
     for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _gelu_erf_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+        _activation_span(op, x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
 
 
-@_serial
-def gelu_erf_serial(x: Array, out: Array) -> None:
-    _gelu_erf_span(x, out, 0, x.shape[0])
-
-
-@_parallel
-def gelu_tanh(x: Array, out: Array) -> None:
-    n = x.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _gelu_tanh_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
-
-
-@_serial
-def gelu_tanh_serial(x: Array, out: Array) -> None:
-    _gelu_tanh_span(x, out, 0, x.shape[0])
-
-
-@_parallel
-def silu(x: Array, out: Array) -> None:
-    n = x.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _silu_span(x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
-
-
-@_serial
-def silu_serial(x: Array, out: Array) -> None:
-    _silu_span(x, out, 0, x.shape[0])
-
-
-@_parallel
-def bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
-    n = src.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _widen_span(src, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
-
-
-@_serial
-def bf16_bits_to_f32_bits_serial(src: Array, out: Array) -> None:
-    _widen_span(src, out, 0, src.shape[0])
-
-
-@_parallel
-def f32_bits_to_bf16_bits(src: Array, out: Array) -> None:
-    n = src.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _narrow_span(src, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
-
-
-@_serial
-def f32_bits_to_bf16_bits_serial(src: Array, out: Array) -> None:
-    _narrow_span(src, out, 0, src.shape[0])
+def activation_serial(op: int, x: Array, out: Array) -> None:
+    _activation_span(op, x, out, 0, x.shape[0])
 
 
 # -- row-wise: rows lo:hi of a (rows, width) array --------------------------------------------------
@@ -191,37 +166,28 @@ def _softmax_rows(x: Array, out: Array, lo: int, hi: int) -> None:
             out[r, j] *= inv
 
 
-@_parallel
-def layer_norm(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _layer_norm_rows(x, w, b, eps, out, r, r + 1)
+LAYER_NORM, RMS_NORM, SOFTMAX = 0, 1, 2  # the row-wise kernels, by op code
 
 
 @_serial
-def layer_norm_serial(x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    _layer_norm_rows(x, w, b, eps, out, 0, x.shape[0])
+def _rows_span(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
+    if op == LAYER_NORM:
+        _layer_norm_rows(x, w, b, eps, out, lo, hi)
+    elif op == RMS_NORM:
+        _rms_norm_rows(x, w, eps, out, lo, hi)
+    else:
+        _softmax_rows(x, out, lo, hi)
 
 
 @_parallel
-def rms_norm(x: Array, w: Array, eps: np.float32, out: Array) -> None:
+def rows(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    """Row kernel ``op`` over every row of ``x`` (``w``, ``b``, ``eps``: what the norms take)."""
     for r in numba.prange(x.shape[0]):
-        _rms_norm_rows(x, w, eps, out, r, r + 1)
+        _rows_span(op, x, w, b, eps, out, r, r + 1)
 
 
-@_serial
-def rms_norm_serial(x: Array, w: Array, eps: np.float32, out: Array) -> None:
-    _rms_norm_rows(x, w, eps, out, 0, x.shape[0])
-
-
-@_parallel
-def softmax(x: Array, out: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _softmax_rows(x, out, r, r + 1)
-
-
-@_serial
-def softmax_serial(x: Array, out: Array) -> None:
-    _softmax_rows(x, out, 0, x.shape[0])
+def rows_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    _rows_span(op, x, w, b, eps, out, 0, x.shape[0])
 
 
 # -- conv2d's columns: (image, channel) planes lo:hi ------------------------------------------------
@@ -255,7 +221,6 @@ def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: 
         _im2col_planes(x, kh, kw, sh, sw, dh, dw, top, left, out, nc, nc + 1)
 
 
-@_serial
 def im2col_serial(
     x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array
 ) -> None:
@@ -280,26 +245,12 @@ def _transpose_tiles(src: Array, out: Array, widen: bool, lo: int, hi: int) -> N
 
 
 @_parallel
-def transpose(src: Array, out: Array) -> None:
+def transpose(src: Array, out: Array, widen: bool) -> None:
     tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
     for t in numba.prange(tiles):
-        _transpose_tiles(src, out, False, t, t + 1)
+        _transpose_tiles(src, out, widen, t, t + 1)
 
 
-@_serial
-def transpose_serial(src: Array, out: Array) -> None:
+def transpose_serial(src: Array, out: Array, widen: bool) -> None:
     tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
-    _transpose_tiles(src, out, False, 0, tiles)
-
-
-@_parallel
-def transpose_bf16_bits_to_f32_bits(src: Array, out: Array) -> None:
-    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
-    for t in numba.prange(tiles):
-        _transpose_tiles(src, out, True, t, t + 1)
-
-
-@_serial
-def transpose_bf16_bits_to_f32_bits_serial(src: Array, out: Array) -> None:
-    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
-    _transpose_tiles(src, out, True, 0, tiles)
+    _transpose_tiles(src, out, widen, 0, tiles)

@@ -85,10 +85,10 @@ def cast(a: Array, dtype: np.dtype[Any]) -> Array:
     the same bits as ml_dtypes, rounding to nearest even."""
     if a.dtype == _BF16:
         out = np.empty(a.shape, _F32)
-        _launch("bf16_bits_to_f32_bits", a.size, a.reshape(-1).view(np.uint16), out.reshape(-1).view(np.uint32))
+        _kernels().cast_bits(True, a.reshape(-1).view(np.uint16), out.reshape(-1).view(np.uint32), 0, a.size)
     else:
         out = np.empty(a.shape, _BF16)
-        _launch("f32_bits_to_bf16_bits", a.size, a.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint16))
+        _kernels().cast_bits(False, a.reshape(-1).view(np.uint32), out.reshape(-1).view(np.uint16), 0, a.size)
     return out
 
 
@@ -113,23 +113,24 @@ def transposed(w: Array, dtype: np.dtype[Any]) -> Array:
     """A new C-contiguous ``w.T`` in ``dtype`` (what a linear pack keeps), copied tile by tile."""
     out = np.empty((w.shape[1], w.shape[0]), dtype)
     if w.dtype == _BF16:
-        _launch("transpose_bf16_bits_to_f32_bits", w.size, w.view(np.uint16), out.view(np.uint32))
+        _launch("transpose", w.size, w.view(np.uint16), out.view(np.uint32), True)
     else:
-        _launch("transpose", w.size, w, out)
+        _launch("transpose", w.size, w, out, False)
     return out
 
 
 def gelu(x: Array, approximate: str) -> Array:
     """GELU of a float32 array: ``x/2 * erfc(-x/sqrt 2)``, or the tanh form."""
     out = np.empty_like(x)
-    _launch("gelu_tanh" if approximate == "tanh" else "gelu_erf", x.size, x.reshape(-1), out.reshape(-1))
+    k = _kernels()
+    _launch("activation", x.size, k.GELU_TANH if approximate == "tanh" else k.GELU_ERF, x.reshape(-1), out.reshape(-1))
     return out
 
 
 def silu(x: Array) -> Array:
     """``x * sigmoid(x)`` of a float32 array."""
     out = np.empty_like(x)
-    _launch("silu", x.size, x.reshape(-1), out.reshape(-1))
+    _launch("activation", x.size, _kernels().SILU, x.reshape(-1), out.reshape(-1))
     return out
 
 
@@ -138,7 +139,8 @@ def layer_norm(x: Array, width: int, w: Array | None, b: Array | None, eps: floa
     out = np.empty_like(x)
     ones = np.ones(width, _F32) if w is None else w.reshape(-1)
     zeros = np.zeros(width, _F32) if b is None else b.reshape(-1)
-    _launch("layer_norm", x.size, x.reshape(-1, width), ones, zeros, np.float32(eps), out.reshape(-1, width))
+    rows = (x.reshape(-1, width), ones, zeros, np.float32(eps), out.reshape(-1, width))
+    _launch("rows", x.size, _kernels().LAYER_NORM, *rows)
     return out
 
 
@@ -146,7 +148,8 @@ def rms_norm(x: Array, width: int, w: Array | None, eps: float) -> Array:
     """RMSNorm over the trailing ``width`` elements of each row."""
     out = np.empty_like(x)
     ones = np.ones(width, _F32) if w is None else w.reshape(-1)
-    _launch("rms_norm", x.size, x.reshape(-1, width), ones, np.float32(eps), out.reshape(-1, width))
+    rows = (x.reshape(-1, width), ones, ones, np.float32(eps), out.reshape(-1, width))
+    _launch("rows", x.size, _kernels().RMS_NORM, *rows)
     return out
 
 
@@ -154,7 +157,10 @@ def softmax_last(x: Array) -> Array:
     """Softmax along the last axis (max-shifted; an all ``-inf`` row gives NaN, as numpy's path)."""
     out = np.empty_like(x)
     width = x.shape[-1]
-    _launch("softmax", x.size, x.reshape(-1, width), out.reshape(-1, width))
+    unused = np.empty(0, _F32)  # softmax takes no weights
+    _launch(
+        "rows", x.size, _kernels().SOFTMAX, x.reshape(-1, width), unused, unused, np.float32(0), out.reshape(-1, width)
+    )
     return out
 
 

@@ -69,12 +69,6 @@ def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
     return BertEncoder(encoder_config(config), weight_residency=weight_residency)
 
 
-FAMILY = Family(
-    name="bert",
-    model_types=("bert",),
-    architectures=("BertModel",),
-    build=_build,
-    keymap=bert_keymap,
-)
+FAMILY = Family(name="bert", model_types=("bert",), architectures=("BertModel",), build=_build, keymap=bert_keymap)
 
 __all__ = ["FAMILY", "bert_keymap", "encoder_config"]

@@ -169,11 +169,7 @@ def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
 
 
 FAMILY = Family(
-    name="gpt2",
-    model_types=("gpt2",),
-    architectures=("GPT2LMHeadModel",),
-    build=_build,
-    keymap=gpt2_keymap,
+    name="gpt2", model_types=("gpt2",), architectures=("GPT2LMHeadModel",), build=_build, keymap=gpt2_keymap
 )
 
 __all__ = ["FAMILY", "GPT2Attention", "GPT2LMHeadModel", "GPT2Layer", "GPT2MLP", "gpt2_keymap"]
