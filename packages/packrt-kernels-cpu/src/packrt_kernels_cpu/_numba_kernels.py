@@ -31,11 +31,6 @@ _CHUNK = 16384  # elements per parallel task of an elementwise kernel
 _TILE = 32  # a transpose copies 32x32 tiles, so reads and writes both stay in cache
 
 
-def get_num_threads() -> int:
-    """The pool size parallel regions launched from this thread use now."""
-    return int(numba.get_num_threads())
-
-
 def set_num_threads(n: int) -> None:
     """Cap the pool for parallel regions this thread launches (numba's own maximum is the core count)."""
     limit = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]

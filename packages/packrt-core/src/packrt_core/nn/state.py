@@ -148,11 +148,15 @@ class _Undo:
     ) -> None:
         self.extra = extra
         self.layers = [(m, m._transaction_state()) for m in root.modules()]
-        self.slots = [
-            (module, registry, name, getattr(module, registry)[name])
-            for tie, _ in chosen
-            for module, registry, name in tie.places
-        ]
+        self.slots = (  # only an assign-load rebinds slots; a copy-load writes in place
+            [
+                (module, registry, name, getattr(module, registry)[name])
+                for tie, _ in chosen
+                for module, registry, name in tie.places
+            ]
+            if assign
+            else []
+        )
         self.values: list[tuple[Tensor, Any, int]] = []
         if not assign:
             for tie, _ in chosen:
