@@ -543,7 +543,11 @@ def _served(module: Any) -> Any:
     return module.__dict__.get("_served")
 
 
-@mutant("stale-pack-survives-reload", {"load_state_dict.residency.reload-drops-pack"}, "test_packing")
+@mutant(
+    "stale-pack-survives-reload",
+    {"load_state_dict.residency.reload-drops-pack", "load_state_dict.residency.partial-reload-restores-raw"},
+    "test_packing",
+)
 class StalePackSurvivesReload:
     """A reload under borrowed or per_call leaves the pack an earlier forward built in place."""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 import packrt_core as prt
@@ -37,6 +39,25 @@ def test_assigning_before_super_init_says_to_call_it_first(value: object) -> Non
     class Broken(nn.Module):
         def __init__(self) -> None:
             self.x = value
+            super().__init__()
+
+    with pytest.raises(ModuleInitError, match=r"before Module.__init__\(\) ran: call super\(\).__init__\(\) first"):
+        Broken()
+
+
+@pytest.mark.parametrize(
+    "register",
+    [
+        lambda m: m.register_parameter("w", nn.Parameter(prt.ones(1))),
+        lambda m: m.register_buffer("b", prt.ones(1)),
+        lambda m: m.add_module("c", nn.Identity()),
+    ],
+    ids=["register_parameter", "register_buffer", "add_module"],
+)
+def test_registering_before_super_init_says_to_call_it_first(register: Any) -> None:
+    class Broken(nn.Module):
+        def __init__(self) -> None:
+            register(self)
             super().__init__()
 
     with pytest.raises(ModuleInitError, match=r"before Module.__init__\(\) ran: call super\(\).__init__\(\) first"):

@@ -67,11 +67,12 @@ def test_a_with_kwargs_pre_hook_returning_none_keeps_both() -> None:
 @pytest.mark.parametrize(
     ("returned", "described"),
     [
-        ((1, 2), r"returned a pair \(int, int\)"),
-        (((1,), {}, "extra"), r"returned a tuple of length 3"),
+        ((1, 2), r"returned a tuple of length 2 \(int, int\)"),
+        (((1,), {}, "extra"), r"returned a tuple of length 3 \(tuple, dict, str\)"),
+        ((1, 2, 3, 4, 5), r"returned a tuple of length 5 \(int, int, int, int, \.\.\.\)"),
         ({"k": 1}, r"returned dict"),
-        (((1,), [("k", 1)]), r"returned a pair \(tuple, list\)"),
-        (([1], {}), r"returned a pair \(list, dict\)"),
+        (((1,), [("k", 1)]), r"returned a tuple of length 2 \(tuple, list\)"),
+        (([1], {}), r"returned a tuple of length 2 \(list, dict\)"),
     ],
 )
 def test_a_with_kwargs_pre_hook_returning_anything_but_a_pair_is_a_type_error_naming_it(

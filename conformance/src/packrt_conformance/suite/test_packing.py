@@ -228,6 +228,24 @@ def test_a_packed_layer_reloaded_borrowed_or_per_call_holds_no_pack(impl: Adapte
         assert not impl.is_packed(layer)
 
 
+@pytest.mark.clause("load_state_dict.residency.partial-reload-restores-raw")
+@pytest.mark.parametrize("residency", ["borrowed", "per_call"])
+def test_a_partial_reload_gives_the_unbound_weights_back_as_raw_tensors(impl: Adapter, residency: str) -> None:
+    layer, _ = _loaded(impl)
+    _out(impl, layer)
+    assert impl.is_packed(layer), "the first forward packs under the default residency"
+    result = layer.load_state_dict({"bias": impl.tensor(B + 1.0)}, strict=False, weight_residency=residency)
+    assert list(result.missing_keys) == ["weight"]
+    assert not impl.is_packed(layer), "the load must drop the pack"
+    assert impl.raw_bytes(layer) == (W.size + B.size) * 4, "the weight the load left alone must be raw again"
+    assert values_equal(impl, layer.weight, W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(bias=B + 1.0), rtol=1e-5)
+    impl.write_(layer.weight, 2 * W)
+    np.testing.assert_allclose(_out(impl, layer), _expect(weight=2 * W, bias=B + 1.0), rtol=1e-5)
+    assert not impl.is_packed(layer)
+    assert impl.raw_bytes(layer) == (W.size + B.size) * 4
+
+
 @pytest.mark.clause("load_state_dict.residency.packed-drops-raw")
 def test_packed_residency_really_drops_the_raw_weights(impl: Adapter) -> None:
     layer, ckpt = _loaded(impl, weight_residency="packed")

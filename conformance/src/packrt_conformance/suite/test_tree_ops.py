@@ -38,6 +38,19 @@ def test_train_sets_the_flag_on_the_whole_tree(impl: Adapter) -> None:
     assert {m.training for m in root.modules()} == {True}
 
 
+@pytest.mark.clause("train.flag-readable-from-construction")
+def test_training_flag_is_readable_before_any_train_call(impl: Adapter) -> None:
+    class Branching(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def forward(self, x: Any) -> Any:
+            return x if self.training else None
+
+    fresh = [impl.nn.Module(), impl.linear(2, 2), impl.nn.Sequential(impl.linear(2, 2)), Branching()]
+    for module in fresh:
+        assert isinstance(module.training, bool), f"{type(module).__name__}.training must be a bool from construction"
+    assert all(isinstance(m.training, bool) for m in fresh[2].modules())
+    fresh[3](impl.tensor([1.0]))  # a forward branching on the flag runs before any train()/eval()
+
+
 @pytest.mark.clause("eval.same-as-train-false")
 def test_eval_is_train_false(impl: Adapter) -> None:
     root = _deep(impl)

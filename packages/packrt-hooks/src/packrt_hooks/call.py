@@ -106,10 +106,9 @@ def _split_args_kwargs(result: object, entry: HookEntry, module: object) -> tupl
         and isinstance(result[1], Mapping)
     ):
         return result[0], dict(result[1])
-    if isinstance(result, tuple) and len(result) == 2:
-        shape = f"a pair ({type(result[0]).__name__}, {type(result[1]).__name__})"
-    elif isinstance(result, tuple):
-        shape = f"a tuple of length {len(result)}"
+    if isinstance(result, tuple):  # say what each item is: a pair of the wrong kinds is the usual slip
+        kinds = ", ".join(type(item).__name__ for item in result[:4]) + (", ..." if len(result) > 4 else "")
+        shape = f"a tuple of length {len(result)} ({kinds})"
     else:
         shape = type(result).__name__
     raise HookResultError(

@@ -610,11 +610,16 @@ def _names_dtype(value: Any) -> bool:
     return True
 
 
+def _tensor_like(arg: Any) -> bool:
+    """Whether ``to()`` reads ``arg`` as a tensor to match (it has both a device and a dtype)."""
+    return hasattr(arg, "device") and hasattr(arg, "dtype")
+
+
 def _check_to_arguments(args: tuple[Any, ...]) -> None:
     """Refuse, as TypeError, the positional forms PyTorch's ``Module.to`` refuses: it takes
     ``(device[, dtype[, non_blocking]])``, ``(dtype[, non_blocking])`` or ``(tensor[, non_blocking])``."""
     for i, arg in enumerate(args):
-        is_tensor = hasattr(arg, "device") and hasattr(arg, "dtype")
+        is_tensor = _tensor_like(arg)
         known = arg is None or isinstance(arg, Device | str | int) or is_tensor or _names_dtype(arg)
         if not known or (is_tensor and i > 0):
             raise TypeError(
@@ -623,7 +628,7 @@ def _check_to_arguments(args: tuple[Any, ...]) -> None:
             )
     if len(args) >= 2 and isinstance(args[1], bool):
         first = args[0]
-        if not (_names_dtype(first) or (hasattr(first, "device") and hasattr(first, "dtype"))):
+        if not (_names_dtype(first) or _tensor_like(first)):
             raise TypeError(
                 f"Module.to({first!r}, {args[1]!r}): a bool after a device stands where the dtype goes; "
                 "pass non_blocking= as a keyword: to(device, non_blocking=True)"
