@@ -295,7 +295,8 @@ class NonTransactionalLoad:
             slots.update(self.named_buffers(remove_duplicate=False))  # type: ignore[attr-defined]
             for key, value in state_dict.items():
                 target = slots.get(key)
-                if target is None or not target.has_storage or tuple(target.shape) != tuple(value.shape):
+                fits = target is not None and target.has_storage and value.has_storage
+                if not fits or tuple(target.shape) != tuple(value.shape):
                     break  # the naive loop meets the bad key here; the real load below raises for it
                 target.copy_(value)
         return super().load_state_dict(state_dict, strict, assign, **options)  # type: ignore[misc]
@@ -470,7 +471,11 @@ class NoneAttributeHidesChild:
         super().__setattr__(name, value)
 
 
-@mutant("buffer-under-plain-attribute", {"register_buffer.over-plain-attribute"}, "test_registration")
+@mutant(
+    "buffer-under-plain-attribute",
+    {"register_buffer.over-plain-attribute", "module.register.buffer-over-plain-attribute"},
+    "test_registration",
+)
 class BufferUnderPlainAttribute:
     """register_buffer files a buffer under a name a plain attribute holds, which then hides it."""
 

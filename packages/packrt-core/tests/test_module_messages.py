@@ -62,10 +62,22 @@ def test_set_submodule_with_a_non_module_is_a_value_error_as_in_pytorch() -> Non
         Net().set_submodule("fc", "not a module")  # type: ignore[arg-type]
 
 
+class _OnlyDevice:
+    """Has a device but no dtype: not a tensor to() can match."""
+
+    device = "cpu"
+
+
+class _OnlyDtype:
+    """Has a dtype but no device: not a tensor either."""
+
+    dtype = "float32"
+
+
 @pytest.mark.parametrize(
     "args",
-    [([],), ({},), ("cpu", True), (None, True), ("cpu", prt.zeros(1))],
-    ids=["list", "dict", "device-then-bool", "none-then-bool", "tensor-second"],
+    [([],), ({},), ("cpu", True), (None, True), ("cpu", prt.zeros(1)), (_OnlyDevice(),), (_OnlyDtype(),)],
+    ids=["list", "dict", "device-then-bool", "none-then-bool", "tensor-second", "device-only", "dtype-only"],
 )
 def test_module_to_with_an_argument_of_the_wrong_kind_is_a_type_error(args: tuple[Any, ...]) -> None:
     with pytest.raises(TypeError, match=r"Module\.to\("):

@@ -85,6 +85,18 @@ def test_moving_to_an_unreachable_device_raises_and_changes_nothing() -> None:
     assert net.weight.data_ptr() == ptr and dtypes(net)["weight"] == "float32"
 
 
+def test_to_empty_onto_an_unreachable_device_raises_and_changes_nothing() -> None:
+    if prt.cuda.is_available():
+        pytest.skip("a GPU answered")
+    with prt.meta_init():
+        storage_free = Net()
+    for net in (storage_free, Net()):
+        before = [(t.device, t.has_storage) for t in net.parameters()]
+        with pytest.raises(DeviceUnavailableError, match="cuda:0"):
+            net.to_empty(device="cuda")
+        assert [(t.device, t.has_storage) for t in net.parameters()] == before
+
+
 def test_a_layer_refusal_raises_and_leaves_the_whole_tree_unchanged() -> None:
     class Quantized(nn.Module):
         def __init__(self) -> None:

@@ -83,6 +83,18 @@ def test_copy_into_storage_free_slot_raises_pointing_to_assign(impl: Adapter, st
         m.load_state_dict(_checkpoint(impl), strict=strict)
 
 
+@pytest.mark.clause("load_state_dict.copy.storage-free-value-raises")
+@pytest.mark.parametrize("strict", [True, False])
+def test_copy_from_a_storage_free_value_raises_naming_the_key(impl: Adapter, strict: bool) -> None:
+    with impl.meta_init():
+        declared = impl.linear(2, 3)
+    m = _model(impl)
+    ckpt = _checkpoint(impl)
+    ckpt["proj.weight"] = declared.weight  # shape (3, 2), as the slot, but no storage
+    with pytest.raises((RuntimeError, ValueError, NotImplementedError), match=r"proj\.weight"):
+        m.load_state_dict(ckpt, strict=strict)
+
+
 @pytest.mark.clause("load_state_dict.assign.binds-incoming")
 def test_assign_binds_the_incoming_tensor_without_copying(impl: Adapter) -> None:
     m = _model(impl)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from packrt_conformance.adapter import Adapter
@@ -177,22 +179,42 @@ def test_a_none_attribute_then_a_module_becomes_the_child(impl: Adapter) -> None
     assert list(m.named_children()) == [("body", m.body), ("head", replacement)]
 
 
-@pytest.mark.clause("register_buffer.over-plain-attribute")
-def test_register_buffer_over_a_plain_attribute_refuses_or_reads_back(impl: Adapter) -> None:
+def _file_over_a_plain_attribute(impl: Adapter, file: Any) -> None:
+    """``file(m)`` files buffer ``foo`` where ``m.foo = 3`` already stands and returns the tensor
+    the buffer must share storage with."""
     m = impl.nn.Module()
     m.foo = 3
-    t = impl.tensor([1.0, 2.0])
     try:
-        m.register_buffer("foo", t)
+        filed = file(m)
     except Exception:  # the pages name no type for the refusal; any exception refuses
         assert m.foo == 3, "a refused registration must leave the attribute as it was"
         assert names(m.named_buffers()) == []
         assert m.state_dict() == {}
         return
     assert not isinstance(m.foo, int), "the buffer was filed but the plain attribute still hides it"
-    assert impl.shares_storage(m.foo, t)
+    assert impl.shares_storage(m.foo, filed)
     assert names(m.named_buffers()) == ["foo"]
     assert list(m.state_dict()) == ["foo"]
+
+
+@pytest.mark.clause("register_buffer.over-plain-attribute")
+def test_register_buffer_over_a_plain_attribute_refuses_or_reads_back(impl: Adapter) -> None:
+    def register(m: Any) -> Any:
+        t = impl.tensor([1.0, 2.0])
+        m.register_buffer("foo", t)
+        return t
+
+    _file_over_a_plain_attribute(impl, register)
+
+
+@pytest.mark.clause("module.register.buffer-over-plain-attribute")
+def test_assigning_a_buffer_over_a_plain_attribute_refuses_or_reads_back(impl: Adapter) -> None:
+    def assign(m: Any) -> Any:
+        b = impl.buffer([1.0, 2.0])
+        m.foo = b
+        return b
+
+    _file_over_a_plain_attribute(impl, assign)
 
 
 @pytest.mark.clause("module.register.none-empties-slot")

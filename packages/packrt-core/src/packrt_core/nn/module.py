@@ -201,18 +201,16 @@ class Module:
             else:
                 d["_buffers"][name] = value
         elif isinstance(value, Buffer):
+            # Not filed anywhere yet; a plain attribute of that name stays, so registering refuses it.
             self._require_init("buffer", name)
-            self._forget(name, keep="_buffers", keep_attribute=True)  # a plain attribute is not replaced
             self.register_buffer(name, value)
         else:
             object.__setattr__(self, name, value)
 
-    def _forget(self, name: str, keep: str, keep_attribute: bool = False) -> None:
-        """Unfile ``name`` from every other place, so re-assigning keeps its registration slot.
-        ``keep_attribute`` leaves a plain attribute in place, so registering refuses the name
-        (a Buffer assigned over a plain attribute, as in PyTorch)."""
-        if not keep_attribute:
-            self.__dict__.pop(name, None)
+    def _forget(self, name: str, keep: str) -> None:
+        """Unfile ``name`` from every other place (a plain attribute included), so re-assigning
+        keeps its registration slot."""
+        self.__dict__.pop(name, None)
         for registry in _REGISTRIES:
             if registry != keep:
                 getattr(self, registry).pop(name, None)

@@ -216,10 +216,7 @@ def _same_values(a: Any, b: Any) -> bool:
         return False
     if not (a.has_storage and b.has_storage):
         return False
-    x, y = np.asarray(a.cpu()), np.asarray(b.cpu())
-    if x.dtype != y.dtype:
-        x, y = x.astype(np.float64), y.astype(np.float64)
-    return bool(np.array_equal(x, y))
+    return bool(np.array_equal(np.asarray(a.cpu()), np.asarray(b.cpu())))  # mixed dtypes compare by value
 
 
 def _check_value(tie: _Tie, key: str, value: Tensor, assign: bool, problems: list[str]) -> bool:
