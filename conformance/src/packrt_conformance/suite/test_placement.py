@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 from packrt_conformance.adapter import Adapter
@@ -130,6 +131,19 @@ def test_cuda_without_argument_uses_the_first_device(impl: Adapter) -> None:
     root = sample_tree(impl)
     assert root.cuda() is root
     assert {impl.device_of(t) for t in root.parameters()} == {"cuda:0"}
+
+
+@pytest.mark.clause("cpu.back-from-cuda")
+def test_cpu_brings_a_cuda_tree_back_with_its_values(impl: Adapter) -> None:
+    root = sample_tree(impl)
+    tensors = [*root.parameters(), *root.buffers()]
+    before = [impl.to_numpy(t) for t in tensors]
+    root.cuda()
+    assert root.cpu() is root
+    after = [*root.parameters(), *root.buffers()]
+    assert {impl.device_of(t) for t in after} == {"cpu"}
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_array_equal(impl.to_numpy(new), old)
 
 
 @pytest.mark.clause("cuda.explicit-device")
