@@ -20,8 +20,10 @@ import numpy as np
 
 Array = Any
 
-_serial = numba.njit(cache=True, fastmath=False, nogil=True)
-_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True)
+# error_model="numpy": a float division by zero gives inf/NaN as numpy does, instead of a
+# ZeroDivisionError check whose branch keeps LLVM from vectorising the loop.
+_serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 _TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
 _CUBIC = np.float32(0.044715)
@@ -37,24 +39,49 @@ def set_num_threads(n: int) -> None:
     numba.set_num_threads(max(1, min(int(n), int(limit))))
 
 
+# erf(z) ~ z P(z^2) / Q(z^2) on |z| <= 3.92 (beyond it erf rounds to +-1 in float32): a rational
+# fit of our own (Lawson-weighted least squares on erf's absolute error; tools/fit_erf.py
+# rebuilds it). Only multiplies, adds, one division and clamps, so LLVM vectorises the loop, where
+# math.erfc is a scalar libm call: about 8x faster. Error of erf, evaluated in float32: 3.3e-7.
+_ERF_CLAMP = np.float32(3.92)
+_ERF_P = (1.1283790224, 0.19276478673, 0.053060480025, 0.0038683320176, 0.0002874749643, 2.034670509e-06)
+_ERF_Q = (0.50416501148, 0.11508483161, 0.015172308868, 0.0011881077905, 3.8069739659e-05)
+_P0, _P1, _P2, _P3, _P4, _P5 = (np.float32(c) for c in _ERF_P)
+_Q1, _Q2, _Q3, _Q4, _Q5 = (np.float32(c) for c in _ERF_Q)
+
+
 # -- elementwise: a span of a flat array ------------------------------------------------------------
+# Each span kernel loops over views x[lo:hi], out[lo:hi] indexed from 0. Indexing the whole
+# arrays from lo makes numba's negative-index wraparound reachable, and LLVM's overlap check then
+# over-estimates what the loop reads: when out starts right after x in memory (numpy's next
+# allocation usually does) the vector loop is skipped for the scalar one, 4x slower for GELU.
 @_serial
 def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    for i in range(lo, hi):
+    """``x/2 (1 + erf(x/sqrt 2))``: within 1.5e-6 absolute of the exact value for every float32
+    ``x`` (exactly ``x`` or 0 past the clamp; NaN and -inf give NaN, as the numpy path does)."""
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
         v = x[i]
-        out[i] = _HALF * v * math.erfc(-v * _INV_SQRT2)
+        z = min(max(v * _INV_SQRT2, -_ERF_CLAMP), _ERF_CLAMP)
+        t = z * z
+        p = ((((_P5 * t + _P4) * t + _P3) * t + _P2) * t + _P1) * t + _P0
+        q = ((((_Q5 * t + _Q4) * t + _Q3) * t + _Q2) * t + _Q1) * t + _ONE
+        erf = min(max(z * p / q, -_ONE), _ONE)
+        out[i] = _HALF * v * (_ONE + erf)
 
 
 @_serial
 def _gelu_tanh_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    for i in range(lo, hi):
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
         v = x[i]
         out[i] = _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
 
 
 @_serial
 def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    for i in range(lo, hi):
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
         v = x[i]
         out[i] = v / (_ONE + math.exp(-v))
 
@@ -62,7 +89,8 @@ def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
 @_serial
 def _widen_span(src: Array, out: Array, lo: int, hi: int) -> None:
     """bfloat16 bits -> float32 bits: bfloat16 is the top half of a float32, so widening is a shift."""
-    for i in range(lo, hi):
+    src, out = src[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(src.shape[0]):
         out[i] = np.uint32(src[i]) << np.uint32(16)
 
 
@@ -70,7 +98,8 @@ def _widen_span(src: Array, out: Array, lo: int, hi: int) -> None:
 def _narrow_span(src: Array, out: Array, lo: int, hi: int) -> None:
     """float32 bits -> bfloat16 bits, rounding to nearest, ties to even (as ml_dtypes does);
     NaN stays a quiet NaN."""
-    for i in range(lo, hi):
+    src, out = src[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(src.shape[0]):
         bits = src[i]
         if (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000):
             out[i] = np.uint16((bits >> np.uint32(16)) | np.uint32(0x0040))

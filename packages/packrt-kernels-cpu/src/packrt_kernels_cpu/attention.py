@@ -39,19 +39,35 @@ def scaled_dot_product_attention(
     xp = array_namespace(q, k, v)
     cd = compute_dtype(dt)
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = (astype(q, cd) @ xp.swapaxes(astype(k, cd), -1, -2)) * cd.type(factor)
+    # The scores array is this call's own, so every step after the GEMM works in place: a fresh
+    # array per step cost a page-faulting allocation and a pass over memory each.
+    scores = astype(q, cd) @ xp.swapaxes(astype(k, cd), -1, -2)
+    scores *= cd.type(factor)
     neg_inf = cd.type(-np.inf)
+    hidden = None  # True where a (query, key) pair takes no part
     if is_causal:
-        scores = xp.where(xp.tril(xp.ones((length, source), dtype=bool)), scores, neg_inf)
+        hidden = ~xp.tril(xp.ones((length, source), dtype=bool))
     elif attn_mask is not None and np.dtype(attn_mask.dtype) == np.dtype(bool):
-        scores = xp.where(attn_mask, scores, neg_inf)
+        hidden = None if bool(xp.all(attn_mask)) else ~attn_mask
     elif attn_mask is not None:
-        scores = scores + astype(attn_mask, cd)
+        bias = astype(attn_mask, cd)
+        if np.broadcast_shapes(scores.shape, bias.shape) == scores.shape:
+            scores += bias
+        else:  # the mask widens the scores' shape: the sum is a new, larger array
+            scores = scores + bias
+    if hidden is not None:
+        if np.broadcast_shapes(scores.shape, hidden.shape) != scores.shape:
+            scores = xp.broadcast_to(scores, np.broadcast_shapes(scores.shape, hidden.shape)).copy()
+        xp.copyto(scores, neg_inf, where=hidden)
     with quiet(xp):
         top = xp.max(scores, axis=-1, keepdims=True)
         # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, not NaN.
-        top = xp.where(top == neg_inf, cd.type(0), top)
-        e = xp.exp(scores - top)
-        total = xp.sum(e, axis=-1, keepdims=True)
-        weights = e / xp.where(total == 0, cd.type(1), total)
-    return astype(weights @ astype(v, cd), dt)
+        if bool(xp.any(top == neg_inf)):
+            top = xp.where(top == neg_inf, cd.type(0), top)
+        scores -= top
+        xp.exp(scores, out=scores)
+        total = xp.sum(scores, axis=-1, keepdims=True)
+        if not bool(xp.all(total)):
+            total = xp.where(total == 0, cd.type(1), total)
+        scores /= total
+    return astype(scores @ astype(v, cd), dt)
