@@ -165,6 +165,11 @@ def softmax_last(x: Array) -> Array:
 
 
 def _compile() -> Any:
+    # numba's thread pool is OpenMP (libgomp), whose workers spin after each parallel region by
+    # default. On two cores they spin against OpenBLAS's workers and the caller: measured, a
+    # MiniLM forward at 2 threads took 260 ms spinning and 164 ms with passive waiting (1 thread:
+    # unchanged). libgomp reads the policy when it loads, which is below; a value already set wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from packrt_kernels_cpu import _numba_kernels  # imports numba: only now, on first use
 
     return _numba_kernels
