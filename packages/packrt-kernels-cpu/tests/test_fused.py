@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from packrt_kernels_cpu import functional as kernels
 from packrt_kernels_cpu import fused
+from packrt_kernels_cpu.conv import conv2d_geometry, im2col
 from packrt_kernels_cpu.tolerance import tolerance
 
 F32 = np.float32
@@ -127,3 +129,20 @@ def test_a_large_transpose_on_the_pool_equals_numpys() -> None:
     np.testing.assert_array_equal(fused.transposed(w, np.dtype(F32)), w.T)
     bf16 = w.astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(fused.transposed(bf16, np.dtype(F32)), bf16.T.astype(F32))
+
+
+def test_the_scratch_buffer_is_reused_per_thread_and_never_handed_to_callers_of_im2col() -> None:
+    first = fused.scratch_f32((4, 8))
+    again = fused.scratch_f32((2, 3))
+    assert np.shares_memory(first, again), "a smaller request reuses this thread's buffer"
+    seen: list[np.ndarray] = []
+    worker = threading.Thread(target=lambda: seen.append(fused.scratch_f32((4, 8))))
+    worker.start()
+    worker.join()
+    assert not np.shares_memory(seen[0], first), "each thread has its own buffer"
+    x = np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(F32)
+    geometry = conv2d_geometry((3, 3), 1, 1, 1, 1)
+    held, _, _ = im2col(x, geometry)  # a caller's columns are its own array
+    before = held.copy()
+    im2col(x * 2, geometry, scratch=True)
+    np.testing.assert_array_equal(held, before)

@@ -100,18 +100,20 @@ def conv2d_geometry(
     return Conv2dGeometry((int(kh), int(kw)), (sh, sw), pads, (dh, dw), int(groups))
 
 
-def im2col(x: Array, geometry: Conv2dGeometry) -> tuple[Array, int, int]:
+def im2col(x: Array, geometry: Conv2dGeometry, *, scratch: bool = False) -> tuple[Array, int, int]:
     """Columns (N, C * kh * kw, OH * OW) of an (N, C, H, W) array, plus (OH, OW).
 
     The column index runs over (channel, kernel row, kernel col), matching a weight reshaped
-    from (O, C, kh, kw) to (O, C * kh * kw).
+    from (O, C, kh, kw) to (O, C * kh * kw). With ``scratch=True`` the compiled path may write
+    them into this thread's reused scratch buffer: the caller must be done with them before it
+    asks for columns again (``conv2d_gemm`` is).
     """
     xp = array_namespace(x)
     n, c, h, w = (int(s) for s in x.shape)
     oh, ow = geometry.output_size(h, w)
     (kh, kw) = geometry.kernel_size
     if fused.handles(x):  # one parallel pass, padding read as zeros: no padded copy of the input
-        return fused.im2col(x, geometry, oh, ow).reshape(n, c * kh * kw, oh * ow), oh, ow
+        return fused.im2col(x, geometry, oh, ow, scratch=scratch).reshape(n, c * kh * kw, oh * ow), oh, ow
     top, bottom, left, right = geometry.padding
     if any(geometry.padding):
         x = xp.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
@@ -132,7 +134,7 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     (out,) or None. Returns (N, out, OH, OW) in the compute dtype.
     """
     g, og, k = (int(s) for s in w_groups.shape)
-    cols, oh, ow = im2col(x, geometry)
+    cols, oh, ow = im2col(x, geometry, scratch=True)  # consumed by the GEMM below, before any other call
     n = cols.shape[0]
     cols = cols.reshape(n, g, k, oh * ow)
     out = (w_groups @ cols).reshape(n, g * og, oh, ow)  # (1?, G, Og, K) @ (N, G, K, P) -> (N, G, Og, P)
