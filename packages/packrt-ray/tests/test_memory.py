@@ -26,7 +26,8 @@ BORROWED_LIMIT = 0.05  # of the checkpoint, per replica
 
 def _replica_memory(
     directory: Path, weight_residency: str, name: str, replica_answers: Any, serve_url: str
-) -> dict[int, Any]:
+) -> tuple[int, dict[int, Any]]:
+    """(checkpoint bytes, each of 2 replicas' memory report by pid) for ``directory`` served so."""
     app = build_app(
         directory, weight_residency=weight_residency, num_replicas=2, ray_actor_options={"num_cpus": 0.5}, name=name
     )
@@ -34,16 +35,15 @@ def _replica_memory(
     try:
         handle = serve.get_app_handle(name)
         answers: dict[int, Any] = replica_answers(lambda: handle.memory.remote().result(timeout_s=30), want=2)
-        return answers
     finally:
         serve.delete(name)
+    return (directory / "model.safetensors").stat().st_size, answers
 
 
 def test_two_borrowed_replicas_each_add_at_most_5_percent_of_the_checkpoint_as_anonymous_memory(
     serve_url: str, big_bert_dir: Path, replica_answers: Any
 ) -> None:
-    replicas = _replica_memory(big_bert_dir, "borrowed", "big_borrowed", replica_answers, serve_url)
-    checkpoint = (big_bert_dir / "model.safetensors").stat().st_size
+    checkpoint, replicas = _replica_memory(big_bert_dir, "borrowed", "big_borrowed", replica_answers, serve_url)
     for pid, memory in replicas.items():
         assert memory["checkpoint_bytes"] == checkpoint
         assert memory["weight_residency"] == "borrowed"
@@ -59,8 +59,7 @@ def test_two_borrowed_replicas_each_add_at_most_5_percent_of_the_checkpoint_as_a
 def test_two_packed_replicas_each_hold_about_one_full_copy_so_the_measure_sees_copies(
     serve_url: str, big_bert_dir: Path, replica_answers: Any
 ) -> None:
-    replicas = _replica_memory(big_bert_dir, "packed", "big_packed", replica_answers, serve_url)
-    checkpoint = (big_bert_dir / "model.safetensors").stat().st_size
+    checkpoint, replicas = _replica_memory(big_bert_dir, "packed", "big_packed", replica_answers, serve_url)
     for pid, memory in replicas.items():
         fraction = memory["anonymous_added"] / checkpoint
         assert 0.9 <= fraction <= 1.25, (pid, fraction)

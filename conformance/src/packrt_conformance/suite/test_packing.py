@@ -30,6 +30,14 @@ def _out(impl: Adapter, layer: Any) -> Any:
     return impl.to_numpy(layer(impl.tensor(X)))
 
 
+def _packed_by_a_forward(impl: Adapter) -> Any:
+    """A layer assign-loaded with the default residency, then packed by its first forward."""
+    layer, _ = _loaded(impl)
+    _out(impl, layer)
+    assert impl.is_packed(layer), "the first forward packs under the default residency"
+    return layer
+
+
 def _expect(weight: Any = W, bias: Any = B) -> Any:
     return X @ np.asarray(weight).T + np.asarray(bias)
 
@@ -213,9 +221,7 @@ def test_pack_true_with_borrowed_keeps_the_checkpoint_live(impl: Adapter) -> Non
 @pytest.mark.clause("load_state_dict.residency.reload-drops-pack")
 @pytest.mark.parametrize("residency", ["borrowed", "per_call"])
 def test_a_packed_layer_reloaded_borrowed_or_per_call_holds_no_pack(impl: Adapter, residency: str) -> None:
-    layer, _ = _loaded(impl)
-    _out(impl, layer)
-    assert impl.is_packed(layer), "the first forward packs under the default residency"
+    layer = _packed_by_a_forward(impl)
     ckpt = {"weight": impl.tensor(2 * W), "bias": impl.tensor(B)}
     layer.load_state_dict(ckpt, assign=True, weight_residency=residency)
     assert not impl.is_packed(layer), "the load must drop the pack"
@@ -231,9 +237,7 @@ def test_a_packed_layer_reloaded_borrowed_or_per_call_holds_no_pack(impl: Adapte
 @pytest.mark.clause("load_state_dict.residency.partial-reload-restores-raw")
 @pytest.mark.parametrize("residency", ["borrowed", "per_call"])
 def test_a_partial_reload_gives_the_unbound_weights_back_as_raw_tensors(impl: Adapter, residency: str) -> None:
-    layer, _ = _loaded(impl)
-    _out(impl, layer)
-    assert impl.is_packed(layer), "the first forward packs under the default residency"
+    layer = _packed_by_a_forward(impl)
     result = layer.load_state_dict({"bias": impl.tensor(B + 1.0)}, strict=False, weight_residency=residency)
     assert list(result.missing_keys) == ["weight"]
     assert not impl.is_packed(layer), "the load must drop the pack"

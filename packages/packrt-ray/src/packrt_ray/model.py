@@ -24,7 +24,7 @@ from __future__ import annotations
 import gc
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, cast
 
@@ -52,8 +52,7 @@ class ModelKindError(PackrtError, TypeError):
 class BatchColumnError(PackrtError, KeyError):
     """A batch lacks the column a mapper reads, or the column holds the wrong kind of values."""
 
-    def __str__(self) -> str:  # KeyError would print the message quoted
-        return str(self.args[0]) if self.args else ""
+    __str__ = Exception.__str__  # the message as written (KeyError's own __str__ would quote it)
 
 
 class RequestError(PackrtError, ValueError):
@@ -143,27 +142,22 @@ _KIND_FIXES: dict[ModelKind, str] = {
 }
 
 
+@dataclass(eq=False)  # a loaded model is itself, not its fields' values
 class LoadedModel:
     """A model loaded inside a worker, with what its weights added to the process's memory.
 
     ``encoder`` is the :class:`~packrt.models.SentenceEncoder` for a sentence-encoder source (else
     None); ``model`` the packrt module in every case (the encoder's transformer, or the causal LM).
+    ``before`` is the process's memory read just before the weights were loaded, ``after`` (read
+    when this record is made) just after they were packed.
     """
 
-    def __init__(
-        self,
-        source: ModelSource,
-        model: nn.Module,
-        encoder: SentenceEncoder | None,
-        checkpoint_files: tuple[str, ...],
-        before: ProcessMemory | None,
-    ) -> None:
-        self.source = source
-        self.model = model
-        self.encoder = encoder
-        self.checkpoint_files = checkpoint_files
-        self._before = before
-        self._after = ProcessMemory.read_or_none()
+    source: ModelSource
+    model: nn.Module
+    encoder: SentenceEncoder | None
+    checkpoint_files: tuple[str, ...]
+    before: ProcessMemory | None
+    after: ProcessMemory | None = field(default_factory=ProcessMemory.read_or_none)
 
     @property
     def causal_lm(self) -> CausalLM:
@@ -180,7 +174,7 @@ class LoadedModel:
 
     def memory(self) -> WeightMemory:
         """What the weights cost this process: the load's anonymous delta, the mapped files, packrt's report."""
-        return weight_memory(self.model, self.source.weight_residency, self.checkpoint_files, self._before, self._after)
+        return weight_memory(self.model, self.source.weight_residency, self.checkpoint_files, self.before, self.after)
 
 
 def _warm_up(weight_residency: str) -> None:
