@@ -126,6 +126,11 @@ def test_initialize_packs_every_bound_weight(impl: Adapter) -> None:
     layer, _ = _loaded(impl)
     assert layer.initialize() is layer
     assert impl.is_packed(layer)
+    root = impl.nn.Module()  # a tree: the layers sit below modules that have no weights of their own
+    root.block = impl.nn.Sequential(_loaded(impl)[0], _loaded(impl)[0])
+    root.head = _loaded(impl)[0]
+    assert root.initialize() is root
+    assert [impl.is_packed(m) for m in (root.block[0], root.block[1], root.head)] == [True, True, True]
 
 
 @pytest.mark.clause("state_dict.complete-after-forward")

@@ -107,8 +107,10 @@ def _split_args_kwargs(result: object, entry: HookEntry, module: object) -> tupl
     ):
         return result[0], dict(result[1])
     if isinstance(result, tuple):  # say what each item is: a pair of the wrong kinds is the usual slip
-        kinds = ", ".join(type(item).__name__ for item in result[:4]) + (", ..." if len(result) > 4 else "")
-        shape = f"a tuple of length {len(result)} ({kinds})"
+        shape = (
+            f"a tuple of length {len(result)} ({', '.join(type(item).__name__ for item in result[:4])}"
+            f"{', ...' if len(result) > 4 else ''})"
+        )
     else:
         shape = type(result).__name__
     raise HookResultError(
