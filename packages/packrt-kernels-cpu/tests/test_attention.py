@@ -11,6 +11,7 @@ import pytest
 from packrt_kernels_cpu.attention import scaled_dot_product_attention as sdpa
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
+pytestmark = pytest.mark.usefixtures("kernel_path")  # the compiled softmax steps and numpy's, both
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

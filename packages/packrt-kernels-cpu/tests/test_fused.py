@@ -146,3 +146,22 @@ def test_the_scratch_buffer_is_reused_per_thread_and_never_handed_to_callers_of_
     before = held.copy()
     im2col(x * 2, geometry, scratch=True)
     np.testing.assert_array_equal(held, before)
+
+
+def test_in_place_softmax_matches_numpys_and_turns_an_all_masked_row_into_zeros() -> None:
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((64, 300)) * 30).astype(F32)  # wide enough for the parallel path too
+    x[3, :] = -np.inf  # a query that may see no key
+    x[5, ::2] = -np.inf
+    x[7, 0] = 80.0  # a large logit: the shift keeps exp finite
+    expected = np.exp(x - np.where(np.isneginf(x).all(-1, keepdims=True), 0, x.max(-1, keepdims=True)))
+    expected /= np.where(expected.sum(-1, keepdims=True) == 0, 1, expected.sum(-1, keepdims=True))
+    for rows in (x[:4].copy(), np.repeat(x, 20, axis=0)):  # the calling-thread and the parallel kernel
+        fused.softmax_in_place(rows)
+        want = expected[:4] if rows.shape[0] == 4 else np.repeat(expected, 20, axis=0)
+        np.testing.assert_allclose(rows, want, rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(rows[3 * 20], np.zeros(300, F32))
+    with_nan = np.array([[0.0, np.nan, 1.0], [0.0, 1.0, 2.0]], F32)
+    fused.softmax_in_place(with_nan)
+    assert np.isnan(with_nan[0]).all(), "a NaN score makes its whole row NaN, as numpy's path and torch do"
+    assert np.isfinite(with_nan[1]).all()

@@ -24,6 +24,9 @@ Array = Any
 # ZeroDivisionError check whose branch keeps LLVM from vectorising the loop.
 _serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
+# Row reductions that may run in any order and ignore NaN's ordering (a row holding NaN ends up
+# NaN either way): the flags let LLVM vectorise a max or a sum across a row.
+_reducing = numba.njit(cache=True, fastmath={"nnan", "nsz", "reassoc"}, nogil=True, error_model="numpy")
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 _TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
 _CUBIC = np.float32(0.044715)
@@ -188,6 +191,70 @@ def _softmax_rows(x: Array, out: Array, lo: int, hi: int) -> None:
         inv = np.float32(1.0 / total)
         for j in range(width):
             out[r, j] *= inv
+
+
+@_reducing
+def _row_max(row: Array) -> Any:
+    top = row[0]
+    for j in range(1, row.shape[0]):
+        top = max(top, row[j])
+    return top
+
+
+@_reducing
+def _row_sum(row: Array) -> Any:
+    total = np.float32(0.0)
+    for j in range(row.shape[0]):
+        total += row[j]
+    return total
+
+
+@_serial
+def _shift_rows(x: Array, lo: int, hi: int) -> None:
+    """Rows lo:hi of ``x`` minus their max, in place (minus 0 for an all ``-inf`` row, whose
+    exponentials are then all 0 rather than NaN): softmax's first step."""
+    for r in range(lo, hi):
+        row = x[r]
+        top = _row_max(row)
+        if top == -np.inf:
+            top = np.float32(0.0)
+        for j in range(row.shape[0]):
+            row[j] -= top
+
+
+@_serial
+def _normalize_rows(x: Array, lo: int, hi: int) -> None:
+    """Rows lo:hi of ``x`` divided by their sums, in place; a row summing to 0 stays 0 and a row
+    holding NaN becomes all NaN: softmax's last step."""
+    for r in range(lo, hi):
+        row = x[r]
+        total = _row_sum(row)
+        if total != 0:
+            inv = np.float32(1.0) / total
+            for j in range(row.shape[0]):
+                row[j] *= inv
+
+
+SHIFT, NORMALIZE = 0, 1  # the in-place row steps of softmax, by op code
+
+
+@_serial
+def _steps_span(op: int, x: Array, lo: int, hi: int) -> None:
+    if op == SHIFT:
+        _shift_rows(x, lo, hi)
+    else:
+        _normalize_rows(x, lo, hi)
+
+
+@_parallel
+def softmax_step(op: int, x: Array) -> None:
+    """Softmax step ``op`` over every row of ``x``, in place."""
+    for r in numba.prange(x.shape[0]):
+        _steps_span(op, x, r, r + 1)
+
+
+def softmax_step_serial(op: int, x: Array) -> None:
+    _steps_span(op, x, 0, x.shape[0])
 
 
 LAYER_NORM, RMS_NORM, SOFTMAX = 0, 1, 2  # the row-wise kernels, by op code

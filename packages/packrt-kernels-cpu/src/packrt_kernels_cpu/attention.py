@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
@@ -59,6 +60,9 @@ def scaled_dot_product_attention(
         if np.broadcast_shapes(scores.shape, hidden.shape) != scores.shape:
             scores = xp.broadcast_to(scores, np.broadcast_shapes(scores.shape, hidden.shape)).copy()
         xp.copyto(scores, neg_inf, where=hidden)
+    if fused.handles(scores):  # the same steps, the row max and sum compiled, on the scores in place
+        fused.softmax_in_place(scores)
+        return astype(scores @ astype(v, cd), dt)
     with quiet(xp):
         top = xp.max(scores, axis=-1, keepdims=True)
         # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, not NaN.

@@ -186,6 +186,17 @@ def softmax_last(x: Array) -> Array:
     return out
 
 
+def softmax_in_place(x: Array) -> None:
+    """Softmax along the last axis of a float32 C-contiguous ``x``, written over it: shift by the
+    row max, numpy's (SIMD) exp, divide by the row sum. A row that is all ``-inf`` becomes zeros
+    (attention's rule for a query that may see no key), not NaN."""
+    rows = x.reshape(-1, x.shape[-1])
+    k = _kernels()
+    _launch("softmax_step", x.size, k.SHIFT, rows)
+    np.exp(rows, out=rows)
+    _launch("softmax_step", x.size, k.NORMALIZE, rows)
+
+
 def _compile() -> Any:
     # numba's thread pool is OpenMP (libgomp), whose workers spin after each parallel region by
     # default. On two cores they spin against OpenBLAS's workers and the caller: measured, a
