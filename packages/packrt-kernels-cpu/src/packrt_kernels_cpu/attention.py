@@ -10,6 +10,7 @@ no key at all gets zeros rather than NaN, matching torch 2.13.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -62,16 +63,21 @@ def scaled_dot_product_attention(
         xp.copyto(scores, neg_inf, where=hidden)
     if fused.handles(scores):  # the same steps, the row max and sum compiled, on the scores in place
         fused.softmax_in_place(scores)
-        return astype(scores @ astype(v, cd), dt)
+    else:
+        _softmax_in_place(xp, scores, neg_inf)
+    return astype(scores @ astype(v, cd), dt)
+
+
+def _softmax_in_place(xp: Any, scores: Array, neg_inf: Any) -> None:
+    """The numpy-namespace softmax over the last axis, written over ``scores`` (the reference)."""
     with quiet(xp):
         top = xp.max(scores, axis=-1, keepdims=True)
         # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, not NaN.
         if bool(xp.any(top == neg_inf)):
-            top = xp.where(top == neg_inf, cd.type(0), top)
+            top = xp.where(top == neg_inf, neg_inf.dtype.type(0), top)
         scores -= top
         xp.exp(scores, out=scores)
         total = xp.sum(scores, axis=-1, keepdims=True)
         if not bool(xp.all(total)):
-            total = xp.where(total == 0, cd.type(1), total)
+            total = xp.where(total == 0, neg_inf.dtype.type(1), total)
         scores /= total
-    return astype(scores @ astype(v, cd), dt)
