@@ -18,9 +18,12 @@ download multi-gigabyte CUDA builds.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 
@@ -51,6 +54,29 @@ RAY_IMPORT = "packrt_ray"
 NEEDS_TORCH = {"packrt-kernels-cpu", "packrt-core", "packrt-io", "packrt"}
 
 
+def ci_session(**options: Any) -> Callable[[Callable[..., None]], Any]:
+    """``nox.session(tags=["ci"], ...)`` whose virtualenv is deleted when the session ends, pass or fail.
+
+    Every CI session builds its own venv, most with torch (1-2 GB each); kept, the twelve of them
+    fill a small CI disk before the run ends (a run failed with ENOSPC at the tenth). Deleting each
+    when done bounds the run at one venv at a time. ``PACKRT_KEEP_VENVS=1`` keeps them for debugging.
+    """
+
+    def decorate(func: Callable[..., None]) -> Any:
+        @functools.wraps(func)  # keeps nox's parametrize marks and the signature nox reads
+        def run(session: nox.Session, **params: Any) -> None:
+            try:
+                func(session, **params)
+            finally:
+                location = getattr(session.virtualenv, "location", None)
+                if location and os.environ.get("PACKRT_KEEP_VENVS") != "1":
+                    shutil.rmtree(location, ignore_errors=True)
+
+        return nox.session(tags=["ci"], **options)(run)
+
+    return decorate
+
+
 def _pytest_tests(session: nox.Session, env: dict[str, str] | None = None) -> None:
     """pytest over ./tests the one way every test session runs it (extra arguments after ``--``)."""
     args = ["-p", "no:cacheprovider", "--import-mode=importlib", "-q", *session.posargs]
@@ -62,7 +88,7 @@ def _install_from_dist(session: nox.Session, *requirements: str) -> None:
     session.install("--find-links", str(DIST), *requirements)
 
 
-@nox.session(tags=["ci"])
+@ci_session()
 def build(session: nox.Session) -> None:
     """Build every package's wheel once into dist/."""
     session.install("hatchling>=1.24", "build>=1.2")
@@ -74,7 +100,7 @@ def build(session: nox.Session) -> None:
     session.log("wheels: " + ", ".join(sorted(p.name for p in DIST.glob("*.whl"))))
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 @nox.parametrize("package", list(PACKAGES))
 def tests(session: nox.Session, package: str) -> None:
     """One package installed alone from its wheel (its declared dependencies only), then its tests."""
@@ -100,13 +126,13 @@ def demo(session: nox.Session) -> None:
     _demo(session)
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 def demo_smoke(session: nox.Session) -> None:
     """The demo in its quick mode, so it cannot rot."""
     _demo(session, "--smoke")
 
 
-@nox.session(tags=["ci"])
+@ci_session()
 def lint(session: nox.Session) -> None:
     """ruff and mypy over every package's sources and tests; the import contracts in .importlinter."""
     session.install(
@@ -142,7 +168,7 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 def ray(session: nox.Session) -> None:
     """packrt-ray from its wheel with its test extra, then its tests on a local 2-CPU Ray cluster they start
     and stop themselves (loopback only, bounded in time: tests/conftest.py)."""
@@ -163,14 +189,14 @@ def ray_benchmark(session: nox.Session) -> None:
     session.run("python", str(RAY / "benchmarks" / "replicas.py"), *session.posargs)
 
 
-@nox.session(tags=["ci"])
+@ci_session()
 def conformance_check(session: nox.Session) -> None:
     """Every clause has a test, every test names known clauses, no clause ID repeats."""
     session.install(str(CONFORMANCE))
     session.run("python", "-m", "packrt_conformance.check")
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 @nox.parametrize(("impl", "device"), [("packrt", "cpu"), ("packrt", "cuda"), ("torch", "cpu")])
 def conformance(session: nox.Session, impl: str, device: str) -> None:
     """The suite against one build in its own venv, writing JSON and markdown reports to reports/.
@@ -211,7 +237,7 @@ def conformance(session: nox.Session, impl: str, device: str) -> None:
         )
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 def conformance_selftest(session: nox.Session) -> None:
     """The suite's own tests: the harness, the torch runs, and the mutants it must fail."""
     _install_from_dist(session, "packrt-conformance[torch,test]", "packrt", TORCH)
@@ -341,7 +367,7 @@ def gpu(session: nox.Session) -> None:
 DOCS_REQUIREMENTS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11"]
 
 
-@nox.session(tags=["ci"], requires=["build"])
+@ci_session(requires=["build"])
 def docs(session: nox.Session) -> None:
     """The documentation site into site/, strict (docs/README.md): docstring check, then mkdocs build.
 
