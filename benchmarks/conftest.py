@@ -35,6 +35,15 @@ def blas_summary() -> str:
     return "; ".join(parts) or "no BLAS found"
 
 
+def _packrt_gemm_road() -> str:
+    """The road packrt's GEMMs take in this run: "mkl" (packrt-kernels-cpu[mkl]) or "numpy" (OpenBLAS)."""
+    try:
+        from packrt_kernels_cpu import blas
+    except ImportError:
+        return "packrt not installed"
+    return blas.provider()
+
+
 def _torch_or_none() -> Any:
     try:
         import torch
@@ -57,6 +66,7 @@ def _torch_facts() -> dict[str, Any]:
 @pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     np.ones((2, 2)) @ np.ones((2, 2))  # make sure the BLAS is loaded before it is described
+    machine_info["packrt_gemm"] = _packrt_gemm_road()  # loads MKL when packrt takes that road
     machine_info["cpu_count"] = os.cpu_count()
     machine_info["platform"] = platform.platform()
     machine_info["numpy"] = np.__version__
@@ -69,7 +79,7 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     set_vars = [f"{k}={os.environ[k]}" for k in OPENBLAS_OVERRIDES if k in os.environ]
-    lines = [f"blas: {blas_summary()}"]
+    lines = [f"packrt GEMM road: {_packrt_gemm_road()}; blas: {blas_summary()}"]
     if set_vars:
         lines.append(
             f"warning: {' '.join(set_vars)} pins an older OpenBLAS kernel; numpy ratios are pessimistic "

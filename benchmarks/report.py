@@ -116,6 +116,7 @@ def machine_lines(data: dict[str, Any]) -> list[str]:
         f"- cpu: {info.get('cpu', {}).get('brand_raw', info.get('processor', '?'))}, "
         f"{info.get('cpu_count', '?')} cores, benchmarks ran with {info.get('bench_threads', '?')} threads",
         f"- numpy {info.get('numpy', '?')}, BLAS: {info.get('blas', '?')}",
+        f"- packrt's GEMMs: {info.get('packrt_gemm', 'numpy (not recorded)')}",
         f"- torch {info.get('torch', 'not installed')} ({info.get('torch_cpu_capability', '?')})",
     ]
     overrides = info.get("openblas_overrides") or {}

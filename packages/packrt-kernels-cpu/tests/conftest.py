@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
+import platform
 from types import ModuleType
 from typing import Any
 
@@ -11,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from packrt_kernels_cpu import blas
 from packrt_kernels_cpu.tolerance import tolerance
 
 
@@ -76,4 +79,24 @@ def make() -> Any:
 def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Run a test on both kernel paths: numba's fused loops and the numpy reference (PACKRT_NUMBA=0)."""
     monkeypatch.setenv("PACKRT_NUMBA", "1" if request.param == "fused" else "0")
+    return str(request.param)
+
+
+def _mkl_expected() -> bool:
+    """MKL must load where its wheel is installed on x86-64 (the CI kernels session installs it)."""
+    try:
+        importlib.metadata.distribution("mkl")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return platform.machine().lower() in ("x86_64", "amd64")
+
+
+@pytest.fixture(params=["mkl", "numpy"])
+def blas_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test on both GEMM roads (PACKRT_BLAS=mkl and =numpy), each decided afresh."""
+    monkeypatch.setenv("PACKRT_BLAS", str(request.param))
+    monkeypatch.setattr(blas, "_state", {})
+    if request.param == "mkl" and not _mkl_expected():
+        pytest.skip("the mkl wheel is not installed here (pip install packrt-kernels-cpu[mkl])")
+    assert blas.provider() == request.param
     return str(request.param)

@@ -19,7 +19,7 @@ from packrt_kernels_cpu.packing import linear_borrowed, pack_conv2d, pack_embedd
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 
-pytestmark = pytest.mark.usefixtures("kernel_path")  # packing and serving, on both kernel paths
+pytestmark = pytest.mark.usefixtures("kernel_path", "blas_road")  # on both kernel paths and both GEMM roads
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -52,15 +52,18 @@ def test_packed_linear_forward_equals_the_unpacked_linear(make: Any, rng: Any, d
     np.testing.assert_array_equal(out, linear_borrowed(x, w, b))
 
 
-@pytest.mark.parametrize(
-    ("dtype", "factor"), [(np.float32, 1), (np.float64, 1), (np.float16, 2), (ml_dtypes.bfloat16, 2)]
-)
-def test_linear_pack_is_the_transpose_in_the_compute_dtype(dtype: Any, factor: int) -> None:
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16])
+def test_linear_pack_is_the_transpose_in_the_dtype_the_gemm_multiplies(blas_road: str, dtype: Any) -> None:
+    """float32/float64 as declared; bfloat16 kept on MKL's road (its GEMM takes it), else float32; float16 in
+    float32. The bias is held in the compute dtype (float32 for halves)."""
     w = np.ones((6, 5), dtype)
     b = np.ones(6, dtype)
     packed = pack_linear(w, b)
+    kept = np.dtype(dtype) != np.float16 and (np.dtype(dtype) != ml_dtypes.bfloat16 or blas_road == "mkl")
+    assert packed.wt.dtype == (np.dtype(dtype) if kept else np.float32)
     assert packed.wt.shape == (5, 6) and packed.wt.flags.c_contiguous
-    assert packed.nbytes == (w.nbytes + b.nbytes) * factor
+    bias_bytes = b.nbytes * (2 if np.dtype(dtype).itemsize == 2 else 1)
+    assert packed.nbytes == w.nbytes * (1 if kept else 2) + bias_bytes
     w[...] = 0  # the pack owns its bytes: later writes to the source do not reach it
     np.testing.assert_array_equal(packed.wt, 1.0)
 

@@ -10,7 +10,13 @@ from packrt_kernels_cpu.attention import scaled_dot_product_attention
 from packrt_kernels_cpu.backend import ArrayBackend
 from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
 from packrt_kernels_cpu.cpu import CpuBackend
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError
+from packrt_kernels_cpu.errors import (
+    BlasUnavailableError,
+    KernelDTypeError,
+    KernelError,
+    KernelIndexError,
+    KernelShapeError,
+)
 from packrt_kernels_cpu.functional import (
     embedding,
     gelu,
@@ -50,6 +56,7 @@ from packrt_kernels_cpu.special import erf, erfc
 from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, tolerance
 
 __all__ = [
+    "BlasUnavailableError",
     "CPU_KERNELS",
     "FLOAT_DTYPES",
     "HALF_DTYPES",

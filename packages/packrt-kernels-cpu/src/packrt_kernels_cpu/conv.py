@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import fused
+from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -137,10 +137,9 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     cols, oh, ow = im2col(x, geometry, scratch=True)  # consumed by the GEMM below, before any other call
     n = cols.shape[0]
     cols = cols.reshape(n, g, k, oh * ow)
-    out = (w_groups @ cols).reshape(n, g * og, oh, ow)  # (1?, G, Og, K) @ (N, G, K, P) -> (N, G, Og, P)
-    if b is not None:
-        out += b.reshape(1, -1, 1, 1)
-    return out
+    bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
+    # (G, Og, K) @ (N, G, K, P) -> (N, G, Og, P): the weight broadcasts over the batch
+    return blas.matmul(w_groups, cols, bias).reshape(n, g * og, oh, ow)
 
 
 def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any], ref: str) -> None:

@@ -1,11 +1,11 @@
-"""The CPU backend: numpy arrays, BLAS through numpy, thread count through threadpoolctl."""
+"""The CPU backend: numpy arrays, GEMMs through ``blas`` (MKL or numpy's OpenBLAS), thread counts capped together."""
 
 from __future__ import annotations
 
 import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
-from packrt_kernels_cpu import fused
+from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.backend import ArrayBackend
 
 
@@ -18,12 +18,14 @@ class CpuBackend(ArrayBackend):
         super().__init__(np)
 
     def set_num_threads(self, n: int) -> None:
-        """Cap the BLAS thread pool (the one GEMM and friends run on) and the fused kernels'
-        numba pool at ``n`` threads."""
+        """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the
+        fused kernels' numba pool at ``n`` threads."""
         threadpool_limits(limits=n, user_api="blas")
+        blas.set_num_threads(n)
         fused.set_num_threads(n)
 
     def get_num_threads(self) -> int:
-        """Threads the BLAS pool uses now (1 when numpy links no threaded BLAS)."""
+        """Threads the BLAS pool GEMMs run on uses now (1 when no threaded BLAS is linked)."""
         pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
+        pools.sort(key=lambda p: p.get("internal_api") != blas.provider())  # the road's own pool first
         return int(pools[0]["num_threads"]) if pools else 1

@@ -25,4 +25,8 @@ class KernelIndexError(KernelError, IndexError):
     """An index (an embedding id, a dimension) lies outside its range."""
 
 
-__all__ = ["KernelDTypeError", "KernelError", "KernelIndexError", "KernelShapeError"]
+class BlasUnavailableError(KernelError, ImportError):
+    """``PACKRT_BLAS`` names a BLAS this process cannot load, or none packrt knows."""
+
+
+__all__ = ["BlasUnavailableError", "KernelDTypeError", "KernelError", "KernelIndexError", "KernelShapeError"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import fused
+from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -53,10 +53,11 @@ def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
     return dt
 
 
-def gemm_rows(x: Array, wt: Array) -> Array:
-    """``x @ wt`` for ``x`` of shape (..., in) as ONE 2-D GEMM (batch dims folded into rows)."""
+def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:
+    """``x @ wt (+ bias)`` for ``x`` of shape (..., in) as ONE 2-D GEMM (batch dims folded into rows),
+    through :func:`blas.matmul` (MKL adds the bias inside the GEMM)."""
     lead = tuple(x.shape[:-1])
-    out = x.reshape(-1, x.shape[-1]) @ wt
+    out = blas.matmul(x.reshape(-1, x.shape[-1]), wt, bias)
     return out.reshape((*lead, wt.shape[1]))
 
 
@@ -64,15 +65,16 @@ def linear(x: Array, w: Array, b: Array | None = None) -> Array:
     """``x @ w.T + b`` with ``w`` laid out (out_features, in_features) as torch stores it.
 
     Computes straight from the declared weight: for float32/float64 ``w.T`` is a view the
-    BLAS call reads transposed, so no copy of the weight is made; half weights are upcast to
-    float32 for the call (see ``pack_linear`` to pay that once).
+    BLAS call reads transposed, so no copy of the weight is made. A bfloat16 weight is read
+    in place too where the BLAS multiplies bfloat16 (MKL); elsewhere half weights are upcast
+    to float32 for the call (see ``pack_linear`` to pay that once).
     """
     dt = np.dtype(x.dtype)
     cd = compute_dtype(dt)
-    out = gemm_rows(_upcast(x, cd), _upcast(w, cd).T)
-    if b is not None:
-        out += _upcast(b, cd)
-    return astype(out, dt)
+    bias = None if b is None else _upcast(b, cd)
+    if blas.multiplies(dt):
+        return astype(gemm_rows(x, w.T, bias), dt)
+    return astype(gemm_rows(_upcast(x, cd), _upcast(w, cd).T, bias), dt)
 
 
 def embedding(ids: Array, table: Array) -> Array:

@@ -23,6 +23,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from packrt_kernels_cpu import blas
+
 Array = Any
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -126,16 +128,17 @@ def im2col(x: Array, geometry: Any, oh: int, ow: int, *, scratch: bool = False) 
 
 def transposes(w: Array, dtype: np.dtype[Any]) -> bool:
     """Whether :func:`transposed` takes ``w`` into ``dtype`` (2-D numpy, float32 or float64 kept,
-    or bfloat16 widened to float32, and large enough to be worth a compiled call)."""
-    pairs = ((_F32, _F32), (_F64, _F64), (_BF16, _F32))
+    or bfloat16 kept or widened to float32, and large enough to be worth a compiled call)."""
+    pairs = ((_F32, _F32), (_F64, _F64), (_BF16, _F32), (_BF16, _BF16))
     return type(w) is np.ndarray and w.ndim == 2 and (w.dtype, dtype) in pairs and w.size >= _CAST_MIN and enabled()
 
 
 def transposed(w: Array, dtype: np.dtype[Any]) -> Array:
     """A new C-contiguous ``w.T`` in ``dtype`` (what a linear pack keeps), copied tile by tile."""
     out = np.empty((w.shape[1], w.shape[0]), dtype)
-    if w.dtype == _BF16:
-        _launch("transpose", w.size, w.view(np.uint16), out.view(np.uint32), True)
+    if w.dtype == _BF16:  # bit patterns: widened into float32's upper half, or copied as they are
+        widen = out.dtype != _BF16
+        _launch("transpose", w.size, w.view(np.uint16), out.view(np.uint32 if widen else np.uint16), widen)
     else:
         _launch("transpose", w.size, w, out, False)
     return out
@@ -188,12 +191,12 @@ def softmax_last(x: Array) -> Array:
 
 def softmax_in_place(x: Array) -> None:
     """Softmax along the last axis of a float32 C-contiguous ``x``, written over it: shift by the
-    row max, numpy's (SIMD) exp, divide by the row sum. A row that is all ``-inf`` becomes zeros
+    row max, a SIMD exp (``blas.exp``), divide by the row sum. A row that is all ``-inf`` becomes zeros
     (attention's rule for a query that may see no key), not NaN."""
     rows = x.reshape(-1, x.shape[-1])
     k = _kernels()
     _launch("softmax_step", x.size, k.SHIFT, rows)
-    np.exp(rows, out=rows)
+    blas.exp(rows, out=rows)  # MKL's vector exp where it loaded, else numpy's (both SIMD)
     _launch("softmax_step", x.size, k.NORMALIZE, rows)
 
 
@@ -202,7 +205,7 @@ def _compile() -> Any:
     # default. On two cores they spin against OpenBLAS's workers and the caller: measured, a
     # MiniLM forward at 2 threads took 260 ms spinning and 164 ms with passive waiting (1 thread:
     # unchanged). libgomp reads the policy when it loads, which is below; a value already set wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    blas.prefer_passive_openmp()
     from packrt_kernels_cpu import _numba_kernels  # imports numba: only now, on first use
 
     return _numba_kernels

@@ -2,10 +2,11 @@
 
 Layouts (what the pack holds, and why):
 
-- ``PackedLinear``: ``W^T`` as a contiguous (in, out) array in the compute dtype, so a forward
-  is ``x @ Wt`` in one GEMM with no per-call copy or conversion. Half weights are upcast to
-  float32 here, once: the pack is then twice the declared bytes, but each call saves
-  converting the whole weight.
+- ``PackedLinear``: ``W^T`` as a contiguous (in, out) array, so a forward is ``x @ Wt`` in
+  one GEMM (bias included) with no per-call copy or conversion. A bfloat16 weight stays
+  bfloat16 where the BLAS multiplies it (MKL, ``blas.multiplies``): the pack is the declared
+  bytes. Other half weights are upcast to float32 here, once: the pack is then twice the
+  declared bytes, but each call saves converting the whole weight.
 - ``PackedConv2d``: the weight reshaped to (groups, out/groups, in/groups * kh * kw), the
   im2col-ready matrix per group, in the compute dtype, with the geometry validated once.
 - ``PackedEmbedding``: the table itself, contiguous, in its declared dtype. A gather does no
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import fused
+from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import (
     Conv2dGeometry,
     check_conv2d_weight,
@@ -59,10 +60,7 @@ class PackedLinear:
 
     def forward(self, x: Array) -> Array:
         """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
-        out = gemm_rows(astype(x, self.wt.dtype), self.wt)
-        if self.b is not None:
-            out += self.b
-        return astype(out, self.dtype)
+        return astype(gemm_rows(astype(x, self.wt.dtype), self.wt, self.b), self.dtype)
 
     @property
     def nbytes(self) -> int:
@@ -81,7 +79,8 @@ def pack_linear(w: Array, b: Array | None = None) -> PackedLinear:
     require_ndim(w, 2, "weight", "(out_features, in_features)")
     check_linear_args(w[:1], w, b)  # one row of w is a well-formed x: reuses the shape/dtype checks
     cd = compute_dtype(dt)
-    wt = fused.transposed(w, cd) if fused.transposes(w, cd) else _owned(w.T, cd)
+    pd = dt if blas.multiplies(dt) else cd  # the pack's dtype: bfloat16 kept where the GEMM takes it
+    wt = fused.transposed(w, pd) if fused.transposes(w, pd) else _owned(w.T, pd)
     return PackedLinear(wt, None if b is None else _owned(b, cd), dt)
 
 

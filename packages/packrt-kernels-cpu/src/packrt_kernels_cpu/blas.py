@@ -1,0 +1,317 @@
+"""GEMM through the fastest BLAS this process can load: oneMKL's CBLAS when the ``mkl`` wheel is
+installed (``pip install packrt-kernels-cpu[mkl]``), numpy's ``matmul`` (the OpenBLAS numpy ships)
+otherwise.
+
+Why a second road: at an encoder's shapes (1024 rows, 384-3072 wide) OpenBLAS's float32 GEMM ran
+8-25% slower than MKL's on the development Xeon, and it has no bfloat16 GEMM at all, where MKL's
+``cblas_gemm_bf16bf16f32`` multiplies bfloat16 operands into float32 (AMX on this Xeon: 820-985
+GFLOP/s on one core against 210 for float32). With MKL a bias is added by the GEMM itself: the
+output starts as the bias broadcast and the product accumulates onto it (``beta = 1``), the pass
+a separate ``out += b`` would make over the output is gone.
+
+``PACKRT_BLAS`` picks the road once per process: ``auto`` (the default: MKL where it loads, else
+numpy), ``mkl`` (MKL or :class:`BlasUnavailableError`), ``numpy``. Whatever the road, the rules
+are numpy's: the same shapes, dtypes and results up to float rounding (the sum order differs).
+MKL runs on libgomp, the OpenMP runtime numba's pool uses, so the two share one passive pool
+(``OMP_WAIT_POLICY=PASSIVE`` unless already set); its thread count follows
+:func:`set_num_threads`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from packrt_kernels_cpu.errors import BlasUnavailableError
+
+Array = Any
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values
+_MKL_LP64, _MKL_THREADING_INTEL, _MKL_THREADING_GNU = 0, 0, 3
+_INT32_MAX = 2**31 - 1
+_VML_LA = 0x1  # vector math accuracy mode "low accuracy": within 4 ulp (measured 1.2e-7 relative for exp)
+_SMALL_FLOP = 1 << 24  # a product below this many flops runs on one MKL thread (see matmul)
+_CHOICES = ("auto", "mkl", "numpy")
+
+
+def prefer_passive_openmp() -> None:
+    """Make OpenMP workers sleep when idle unless the user chose: libgomp reads the policy once, when it
+    loads (numba's pool or MKL, whichever comes first). On two cores, spinning workers of one pool slowed
+    the other's work: a MiniLM forward at 2 threads took 260 ms spinning, 164 ms passive."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+@dataclass(frozen=True)
+class _Mkl:
+    """The loaded ``libmkl_rt`` and the GEMMs packrt calls in it."""
+
+    path: str
+    sgemm: Any
+    dgemm: Any
+    bf16gemm: Any | None  # cblas_gemm_bf16bf16f32: absent from MKL before 2019
+    sgemm_batch: Any | None  # cblas_sgemm_batch_strided: absent before MKL 2020
+    set_num_threads: Any
+    set_local_threads: Any  # MKL_Set_Num_Threads_Local: this thread's count for the next calls (0: the global)
+    vexp: Any | None  # vmsExp: the vector math library's float32 exp, with an accuracy mode
+
+
+_state: dict[str, Any] = {}  # "road": "mkl" | "numpy"; "mkl": _Mkl; "threads": the last cap asked for
+_deciding = threading.Lock()  # two threads' first GEMMs must not both load and configure MKL
+
+
+def _choice() -> str:
+    choice = os.environ.get("PACKRT_BLAS", "auto").strip().lower() or "auto"
+    if choice not in _CHOICES:
+        raise BlasUnavailableError(
+            f"PACKRT_BLAS={choice!r} is not a BLAS packrt knows; expected one of {', '.join(_CHOICES)} "
+            "(unset it for the default, auto)"
+        )
+    return choice
+
+
+def _mkl_candidates() -> list[str]:
+    """Where libmkl_rt may be: the ``mkl`` wheel's files first, then the loader's search path."""
+    found: list[str] = []
+    try:
+        files = importlib.metadata.files("mkl") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for item in files:
+        if item.name.startswith("libmkl_rt.so"):
+            found.append(str(item.locate()))
+    return [*sorted(found, reverse=True), "libmkl_rt.so.3", "libmkl_rt.so.2"]
+
+
+def _load_mkl() -> _Mkl | str:
+    """The MKL handle, or why it did not load (a sentence for the error ``PACKRT_BLAS=mkl`` raises)."""
+    reasons: list[str] = []
+    for path in _mkl_candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as err:
+            reasons.append(f"{path}: {err}")
+            continue
+        break
+    else:
+        return "no libmkl_rt loads (" + "; ".join(reasons[-2:]) + ")"
+    # Both calls must precede every other MKL call; a layer already fixed (MKL_INTERFACE_LAYER in the
+    # environment) is what they return, and packrt's 32-bit ints need LP64.
+    if lib.MKL_Set_Interface_Layer(_MKL_LP64) != _MKL_LP64:
+        return f"{path} runs with 64-bit integers (MKL_INTERFACE_LAYER=ILP64); packrt calls it with LP64"
+    if "MKL_THREADING_LAYER" not in os.environ:
+        prefer_passive_openmp()
+        try:  # MKL aborts the process when a layer's runtime is missing: check libgomp first
+            ctypes.CDLL("libgomp.so.1")
+            lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU)
+        except OSError:
+            lib.MKL_Set_Threading_Layer(_MKL_THREADING_INTEL)
+    i, p = ctypes.c_int, ctypes.c_void_p
+    gemm_args = [i, i, i, i, i, i, None, p, i, p, i, None, p, i]
+
+    def bind(name: str, scalar: type[Any]) -> Any:
+        fn = getattr(lib, name)
+        fn.argtypes = [scalar if a is None else a for a in gemm_args]
+        fn.restype = None
+        return fn
+
+    bf16 = bind("cblas_gemm_bf16bf16f32", ctypes.c_float) if hasattr(lib, "cblas_gemm_bf16bf16f32") else None
+    batch = None
+    if hasattr(lib, "cblas_sgemm_batch_strided"):  # a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count
+        batch = lib.cblas_sgemm_batch_strided
+        batch.argtypes = [i] * 6 + [ctypes.c_float, p, i, i, p, i, i, ctypes.c_float, p, i, i, i]
+        batch.restype = None
+    set_threads, set_local = lib.MKL_Set_Num_Threads, lib.MKL_Set_Num_Threads_Local
+    set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+    set_local.argtypes, set_local.restype = [ctypes.c_int], ctypes.c_int
+    sgemm, dgemm = bind("cblas_sgemm", ctypes.c_float), bind("cblas_dgemm", ctypes.c_double)
+    vexp = getattr(lib, "vmsExp", None)
+    if vexp is not None:
+        vexp.argtypes, vexp.restype = [i, p, p, ctypes.c_longlong], None
+    return _Mkl(path, sgemm, dgemm, bf16, batch, set_threads, set_local, vexp)
+
+
+def _mkl() -> _Mkl | None:
+    """The MKL road when this process takes it (decided once, on first use)."""
+    if "road" not in _state:
+        with _deciding:
+            if "road" not in _state:
+                _decide()
+    return _state.get("mkl") if _state["road"] == "mkl" else None
+
+
+def _decide() -> None:
+    """Take the road ``PACKRT_BLAS`` asks for (under ``_deciding``)."""
+    choice = _choice()
+    loaded = _load_mkl() if choice != "numpy" else "PACKRT_BLAS=numpy"
+    if isinstance(loaded, str):
+        if choice == "mkl":
+            raise BlasUnavailableError(
+                f"PACKRT_BLAS=mkl, but MKL does not load: {loaded}. Install it with "
+                "`pip install packrt-kernels-cpu[mkl]` (x86-64), or unset PACKRT_BLAS to use numpy's BLAS"
+            )
+        _state["road"] = "numpy"
+    else:
+        _state.update(road="mkl", mkl=loaded)
+        if "threads" in _state:
+            loaded.set_num_threads(_state["threads"])
+
+
+def provider() -> str:
+    """``"mkl"`` or ``"numpy"``: the road GEMMs take in this process."""
+    return "mkl" if _mkl() is not None else "numpy"
+
+
+def set_num_threads(n: int) -> None:
+    """Cap MKL's threads at ``n`` (now if loaded, else when it loads); numpy's BLAS is capped by the caller."""
+    _state["threads"] = max(1, int(n))
+    if _state.get("road") == "mkl":
+        _state["mkl"].set_num_threads(_state["threads"])
+
+
+def multiplies(dtype: np.dtype[Any]) -> bool:
+    """Whether :func:`matmul` takes operands of ``dtype`` as they are: float32 and float64 always,
+    bfloat16 where MKL's bfloat16 GEMM loaded (products exact in float32, the result float32)."""
+    dt = np.dtype(dtype)
+    if dt == _BF16:
+        mkl = _mkl()
+        return mkl is not None and mkl.bf16gemm is not None
+    return dt in (_F32, _F64)
+
+
+def _operand(a: Array) -> tuple[int, int] | None:
+    """(CBLAS transpose flag, leading dimension) for the trailing matrices of a numpy operand that MKL
+    reads in place: rows or columns evenly strided (a transposed or row-sliced view included), or None."""
+    rows, cols = a.shape[-2:]
+    size = a.itemsize
+    row_step = a.strides[-2] if rows > 1 else cols * size  # a length-1 axis's stride means nothing
+    col_step = a.strides[-1] if cols > 1 else size
+    if col_step == size and row_step % size == 0 and row_step // size >= max(1, cols):
+        return _NO_TRANS, max(1, row_step // size)
+    if row_step == size and col_step % size == 0 and col_step // size >= max(1, rows):
+        return _TRANS, max(1, col_step // size)
+    return None
+
+
+def _batch_step(a: Array) -> int | None:
+    """Elements between one matrix of a stack and the next along its last batch axis (None if uneven)."""
+    if a.ndim < 3 or a.shape[-3] == 1:
+        return 0
+    step = a.strides[-3]
+    return step // a.itemsize if step >= 0 and step % a.itemsize == 0 else None
+
+
+def matmul(a: Array, b: Array, bias: Array | None = None, *, alpha: float = 1.0) -> Array:
+    """``a @ b (+ bias)`` with numpy's rules for ``a`` (..., M, K) and ``b`` (..., K, N) of one float dtype
+    (batch axes broadcast), ``bias`` broadcastable to the result, in its dtype. float32/float64 give their
+    own dtype; bfloat16 operands (see :func:`multiplies`) give float32; the result is a new C-contiguous
+    array. Matrices whose rows or columns are evenly strided (transposed views, heads sliced out of a wider
+    array) are read in place. ``alpha`` scales the product (not the bias): MKL applies it inside the GEMM."""
+    mkl = _mkl() if type(a) is np.ndarray and type(b) is np.ndarray else None
+    if mkl is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or 0 in (*a.shape, *b.shape):
+        return _numpy_matmul(a, b, bias, alpha)
+    if a.shape[-2] == 1 and a.dtype != _BF16:  # a row times a matrix: OpenBLAS's GEMV streams faster
+        return _numpy_matmul(a, b, bias, alpha)
+    if a.ndim > 2 or b.ndim > 2:  # batch axes broadcast as numpy's do: a repeated matrix has stride 0
+        try:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return _numpy_matmul(a, b, bias, alpha)  # numpy raises its own error
+        a, b = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(b, (*batch, *b.shape[-2:]))
+    gemm = {_F32: mkl.sgemm, _F64: mkl.dgemm, _BF16: mkl.bf16gemm}.get(a.dtype)
+    fa, fb, sa, sb = _operand(a), _operand(b), _batch_step(a), _batch_step(b)
+    if gemm is None or fa is None or fb is None or sa is None or sb is None:
+        return _numpy_matmul(a, b, bias, alpha)
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    (ta, lda), (tb, ldb) = fa, fb
+    if max(m, n, k, lda, ldb, sa, sb, m * n) > _INT32_MAX:
+        return _numpy_matmul(a, b, bias, alpha)
+    out = np.empty((*a.shape[:-2], m, n), _F64 if a.dtype == _F64 else _F32)
+    beta = 0.0
+    if bias is not None:
+        out[...] = bias  # the GEMM accumulates onto the bias: no second pass over out
+        beta = 1.0
+    # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs 50-100 us,
+    # measured at 2 threads (a 16x512x512 GEMM: 80 us on two threads, 55 us on one).
+    small = (_state.get("threads") or os.cpu_count() or 1) > 1 and 2 * k * out.size < _SMALL_FLOP
+    if small:
+        mkl.set_local_threads(1)
+    try:
+        _gemms(mkl, gemm, a, b, out, (alpha, beta), (ta, lda, sa), (tb, ldb, sb))
+    finally:
+        if small:
+            mkl.set_local_threads(0)
+    return out
+
+
+def _gemms(
+    mkl: _Mkl,
+    gemm: Any,
+    a: Array,
+    b: Array,
+    out: Array,
+    scalars: tuple[float, float],
+    fa: tuple[int, int, int],
+    fb: tuple[int, int, int],
+) -> None:
+    """The CBLAS calls of one (batched) product, ``out`` C-contiguous and already holding the bias if any."""
+    (ta, lda, sa), (tb, ldb, sb) = fa, fb
+    (m, k), n = a.shape[-2:], b.shape[-1]
+    alpha, beta = scalars
+    if a.ndim == 2:
+        gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, n)
+        return
+    count = a.shape[-3]
+    for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
+        pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
+        if a.dtype == _F32 and mkl.sgemm_batch is not None:
+            mkl.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, n, m * n, count)
+            continue
+        for j in range(count):
+            at, bt, ot = (
+                x + j * st * x_size
+                for x, st, x_size in ((pa, sa, a.itemsize), (pb, sb, b.itemsize), (po, m * n, out.itemsize))
+            )
+            gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, at, lda, bt, ldb, beta, ot, n)
+
+
+def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float) -> Array:
+    if a.dtype == _BF16:  # numpy's BLAS has no bfloat16 GEMM: multiply the float32 widening
+        a, b = a.astype(_F32), b.astype(_F32)
+    out = a @ b
+    if alpha != 1.0:
+        out *= out.dtype.type(alpha)
+    if bias is not None:
+        out += bias
+    return out
+
+
+def exp(x: Array, out: Array) -> Array:
+    """``numpy.exp(x, out=out)``; for C-contiguous float32 numpy arrays on MKL's road, MKL's vector exp
+    (threaded, about 1.5x numpy's on one core and 2x on two; error within 1.2e-7 relative, as numpy's)."""
+    mkl = _mkl() if type(x) is np.ndarray and type(out) is np.ndarray else None
+    fits = x.dtype == _F32 and out.dtype == _F32 and x.shape == out.shape and 0 < x.size <= _INT32_MAX
+    if mkl is None or mkl.vexp is None or not (fits and x.flags.c_contiguous and out.flags.c_contiguous):
+        return np.exp(x, out=out)
+    mkl.vexp(x.size, x.ctypes.data, out.ctypes.data, _VML_LA)
+    return out
+
+
+__all__ = [
+    "BlasUnavailableError",
+    "exp",
+    "matmul",
+    "multiplies",
+    "prefer_passive_openmp",
+    "provider",
+    "set_num_threads",
+]

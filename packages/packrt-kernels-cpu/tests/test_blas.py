@@ -1,0 +1,238 @@
+"""The GEMM roads: MKL's and numpy's give numpy's results for every layout they take; the road is the
+one PACKRT_BLAS asks for, or an error that names the fix; MKL's threads follow the cap."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+
+from packrt_kernels_cpu import CpuBackend, KernelError, blas
+from packrt_kernels_cpu.blas import BlasUnavailableError
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _layout(a: np.ndarray, order: str) -> np.ndarray:
+    """``a``'s values laid out C-contiguous, F-contiguous (what a transposed view is) or strided."""
+    if order == "C":
+        return np.ascontiguousarray(a)
+    if order == "F":
+        return np.asfortranarray(a)
+    wide = np.zeros((a.shape[0], 2 * a.shape[1] + 1), a.dtype)
+    wide[:, : 2 * a.shape[1] : 2] = a
+    return wide[:, : 2 * a.shape[1] : 2]  # every other column: no BLAS reads it in place
+
+
+def _expected(a: np.ndarray, b: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    out = a.astype(np.float64) @ b.astype(np.float64)
+    return out if bias is None else out + bias
+
+
+@pytest.mark.usefixtures("blas_road")
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(0, 40),
+    k=st.integers(0, 40),
+    n=st.integers(0, 40),
+    orders=st.tuples(st.sampled_from("CFS"), st.sampled_from("CFS")),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    with_bias=st.booleans(),
+)
+def test_matmul_is_numpys_product_for_every_layout_and_size(
+    m: int, k: int, n: int, orders: tuple[str, str], dtype: Any, with_bias: bool
+) -> None:
+    rng = np.random.default_rng(m * 10_000 + k * 100 + n)
+    a = _layout(rng.standard_normal((m, k)).astype(dtype), orders[0])
+    b = _layout(rng.standard_normal((k, n)).astype(dtype), orders[1])
+    bias = rng.standard_normal(n).astype(dtype) if with_bias else None
+    out = blas.matmul(a, b, bias)
+    assert out.dtype == np.dtype(dtype) and out.shape == (m, n)
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(out, _expected(a, b, bias), rtol=tol, atol=tol * max(1, k))
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_matmul_leaves_its_operands_as_they_were() -> None:
+    rng = np.random.default_rng(1)
+    a, b, bias = (rng.standard_normal(s).astype(np.float32) for s in [(9, 7), (7, 5), (5,)])
+    copies = [x.copy() for x in (a, b, bias)]
+    blas.matmul(a, b.T.copy().T, bias)
+    for before, after in zip(copies, (a, b, bias), strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_bfloat16_operands_multiply_into_float32_on_both_roads(blas_road: str) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((33, 70)).astype(BF16)
+    b = np.asfortranarray(rng.standard_normal((70, 21)).astype(BF16))  # as a transposed weight is
+    bias = rng.standard_normal(21).astype(np.float32)
+    out = blas.matmul(a, b, bias)
+    assert out.dtype == np.float32
+    # the products of bfloat16 values are exact in float32: only the sum order differs
+    np.testing.assert_allclose(out, _expected(a, b, bias), rtol=1e-5, atol=1e-4)
+    assert blas.multiplies(BF16) is (blas_road == "mkl")
+
+
+def test_float16_is_not_a_dtype_the_gemm_takes_as_it_is(blas_road: str) -> None:
+    assert blas.multiplies(np.dtype(np.float16)) is False
+    assert blas.multiplies(np.dtype(np.float32)) and blas.multiplies(np.dtype(np.float64))
+
+
+def test_the_road_is_the_one_packrt_blas_names(blas_road: str) -> None:
+    assert blas.provider() == blas_road
+
+
+def test_an_unknown_packrt_blas_value_is_refused_with_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACKRT_BLAS", "openblas")
+    monkeypatch.setattr(blas, "_state", {})
+    with pytest.raises(BlasUnavailableError, match=r"PACKRT_BLAS='openblas'.*auto, mkl, numpy.*unset it"):
+        blas.provider()
+    assert issubclass(BlasUnavailableError, KernelError) and issubclass(BlasUnavailableError, ImportError)
+
+
+def test_asking_for_mkl_where_it_does_not_load_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACKRT_BLAS", "mkl")
+    monkeypatch.setattr(blas, "_state", {})
+    monkeypatch.setattr(blas, "_mkl_candidates", lambda: ["/nonexistent/libmkl_rt.so.3"])
+    with pytest.raises(BlasUnavailableError, match=r"libmkl_rt.*pip install packrt-kernels-cpu\[mkl\]"):
+        blas.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
+
+
+def test_auto_falls_back_to_numpy_where_mkl_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACKRT_BLAS", "auto")
+    monkeypatch.setattr(blas, "_state", {})
+    monkeypatch.setattr(blas, "_mkl_candidates", lambda: ["/nonexistent/libmkl_rt.so.3"])
+    assert blas.provider() == "numpy"
+    np.testing.assert_array_equal(blas.matmul(np.eye(3, dtype=np.float32), np.full((3, 2), 2, np.float32)), 2.0)
+
+
+def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_loads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PACKRT_BLAS", "mkl")
+    monkeypatch.setattr(blas, "_state", {})
+    backend = CpuBackend()
+    try:
+        backend.set_num_threads(1)  # before MKL loads: applied when it does
+        try:
+            blas.provider()
+        except BlasUnavailableError:
+            pytest.skip("MKL does not load here")
+        mkl_pools = [p for p in threadpool_info() if p.get("internal_api") == "mkl"]
+        assert mkl_pools and all(p["num_threads"] == 1 for p in mkl_pools)
+        assert backend.get_num_threads() == 1
+        backend.set_num_threads(2)
+        assert backend.get_num_threads() == min(2, max(p["num_threads"] for p in threadpool_info()))
+    finally:
+        backend.set_num_threads(1)
+
+
+def test_first_use_from_many_threads_decides_one_road(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PACKRT_BLAS", raising=False)
+    monkeypatch.setattr(blas, "_state", {})
+    a = np.ones((16, 16), np.float32)
+    results: list[np.ndarray] = []
+    workers = [threading.Thread(target=lambda: results.append(blas.matmul(a, a))) for _ in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(results) == 8 and all(np.array_equal(r, np.full((16, 16), 16.0)) for r in results)
+    assert blas.provider() in ("mkl", "numpy")
+
+
+def _stack(rng: np.random.Generator, batch: tuple[int, ...], rows: int, cols: int, heads_view: bool) -> np.ndarray:
+    """A (*batch, rows, cols) stack: contiguous, or the heads of a (..., rows, heads, cols) array swapped
+    forward as attention's query and key are (each matrix then strides rows by heads * cols)."""
+    if not heads_view:
+        return rng.standard_normal((*batch, rows, cols)).astype(np.float32)
+    wide = rng.standard_normal((*batch[:-1], rows, batch[-1], cols)).astype(np.float32)
+    return np.swapaxes(wide, -2, -3)
+
+
+@pytest.mark.usefixtures("blas_road")
+@settings(max_examples=40, deadline=None)
+@given(
+    batch=st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple),
+    m=st.integers(1, 9),
+    k=st.integers(1, 9),
+    n=st.integers(1, 9),
+    heads_view=st.booleans(),
+    transpose_b=st.booleans(),
+)
+def test_a_stack_of_matrices_multiplies_as_numpys_matmul_does(
+    batch: tuple[int, ...], m: int, k: int, n: int, heads_view: bool, transpose_b: bool
+) -> None:
+    rng = np.random.default_rng(len(batch) * 1000 + m * 100 + k * 10 + n)
+    a = _stack(rng, batch, m, k, heads_view)
+    b = np.swapaxes(_stack(rng, batch, n, k, heads_view), -1, -2) if transpose_b else _stack(rng, batch, k, n, False)
+    out = blas.matmul(a, b)
+    assert out.shape == (*batch, m, n) and out.dtype == np.float32 and out.flags.c_contiguous
+    np.testing.assert_allclose(out, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("blas_road")
+@pytest.mark.parametrize(
+    ("a_shape", "b_shape", "bias_shape"),
+    [
+        ((2, 3, 4, 5), (1, 3, 5, 6), None),  # a batch axis of one repeats
+        ((4, 5), (3, 5, 6), (4, 1)),  # a 2-D matrix over a stack, a bias per row: conv2d's GEMM
+        ((2, 1, 4, 5), (3, 5, 6), (6,)),
+    ],
+)
+def test_batch_axes_and_the_bias_broadcast_as_numpys_do(
+    a_shape: tuple[int, ...], b_shape: tuple[int, ...], bias_shape: tuple[int, ...] | None
+) -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    bias = None if bias_shape is None else rng.standard_normal(bias_shape).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64) + (0 if bias is None else bias)
+    np.testing.assert_allclose(blas.matmul(a, b, bias), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_batch_axes_that_do_not_broadcast_raise_numpys_error() -> None:
+    with pytest.raises(ValueError, match="could not be broadcast together"):
+        blas.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 5), np.float32))
+
+
+@pytest.mark.usefixtures("blas_road")
+@pytest.mark.parametrize("shape", [(6, 7), (2, 3, 6, 7)])
+def test_alpha_scales_the_product_and_not_the_bias(shape: tuple[int, ...]) -> None:
+    rng = np.random.default_rng(4)
+    a = rng.standard_normal(shape).astype(np.float32)
+    b = rng.standard_normal((*shape[:-2], 7, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    want = 0.125 * (a.astype(np.float64) @ b.astype(np.float64)) + bias
+    np.testing.assert_allclose(blas.matmul(a, b, bias, alpha=0.125), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_exp_agrees_with_numpys_including_the_ieee_edges() -> None:
+    x = np.linspace(-100, 80, 10_000, dtype=np.float32)
+    x[:4] = [-np.inf, np.inf, np.nan, 0.0]  # 0, inf, nan, 1 as numpy gives them
+    x[4] = 100.0  # overflows float32 to inf
+    out = np.empty_like(x)
+    with np.errstate(over="ignore"):  # numpy's road warns of the overflow, MKL's does not
+        assert blas.exp(x, out=out) is out
+        want = np.exp(x.astype(np.float64)).astype(np.float32)
+    tiny = 2 * float(np.finfo(np.float32).smallest_subnormal)  # results below 1e-38 may round by one subnormal
+    np.testing.assert_allclose(out, want, rtol=3e-7, atol=tiny)
+    assert out[0] == 0 and out[1] == np.inf and np.isnan(out[2]) and out[3] == 1 and out[4] == np.inf
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_exp_in_place_and_on_other_dtypes_is_numpys() -> None:
+    x = np.linspace(-5, 5, 101, dtype=np.float32).reshape(1, 101)
+    want = np.exp(x)
+    blas.exp(x, out=x)
+    np.testing.assert_allclose(x, want, rtol=3e-7)
+    y = np.linspace(-5, 5, 11)  # float64: numpy's exp on every road
+    np.testing.assert_array_equal(blas.exp(y, out=np.empty_like(y)), np.exp(y))
