@@ -40,6 +40,7 @@ _KERNEL_AGAINST: dict[str, tuple[str, str]] = {  # case -> (implementation, refe
     "matmul-fp32-512": ("packrt", "numpy"),
     "linear-fp32-1x1024->1024": ("packrt", "torch"),
     "linear-fp32-32x1024->1024": ("packrt", "torch"),
+    "linear-fp32-64x1024->1024": ("packrt", "torch"),
     "conv2d-3x3-fp32-8x32x32x32->64": ("packrt-packed", "torch"),
     "sdpa-full-fp32-4x8x128x64": ("packrt", "torch"),
     "elementwise-add-fp32-512x1024+1024": ("packrt", "numpy"),

@@ -1,8 +1,9 @@
 """Linear forward: packrt's packed, borrowed and int8 weights against ``x @ w.T`` and torch's linear.
 
-Weight (1024, 1024) with bias, for a decode-sized batch (1 row) and a prefill-sized one
-(32 rows). ``packrt`` is ``pack_linear(w, b).forward(x)`` (W^T packed once, contiguous,
-in the compute dtype); ``packrt-borrowed`` computes from the declared weight on every call
+Weight (1024, 1024) with bias, for a decode-sized batch (1 row) and prefill-sized ones
+(32 and 64 rows; the issue's targets are packrt / torch <= 1.0 at 1 and 64 rows, float32).
+``packrt`` is ``pack_linear(w, b).forward(x)`` (W^T packed once, contiguous, in the dtype the
+GEMM multiplies); ``packrt-borrowed`` computes from the declared weight on every call
 (what a memory-mapped checkpoint gets); ``packrt-int8`` is the weight-only int8 pack, whose
 ratio against the float32 references is the price of keeping a quarter of the bytes.
 """
@@ -18,7 +19,8 @@ from bench_support import check_close, mark, rand, require_torch, to_torch
 from packrt_kernels_cpu import linear_borrowed, pack_linear, pack_quantized_linear, quantize_per_channel
 
 FEATURES = 1024
-BATCHES = (1, 32)
+BATCHES = (1, 32, 64)
+TARGET_BATCHES = (1, 64)  # packrt / torch <= 1.0 for the float32 pack (issue: speed)
 
 
 def _numpy_linear(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> Any:
@@ -55,7 +57,9 @@ def test_linear_forward(benchmark: Any, batch: int, dtype: str, impl: str) -> No
     x, w, b = _data(dtype, batch)
     fn = _callable(impl, x, w, b)
     check_close(fn(), _numpy_linear(x, w, b), dtype, f"{impl} linear {dtype} batch {batch}")
-    mark(benchmark, impl, f"linear-{dtype}-{batch}x{FEATURES}->{FEATURES}", flops=2 * batch * FEATURES * FEATURES)
+    target = {"target_ratio_vs_torch": 1.0} if (impl, dtype) == ("packrt", "fp32") and batch in TARGET_BATCHES else {}
+    case = f"linear-{dtype}-{batch}x{FEATURES}->{FEATURES}"
+    mark(benchmark, impl, case, flops=2 * batch * FEATURES * FEATURES, **target)
     benchmark(fn)
 
 

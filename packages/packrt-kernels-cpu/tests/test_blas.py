@@ -121,6 +121,7 @@ def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_loads(
     backend = CpuBackend()
     try:
         backend.set_num_threads(1)  # before MKL loads: applied when it does
+        assert blas.num_threads() == 1
         try:
             blas.provider()
         except BlasUnavailableError:
@@ -236,3 +237,26 @@ def test_exp_in_place_and_on_other_dtypes_is_numpys() -> None:
     np.testing.assert_allclose(x, want, rtol=3e-7)
     y = np.linspace(-5, 5, 11)  # float64: numpy's exp on every road
     np.testing.assert_array_equal(blas.exp(y, out=np.empty_like(y)), np.exp(y))
+
+
+@pytest.mark.usefixtures("blas_road")
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_out_may_be_a_strided_slice_and_only_its_slice_is_written(with_bias: bool) -> None:
+    rng = np.random.default_rng(5)
+    w = rng.standard_normal((2, 4, 6)).astype(np.float32)  # a (groups, out, in) weight over a batch of 3
+    cols = rng.standard_normal((3, 2, 6, 10)).astype(np.float32)
+    bias = rng.standard_normal((2, 4, 1)).astype(np.float32) if with_bias else None
+    wide = np.full((3, 2, 4, 25), 7.0, np.float32)
+    into = wide[..., 5:15]  # rows strided by 25: a band of pixels inside each output plane
+    assert blas.matmul(w, cols, bias, out=into) is into
+    want = w.astype(np.float64) @ cols.astype(np.float64) + (0 if bias is None else bias)
+    np.testing.assert_allclose(into, want, rtol=1e-5, atol=1e-5)
+    untouched = np.delete(wide, np.s_[5:15], axis=-1)
+    np.testing.assert_array_equal(untouched, 7.0)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_an_out_of_the_wrong_shape_raises_numpys_error() -> None:
+    a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
+    with pytest.raises(ValueError, match="mismatch"):
+        blas.matmul(a, b, out=np.empty((3, 6), np.float32))

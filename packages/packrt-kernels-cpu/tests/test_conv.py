@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
@@ -10,13 +12,29 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from packrt_kernels_cpu import CpuBackend, conv
 from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
 from packrt_kernels_cpu.errors import KernelShapeError
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 
-pytestmark = pytest.mark.usefixtures("kernel_path")  # every comparison with torch, on both paths
+# every comparison with torch on both kernel paths, both GEMM roads, banded and whole-batch
+pytestmark = pytest.mark.usefixtures("kernel_path", "blas_road", "conv_layout")
+
+
+@pytest.fixture(params=["banded", "whole"])
+def conv_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """One thread takes conv2d's banded road (here a band is one output row, so every image has
+    several); more threads take one im2col and one batched GEMM for the whole batch."""
+    backend = CpuBackend()
+    if request.param == "banded":
+        monkeypatch.setattr(conv, "_BAND_BYTES", 1)
+        backend.set_num_threads(1)
+    else:
+        backend.set_num_threads(2)
+    yield str(request.param)
+    backend.set_num_threads(os.cpu_count() or 1)
 
 
 def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:

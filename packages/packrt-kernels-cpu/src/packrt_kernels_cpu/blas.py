@@ -178,6 +178,11 @@ def set_num_threads(n: int) -> None:
         _state["mkl"].set_num_threads(_state["threads"])
 
 
+def num_threads() -> int:
+    """The thread cap :func:`set_num_threads` last set (the machine's core count before any)."""
+    return int(_state.get("threads") or os.cpu_count() or 1)
+
+
 def multiplies(dtype: np.dtype[Any]) -> bool:
     """Whether :func:`matmul` takes operands of ``dtype`` as they are: float32 and float64 always,
     bfloat16 where MKL's bfloat16 GEMM loaded (products exact in float32, the result float32)."""
@@ -210,89 +215,107 @@ def _batch_step(a: Array) -> int | None:
     return step // a.itemsize if step >= 0 and step % a.itemsize == 0 else None
 
 
-def matmul(a: Array, b: Array, bias: Array | None = None, *, alpha: float = 1.0) -> Array:
+def matmul(a: Array, b: Array, bias: Array | None = None, *, alpha: float = 1.0, out: Array | None = None) -> Array:
     """``a @ b (+ bias)`` with numpy's rules for ``a`` (..., M, K) and ``b`` (..., K, N) of one float dtype
     (batch axes broadcast), ``bias`` broadcastable to the result, in its dtype. float32/float64 give their
-    own dtype; bfloat16 operands (see :func:`multiplies`) give float32; the result is a new C-contiguous
-    array. Matrices whose rows or columns are evenly strided (transposed views, heads sliced out of a wider
-    array) are read in place. ``alpha`` scales the product (not the bias): MKL applies it inside the GEMM."""
-    mkl = _mkl() if type(a) is np.ndarray and type(b) is np.ndarray else None
-    if mkl is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or 0 in (*a.shape, *b.shape):
-        return _numpy_matmul(a, b, bias, alpha)
-    if a.shape[-2] == 1 and a.dtype != _BF16:  # a row times a matrix: OpenBLAS's GEMV streams faster
-        return _numpy_matmul(a, b, bias, alpha)
-    if a.ndim > 2 or b.ndim > 2:  # batch axes broadcast as numpy's do: a repeated matrix has stride 0
-        try:
-            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        except ValueError:
-            return _numpy_matmul(a, b, bias, alpha)  # numpy raises its own error
-        a, b = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(b, (*batch, *b.shape[-2:]))
-    gemm = {_F32: mkl.sgemm, _F64: mkl.dgemm, _BF16: mkl.bf16gemm}.get(a.dtype)
-    fa, fb, sa, sb = _operand(a), _operand(b), _batch_step(a), _batch_step(b)
-    if gemm is None or fa is None or fb is None or sa is None or sb is None:
-        return _numpy_matmul(a, b, bias, alpha)
-    (m, k), n = a.shape[-2:], b.shape[-1]
-    (ta, lda), (tb, ldb) = fa, fb
-    if max(m, n, k, lda, ldb, sa, sb, m * n) > _INT32_MAX:
-        return _numpy_matmul(a, b, bias, alpha)
-    out = np.empty((*a.shape[:-2], m, n), _F64 if a.dtype == _F64 else _F32)
+    own dtype; bfloat16 operands (see :func:`multiplies`) give float32. Matrices whose rows or columns are
+    evenly strided (transposed views, heads sliced out of a wider array) are read in place. ``alpha``
+    scales the product (not the bias): MKL applies it inside the GEMM. The result is a new C-contiguous
+    array, or ``out`` (the result's shape and dtype; rows may be strided, as in a slice of a wider array)."""
+    plan = _plan(a, b, out)
+    if plan is None:
+        return _numpy_matmul(a, b, bias, alpha, out)
+    mkl, gemm, a, b, out, fa, fb, fo = plan
     beta = 0.0
     if bias is not None:
         out[...] = bias  # the GEMM accumulates onto the bias: no second pass over out
         beta = 1.0
     # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs 50-100 us,
     # measured at 2 threads (a 16x512x512 GEMM: 80 us on two threads, 55 us on one).
-    small = (_state.get("threads") or os.cpu_count() or 1) > 1 and 2 * k * out.size < _SMALL_FLOP
+    small = num_threads() > 1 and 2 * a.shape[-1] * out.size < _SMALL_FLOP
     if small:
         mkl.set_local_threads(1)
     try:
-        _gemms(mkl, gemm, a, b, out, (alpha, beta), (ta, lda, sa), (tb, ldb, sb))
+        _gemms(mkl, gemm, a, b, out, (alpha, beta), (fa, fb, fo))
     finally:
         if small:
             mkl.set_local_threads(0)
     return out
 
 
+_Layout = tuple[int, int, int]  # (CBLAS transpose flag, leading dimension, elements between batch matrices)
+
+
+def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
+    """How MKL computes ``a @ b`` into ``out`` (allocated here when None): the handle, the GEMM, the
+    operands broadcast to one batch shape and each one's layout; None where numpy's matmul must."""
+    arrays = (a, b) if out is None else (a, b, out)
+    mkl = _mkl() if all(type(x) is np.ndarray for x in arrays) else None
+    if mkl is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or 0 in (*a.shape, *b.shape):
+        return None
+    if a.shape[-2] == 1 and a.dtype != _BF16:  # a row times a matrix: OpenBLAS's GEMV streams faster
+        return None
+    if a.ndim > 2 or b.ndim > 2:  # batch axes broadcast as numpy's do: a repeated matrix has stride 0
+        try:
+            batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        except ValueError:
+            return None  # numpy raises its own error
+        a, b = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(b, (*batch, *b.shape[-2:]))
+    gemm = {_F32: mkl.sgemm, _F64: mkl.dgemm, _BF16: mkl.bf16gemm}.get(a.dtype)
+    shape, dtype = (*a.shape[:-2], a.shape[-2], b.shape[-1]), _F64 if a.dtype == _F64 else _F32
+    if out is None:
+        out = np.empty(shape, dtype)
+    elif out.shape != shape or out.dtype != dtype:
+        return None  # numpy's matmul accepts or refuses this out
+    fa, fb, fo = (_layout(x) for x in (a, b, out))
+    if gemm is None or fa is None or fb is None or fo is None or fo[0] != _NO_TRANS:
+        return None  # an output MKL would have to write transposed: numpy's
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    if max(m, n, k, m * n, *fa[1:], *fb[1:], *fo[1:]) > _INT32_MAX:
+        return None
+    return (mkl, gemm, a, b, out, fa, fb, fo)
+
+
+def _layout(a: Array) -> _Layout | None:
+    """(CBLAS transpose flag, leading dimension, batch step) for a numpy operand's matrices, or None."""
+    flag, step = _operand(a), _batch_step(a)
+    return None if flag is None or step is None else (*flag, step)
+
+
 def _gemms(
-    mkl: _Mkl,
-    gemm: Any,
-    a: Array,
-    b: Array,
-    out: Array,
-    scalars: tuple[float, float],
-    fa: tuple[int, int, int],
-    fb: tuple[int, int, int],
+    mkl: _Mkl, gemm: Any, a: Array, b: Array, out: Array, scalars: tuple[float, float], layouts: tuple[_Layout, ...]
 ) -> None:
-    """The CBLAS calls of one (batched) product, ``out`` C-contiguous and already holding the bias if any."""
-    (ta, lda, sa), (tb, ldb, sb) = fa, fb
-    (m, k), n = a.shape[-2:], b.shape[-1]
+    """The CBLAS calls of one (batched) product into ``out``, which already holds the bias if any."""
+    (ta, lda, sa), (tb, ldb, sb), (_, ldc, sc) = layouts
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    sc = sc or ldc * m  # a stack of one: MKL still wants the output's step to clear a whole matrix
     alpha, beta = scalars
     if a.ndim == 2:
-        gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, n)
+        gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, ldc)
         return
     count = a.shape[-3]
     for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
         pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
         if a.dtype == _F32 and mkl.sgemm_batch is not None:
-            mkl.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, n, m * n, count)
+            mkl.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
             continue
         for j in range(count):
             at, bt, ot = (
                 x + j * st * x_size
-                for x, st, x_size in ((pa, sa, a.itemsize), (pb, sb, b.itemsize), (po, m * n, out.itemsize))
+                for x, st, x_size in ((pa, sa, a.itemsize), (pb, sb, b.itemsize), (po, sc, out.itemsize))
             )
-            gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, at, lda, bt, ldb, beta, ot, n)
+            gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, at, lda, bt, ldb, beta, ot, ldc)
 
 
-def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float) -> Array:
+def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float, out: Array | None) -> Array:
     if a.dtype == _BF16:  # numpy's BLAS has no bfloat16 GEMM: multiply the float32 widening
         a, b = a.astype(_F32), b.astype(_F32)
-    out = a @ b
+    result = a @ b if out is None else np.matmul(a, b, out=out)
     if alpha != 1.0:
-        out *= out.dtype.type(alpha)
+        result *= result.dtype.type(alpha)
     if bias is not None:
-        out += bias
-    return out
+        result += bias
+    return result
 
 
 def exp(x: Array, out: Array) -> Array:

@@ -100,6 +100,9 @@ def conv2d_geometry(
     return Conv2dGeometry((int(kh), int(kw)), (sh, sw), pads, (dh, dw), int(groups))
 
 
+_BAND_BYTES = 1 << 20  # the columns of one band of a banded conv2d: well inside a core's L2
+
+
 def im2col(x: Array, geometry: Conv2dGeometry, *, scratch: bool = False) -> tuple[Array, int, int]:
     """Columns (N, C * kh * kw, OH * OW) of an (N, C, H, W) array, plus (OH, OW).
 
@@ -134,12 +137,34 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     (out,) or None. Returns (N, out, OH, OW) in the compute dtype.
     """
     g, og, k = (int(s) for s in w_groups.shape)
+    bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
+    if fused.handles(x) and blas.num_threads() == 1:
+        return _conv2d_banded(x, w_groups, bias, geometry)
     cols, oh, ow = im2col(x, geometry, scratch=True)  # consumed by the GEMM below, before any other call
     n = cols.shape[0]
     cols = cols.reshape(n, g, k, oh * ow)
-    bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
     # (G, Og, K) @ (N, G, K, P) -> (N, G, Og, P): the weight broadcasts over the batch
     return blas.matmul(w_groups, cols, bias).reshape(n, g * og, oh, ow)
+
+
+def _conv2d_banded(x: Array, w_groups: Array, bias: Array | None, geometry: Conv2dGeometry) -> Array:
+    """Image by image, band of output rows by band: each band's columns (about ``_BAND_BYTES``) are
+    still in cache when the GEMM reads them, and the GEMM writes straight into its slice of the
+    output. On one thread, a 32-channel 3x3 layer on 8x32x64x64: 8.2 -> 5.8 ms (1.5 + 6.7 ms for
+    whole-batch columns and GEMM, 1.2 + 4.7 in bands). With more threads the many small calls
+    each wake the pools (the bands took 8.8 ms on two threads): one call each scales instead."""
+    n, _, h, w = (int(s) for s in x.shape)
+    oh, ow = geometry.output_size(h, w)
+    g, og, k = (int(s) for s in w_groups.shape)
+    out = np.empty((n, g, og, oh * ow), np.float32)
+    band = max(1, min(oh, _BAND_BYTES // (4 * g * k * ow)))
+    for i in range(n):
+        image = x[i : i + 1]
+        for r0 in range(0, oh, band):
+            r1 = min(oh, r0 + band)
+            cols = fused.im2col(image, geometry, oh, ow, scratch=True, rows=(r0, r1)).reshape(g, k, (r1 - r0) * ow)
+            blas.matmul(w_groups, cols, bias, out=out[i, :, :, r0 * ow : r1 * ow])
+    return out.reshape(n, g * og, oh, ow)
 
 
 def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any], ref: str) -> None:

@@ -114,12 +114,17 @@ def scratch_f32(shape: tuple[int, ...]) -> Array:
     return buffer[:size].reshape(shape)
 
 
-def im2col(x: Array, geometry: Any, oh: int, ow: int, *, scratch: bool = False) -> Array:
+def im2col(
+    x: Array, geometry: Any, oh: int, ow: int, *, scratch: bool = False, rows: tuple[int, int] | None = None
+) -> Array:
     """The (N, C, kh, kw, OH, OW) columns of a float32 (N, C, H, W) array for ``geometry``; with
-    ``scratch=True`` written into this thread's scratch buffer (:func:`scratch_f32`)."""
+    ``scratch=True`` written into this thread's scratch buffer (:func:`scratch_f32`). ``rows=(r0, r1)``
+    makes only output rows r0..r1-1: (N, C, kh, kw, r1 - r0, OW), a band that fits a cache."""
     n, c = int(x.shape[0]), int(x.shape[1])
     (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
     top, _, left, _ = geometry.padding
+    if rows is not None:  # a band starting at output row r0 reads from input row r0 * sh - top on
+        top, oh = top - rows[0] * sh, rows[1] - rows[0]
     shape = (n, c, kh, kw, oh, ow)
     out = scratch_f32(shape) if scratch else np.empty(shape, _F32)
     _launch("im2col", out.size, x, kh, kw, sh, sw, dh, dw, top, left, out)
