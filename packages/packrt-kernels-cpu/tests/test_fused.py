@@ -20,6 +20,7 @@ CASES: dict[str, Callable[[np.ndarray], Any]] = {
     "gelu": lambda x: kernels.gelu(x),
     "gelu-tanh": lambda x: kernels.gelu(x, "tanh"),
     "silu": kernels.silu,
+    "relu": kernels.relu,
     "softmax": lambda x: kernels.softmax(x, -1),
     "layer_norm": lambda x: kernels.layer_norm(
         x, x.shape[-1], np.full(x.shape[-1], 1.5, F32), np.ones(x.shape[-1], F32)
@@ -67,6 +68,12 @@ def test_fused_kernels_stay_finite_and_agree_on_extreme_inputs(name: str, monkey
     fast, reference = _both(CASES[name], x, monkeypatch)
     assert np.isfinite(fast).all()
     np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_relu_gives_numpys_bits_for_nan_infinities_and_signed_zeros(monkeypatch: Any) -> None:
+    x = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1.5, 2.5] * 50_000, F32)  # large: the threaded path too
+    fast, reference = _both(CASES["relu"], x, monkeypatch)
+    np.testing.assert_array_equal(fast.view(np.uint32), reference.view(np.uint32))
 
 
 def test_a_fully_masked_softmax_row_is_nan_on_both_paths(monkeypatch: Any) -> None:

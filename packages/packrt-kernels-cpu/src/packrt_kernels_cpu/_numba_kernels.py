@@ -90,6 +90,14 @@ def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
 
 
 @_serial
+def _relu_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
+        v = x[i]
+        out[i] = v if v > 0 or v != v else 0  # NaN stays NaN; -0.0 becomes 0.0, as numpy.maximum gives
+
+
+@_serial
 def _widen_span(src: Array, out: Array, lo: int, hi: int) -> None:
     """bfloat16 bits -> float32 bits: bfloat16 is the top half of a float32, so widening is a shift."""
     src, out = src[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
@@ -111,7 +119,7 @@ def _narrow_span(src: Array, out: Array, lo: int, hi: int) -> None:
             out[i] = np.uint16((bits + np.uint32(0x7FFF) + lsb) >> np.uint32(16))
 
 
-GELU_ERF, GELU_TANH, SILU = 0, 1, 2  # the elementwise activations, by op code
+GELU_ERF, GELU_TANH, SILU, RELU = 0, 1, 2, 3  # the elementwise activations, by op code
 
 
 @_serial
@@ -120,8 +128,10 @@ def _activation_span(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
         _gelu_erf_span(x, out, lo, hi)
     elif op == GELU_TANH:
         _gelu_tanh_span(x, out, lo, hi)
-    else:
+    elif op == SILU:
         _silu_span(x, out, lo, hi)
+    else:
+        _relu_span(x, out, lo, hi)
 
 
 @_serial

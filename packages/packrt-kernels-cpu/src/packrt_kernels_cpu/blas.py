@@ -19,10 +19,12 @@ MKL runs on libgomp, the OpenMP runtime numba's pool uses, so the two share one 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib.metadata
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +69,7 @@ class _Mkl:
 
 _state: dict[str, Any] = {}  # "road": "mkl" | "numpy"; "mkl": _Mkl; "threads": the last cap asked for
 _deciding = threading.Lock()  # two threads' first GEMMs must not both load and configure MKL
+_local = threading.local()  # .single: this thread's GEMMs run on one MKL thread (single_threaded)
 
 
 def _choice() -> str:
@@ -178,6 +181,18 @@ def set_num_threads(n: int) -> None:
         _state["mkl"].set_num_threads(_state["threads"])
 
 
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Within it, this thread's GEMMs run on one MKL thread: for work its caller already spreads over
+    threads of its own (conv2d's images), where MKL's pool would only wake to contend."""
+    previous = getattr(_local, "single", False)
+    _local.single = True
+    try:
+        yield
+    finally:
+        _local.single = previous
+
+
 def num_threads() -> int:
     """The thread cap :func:`set_num_threads` last set (the machine's core count before any)."""
     return int(_state.get("threads") or os.cpu_count() or 1)
@@ -232,7 +247,7 @@ def matmul(a: Array, b: Array, bias: Array | None = None, *, alpha: float = 1.0,
         beta = 1.0
     # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs 50-100 us,
     # measured at 2 threads (a 16x512x512 GEMM: 80 us on two threads, 55 us on one).
-    small = num_threads() > 1 and 2 * a.shape[-1] * out.size < _SMALL_FLOP
+    small = getattr(_local, "single", False) or (num_threads() > 1 and 2 * a.shape[-1] * out.size < _SMALL_FLOP)
     if small:
         mkl.set_local_threads(1)
     try:
@@ -337,4 +352,5 @@ __all__ = [
     "prefer_passive_openmp",
     "provider",
     "set_num_threads",
+    "single_threaded",
 ]

@@ -12,7 +12,9 @@ GEMM per group. The loop runs over the taps only (9 for a 3x3 kernel), never ove
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -138,9 +140,9 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     """
     g, og, k = (int(s) for s in w_groups.shape)
     bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
-    if fused.handles(x) and blas.num_threads() == 1:
+    if fused.handles(x):
         return _conv2d_banded(x, w_groups, bias, geometry)
-    cols, oh, ow = im2col(x, geometry, scratch=True)  # consumed by the GEMM below, before any other call
+    cols, oh, ow = im2col(x, geometry)
     n = cols.shape[0]
     cols = cols.reshape(n, g, k, oh * ow)
     # (G, Og, K) @ (N, G, K, P) -> (N, G, Og, P): the weight broadcasts over the batch
@@ -150,21 +152,65 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
 def _conv2d_banded(x: Array, w_groups: Array, bias: Array | None, geometry: Conv2dGeometry) -> Array:
     """Image by image, band of output rows by band: each band's columns (about ``_BAND_BYTES``) are
     still in cache when the GEMM reads them, and the GEMM writes straight into its slice of the
-    output. On one thread, a 32-channel 3x3 layer on 8x32x64x64: 8.2 -> 5.8 ms (1.5 + 6.7 ms for
-    whole-batch columns and GEMM, 1.2 + 4.7 in bands). With more threads the many small calls
-    each wake the pools (the bands took 8.8 ms on two threads): one call each scales instead."""
+    output. One thread, a 32-channel 3x3 layer on 8x32x64x64: 8.2 -> 5.8 ms (whole-batch columns
+    and GEMM 1.5 + 6.7 ms, in bands 1.2 + 4.7). With more threads the (image, band) tiles are
+    shared out, each thread running its own alone: letting each small call wake the pools instead
+    took 8.8 ms on two threads."""
     n, _, h, w = (int(s) for s in x.shape)
     oh, ow = geometry.output_size(h, w)
     g, og, k = (int(s) for s in w_groups.shape)
     out = np.empty((n, g, og, oh * ow), np.float32)
     band = max(1, min(oh, _BAND_BYTES // (4 * g * k * ow)))
-    for i in range(n):
-        image = x[i : i + 1]
-        for r0 in range(0, oh, band):
-            r1 = min(oh, r0 + band)
-            cols = fused.im2col(image, geometry, oh, ow, scratch=True, rows=(r0, r1)).reshape(g, k, (r1 - r0) * ow)
-            blas.matmul(w_groups, cols, bias, out=out[i, :, :, r0 * ow : r1 * ow])
+
+    tiles = [(i, r0, min(oh, r0 + band)) for i in range(n) for r0 in range(0, oh, band)]
+
+    # One group (the usual case): 2-D operands, so each tile is one plain GEMM call.
+    weight, plane_bias, planes = (
+        (w_groups[0], None if bias is None else bias[0], out[:, 0]) if g == 1 else (w_groups, bias, out)
+    )
+
+    def run(part: list[tuple[int, int, int]]) -> None:
+        for i, r0, r1 in part:
+            cols = fused.im2col(x[i : i + 1], geometry, oh, ow, scratch=True, rows=(r0, r1))
+            shape = (k, (r1 - r0) * ow) if g == 1 else (g, k, (r1 - r0) * ow)
+            blas.matmul(weight, cols.reshape(shape), plane_bias, out=planes[i, ..., r0 * ow : r1 * ow])
+
+    shares = min(len(tiles), blas.num_threads())
+    if shares == 1:
+        run(tiles)
+    else:  # contiguous runs of (image, band) tiles, one per thread
+        bounds = [len(tiles) * s // shares for s in range(shares + 1)]
+        _share_out(run, [tiles[bounds[s] : bounds[s + 1]] for s in range(shares)])
     return out.reshape(n, g * og, oh, ow)
+
+
+def _share_out(run: Any, parts: list[Any]) -> None:
+    """``run(part)`` for every part at once: the first on the calling thread, the rest on the pool, each
+    single-threaded (its numba kernels serial, its GEMMs on one MKL thread); the first error is raised."""
+
+    def alone(part: Any) -> None:
+        with fused.single_threaded():
+            run(part)
+
+    pool = _pool(len(parts) - 1)
+    pending = [pool.submit(alone, part) for part in parts[1:]]
+    try:
+        alone(parts[0])
+    finally:
+        for job in pending:
+            job.result()
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The process's conv2d worker pool of ``workers`` threads (made once per size, then reused)."""
+    with _pools_lock:
+        if workers not in _pools:
+            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packrt-conv2d")
+        return _pools[workers]
 
 
 def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any], ref: str) -> None:

@@ -145,6 +145,8 @@ def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = 
 
 def relu(x: Array) -> Array:
     """``max(x, 0)`` elementwise; NaN stays NaN."""
+    if fused.handles(x):
+        return fused.relu(x)
     return array_namespace(x).maximum(x, x.dtype.type(0))
 
 
