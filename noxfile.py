@@ -264,10 +264,10 @@ def benchmarks(session: nox.Session) -> None:
     """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
 
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only (the run records which
-    kernel ran); OMP_WAIT_POLICY=PASSIVE and OPENBLAS_THREAD_TIMEOUT=16 make both sides' idle
-    workers sleep instead of spinning against each other. The kernel cases get one thread per side
-    unless overridden (``nox -s benchmarks -- --bench-threads=2 -k matmul``); the whole-model cases
-    run at 1 and 2 threads by themselves.
+    kernel ran); GOMP_SPINCOUNT=20000 (OMP_WAIT_POLICY unset) and OPENBLAS_THREAD_TIMEOUT=16 make
+    both sides' idle workers spin only briefly before they sleep, instead of against each other.
+    The kernel cases get one thread per side unless overridden (``nox -s benchmarks --
+    --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
     ``-- --compare`` (not passed to pytest) makes report.py fail the session when a tracked ratio
     worsens beyond its margin in benchmarks/margins.json.
     """
@@ -286,13 +286,15 @@ def benchmarks(session: nox.Session) -> None:
     out = ROOT / ".benchmarks"
     out.mkdir(exist_ok=True)
     results = out / "latest.json"
-    # Both sides' thread pools wait passively (OpenMP: torch's and numba's; OpenBLAS: a short spin),
-    # so on two cores one library's idle workers do not spin against the other's: measured, MiniLM
-    # at 2 threads went from packrt 223 / torch 151 ms to 138 / 104 ms (docs/benchmarks.md).
+    # Both sides' idle workers spin briefly, then sleep (OpenMP: torch's libgomp and the one numba and
+    # MKL share, GOMP_SPINCOUNT; OpenBLAS: its timeout), so on two cores one library's workers do not
+    # spin against the other's: MiniLM at 2 threads, packrt / torch 223 / 151 ms with the default long
+    # spins, 106 / 101 sleeping at once, 90-97 / 93-97 spinning briefly (docs/benchmarks.md).
     env: dict[str, str | None] = {
         "OPENBLAS_CORETYPE": None,
         "OPENBLAS_L2_SIZE": None,
-        "OMP_WAIT_POLICY": "PASSIVE",
+        "OMP_WAIT_POLICY": None,
+        "GOMP_SPINCOUNT": "20000",
         "OPENBLAS_THREAD_TIMEOUT": "16",
     }
     session.chdir(str(ROOT))

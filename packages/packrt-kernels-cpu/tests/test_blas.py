@@ -3,6 +3,7 @@ one PACKRT_BLAS asks for, or an error that names the fix; MKL's threads follow t
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -217,7 +218,7 @@ def test_alpha_scales_the_product_and_not_the_bias(shape: tuple[int, ...]) -> No
 
 @pytest.mark.usefixtures("blas_road")
 def test_exp_agrees_with_numpys_including_the_ieee_edges() -> None:
-    x = np.linspace(-100, 80, 10_000, dtype=np.float32)
+    x = np.linspace(-100, 80, 40_000, dtype=np.float32)  # large enough for MKL's vector exp
     x[:4] = [-np.inf, np.inf, np.nan, 0.0]  # 0, inf, nan, 1 as numpy gives them
     x[4] = 100.0  # overflows float32 to inf
     out = np.empty_like(x)
@@ -230,13 +231,15 @@ def test_exp_agrees_with_numpys_including_the_ieee_edges() -> None:
 
 
 @pytest.mark.usefixtures("blas_road")
-def test_exp_in_place_and_on_other_dtypes_is_numpys() -> None:
-    x = np.linspace(-5, 5, 101, dtype=np.float32).reshape(1, 101)
+def test_exp_in_place_small_arrays_and_other_dtypes_are_numpys() -> None:
+    x = np.linspace(-5, 5, 20_000, dtype=np.float32).reshape(2, 10_000)
     want = np.exp(x)
     blas.exp(x, out=x)
     np.testing.assert_allclose(x, want, rtol=3e-7)
     y = np.linspace(-5, 5, 11)  # float64: numpy's exp on every road
     np.testing.assert_array_equal(blas.exp(y, out=np.empty_like(y)), np.exp(y))
+    small = np.linspace(-5, 5, 11, dtype=np.float32)  # below MKL's threshold: numpy's, bit for bit
+    np.testing.assert_array_equal(blas.exp(small, out=np.empty_like(small)), np.exp(small))
 
 
 @pytest.mark.usefixtures("blas_road")
@@ -260,3 +263,19 @@ def test_an_out_of_the_wrong_shape_raises_numpys_error() -> None:
     a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
     with pytest.raises(ValueError, match="mismatch"):
         blas.matmul(a, b, out=np.empty((3, 6), np.float32))
+
+
+@pytest.mark.parametrize(
+    ("preset", "expected_spin"),
+    [({}, blas.OPENMP_SPIN), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "5"}, "5")],
+)
+def test_a_short_openmp_spin_is_set_only_where_the_user_chose_nothing(
+    monkeypatch: pytest.MonkeyPatch, preset: dict[str, str], expected_spin: str | None
+) -> None:
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    for name, value in preset.items():
+        monkeypatch.setenv(name, value)
+    blas.prefer_short_openmp_spin()
+    assert os.environ.get("GOMP_SPINCOUNT") == expected_spin
+    assert os.environ.get("OMP_WAIT_POLICY") == preset.get("OMP_WAIT_POLICY")

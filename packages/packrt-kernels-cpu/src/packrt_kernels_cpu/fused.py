@@ -233,11 +233,10 @@ def softmax_in_place(x: Array) -> None:
 
 
 def _compile() -> Any:
-    # numba's thread pool is OpenMP (libgomp), whose workers spin after each parallel region by
-    # default. On two cores they spin against OpenBLAS's workers and the caller: measured, a
-    # MiniLM forward at 2 threads took 260 ms spinning and 164 ms with passive waiting (1 thread:
-    # unchanged). libgomp reads the policy when it loads, which is below; a value already set wins.
-    blas.prefer_passive_openmp()
+    # numba's thread pool is OpenMP (libgomp), whose idle workers spin long by default: on two
+    # cores against OpenBLAS's workers and the caller (a MiniLM forward at 2 threads: 260 ms). A
+    # short spin, then sleep (blas.prefer_short_openmp_spin); libgomp reads it when it loads, below.
+    blas.prefer_short_openmp_spin()
     from packrt_kernels_cpu import _numba_kernels  # imports numba: only now, on first use
 
     return _numba_kernels

@@ -1,0 +1,62 @@
+"""conv2d's banded road on a thread pool: the same bits on one thread as on several, and a worker's
+failure raised to the caller (the compiled path: numba loaded)."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from packrt_kernels_cpu import CpuBackend, conv, fused
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+
+pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no banded road")
+
+
+def resolve(w: np.ndarray, **geometry: Any) -> conv.Conv2dGeometry:
+    return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_banded_conv2d_gives_the_same_bits_on_one_thread_and_on_two(
+    make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(conv, "_BAND_BYTES", 4 * 18 * 9 * 3)  # three output rows a band: tiles to share out
+    x, w, b = make(rng, (3, 2, 9, 9), np.float32), make(rng, (4, 2, 3, 3), np.float32), make(rng, (4,), np.float32)
+    geometry = resolve(w, padding=1)
+    backend = CpuBackend()
+    try:
+        backend.set_num_threads(1)
+        alone = conv2d(x, w, b, geometry)
+        backend.set_num_threads(2)
+        shared = conv2d(x, w, b, geometry)
+    finally:
+        backend.set_num_threads(os.cpu_count() or 1)
+    np.testing.assert_array_equal(alone, shared)  # every tile is the same single-threaded call either way
+
+
+def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
+    make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = fused.im2col
+    calls: list[str] = []
+
+    def failing_on_workers(*args: Any, **kwargs: Any) -> Any:
+        calls.append(threading.current_thread().name)
+        if threading.current_thread().name.startswith("packrt-conv2d"):
+            raise MemoryError("no room for the columns")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fused, "im2col", failing_on_workers)
+    x, w = make(rng, (4, 2, 6, 6), np.float32), make(rng, (3, 2, 3, 3), np.float32)
+    backend = CpuBackend()
+    try:
+        backend.set_num_threads(2)
+        with pytest.raises(MemoryError, match="no room for the columns"):
+            conv2d(x, w, None, resolve(w, padding=1))
+    finally:
+        backend.set_num_threads(os.cpu_count() or 1)
+    assert any(name.startswith("packrt-conv2d") for name in calls)
