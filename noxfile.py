@@ -264,7 +264,7 @@ def benchmarks(session: nox.Session) -> None:
     """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
 
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only (the run records which
-    kernel ran); GOMP_SPINCOUNT=20000 (OMP_WAIT_POLICY unset) and OPENBLAS_THREAD_TIMEOUT=16 make
+    kernel ran); GOMP_SPINCOUNT=20000 (OMP_WAIT_POLICY unset) and OPENBLAS_THREAD_TIMEOUT=20 make
     both sides' idle workers spin only briefly before they sleep, instead of against each other.
     The kernel cases get one thread per side unless overridden (``nox -s benchmarks --
     --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
@@ -289,13 +289,15 @@ def benchmarks(session: nox.Session) -> None:
     # Both sides' idle workers spin briefly, then sleep (OpenMP: torch's libgomp and the one numba and
     # MKL share, GOMP_SPINCOUNT; OpenBLAS: its timeout), so on two cores one library's workers do not
     # spin against the other's: MiniLM at 2 threads, packrt / torch 223 / 151 ms with the default long
-    # spins, 106 / 101 sleeping at once, 90-97 / 93-97 spinning briefly (docs/benchmarks.md).
+    # spins, 106 / 101 sleeping at once, 90-97 / 93-97 spinning briefly (docs/benchmarks.md). OpenBLAS
+    # (packrt's batch-1 GEMVs) spins 2^20 cycles: at 2^16 its workers slept between a decode step's
+    # GEMVs, 226-232 against 197-203 ms for the decode case.
     env: dict[str, str | None] = {
         "OPENBLAS_CORETYPE": None,
         "OPENBLAS_L2_SIZE": None,
         "OMP_WAIT_POLICY": None,
         "GOMP_SPINCOUNT": "20000",
-        "OPENBLAS_THREAD_TIMEOUT": "16",
+        "OPENBLAS_THREAD_TIMEOUT": "20",
     }
     session.chdir(str(ROOT))
     session.run(
