@@ -172,3 +172,28 @@ def test_in_place_softmax_matches_numpys_and_turns_an_all_masked_row_into_zeros(
     fused.softmax_in_place(with_nan)
     assert np.isnan(with_nan[0]).all(), "a NaN score makes its whole row NaN, as numpy's path and torch do"
     assert np.isfinite(with_nan[1]).all()
+
+
+BF16_CASES = ["gelu", "gelu-tanh", "silu", "layer_norm", "layer_norm-plain", "rms_norm"]
+
+
+@pytest.mark.parametrize("name", BF16_CASES)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (5, 1500), (64, 4096)])  # tiles cut mid-row; the parallel path
+def test_bfloat16_kernels_give_the_bits_of_widen_compute_round(name: str, shape: tuple[int, ...]) -> None:
+    """A bfloat16 input is computed in float32 tile by tile and rounded once: exactly what widening the
+    whole array, running the float32 kernel and rounding the result gives, with no float32 copy between."""
+    x = (np.random.default_rng(shape[-1]).standard_normal(shape) * 4).astype(ml_dtypes.bfloat16)
+    x.reshape(-1)[:3] = np.array([np.nan, np.inf, -np.inf]).astype(ml_dtypes.bfloat16)[: x.size]
+    assert fused.handles_bf16(x)
+    out = CASES[name](x)
+    assert out.dtype == x.dtype and out.shape == x.shape
+    with np.errstate(invalid="ignore"):
+        want = CASES[name](x.astype(F32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(out.view(np.uint16), want.view(np.uint16))
+
+
+def test_a_strided_bfloat16_input_takes_the_float32_road_and_agrees() -> None:
+    x = (np.random.default_rng(9).standard_normal((6, 40)) * 3).astype(ml_dtypes.bfloat16)[:, ::2]
+    assert not fused.handles_bf16(x)
+    want = kernels.gelu(x.astype(F32)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(kernels.gelu(x).view(np.uint16), want.view(np.uint16))

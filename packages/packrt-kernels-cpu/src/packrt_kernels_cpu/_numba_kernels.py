@@ -155,6 +155,33 @@ def activation_serial(op: int, x: Array, out: Array) -> None:
     _activation_span(op, x, out, 0, x.shape[0])
 
 
+# bfloat16 in and out: each tile of bits widened into float32 scratch, computed there, rounded back, in
+# one pass over memory instead of a widening pass, the float32 kernel and a narrowing pass.
+_HALF_TILE = 1024
+
+
+@_serial
+def _activation_bf16_span(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
+    a, c = np.empty(_HALF_TILE, np.float32), np.empty(_HALF_TILE, np.float32)
+    a_bits, c_bits = a.view(np.uint32), c.view(np.uint32)
+    for start in range(lo, hi, _HALF_TILE):
+        n = min(hi, start + _HALF_TILE) - start
+        _widen_span(x[start : start + n], a_bits, 0, n)
+        _activation_span(op, a, c, 0, n)
+        _narrow_span(c_bits, out[start : start + n], 0, n)
+
+
+@_parallel
+def activation_bf16(op: int, x: Array, out: Array) -> None:
+    n = x.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _activation_bf16_span(op, x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+def activation_bf16_serial(op: int, x: Array, out: Array) -> None:
+    _activation_bf16_span(op, x, out, 0, x.shape[0])
+
+
 # -- row-wise: rows lo:hi of a (rows, width) array --------------------------------------------------
 @_serial
 def _layer_norm_rows(x: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
@@ -289,6 +316,28 @@ def rows(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> 
 
 def rows_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
     _rows_span(op, x, w, b, eps, out, 0, x.shape[0])
+
+
+@_serial
+def _rows_bf16_span(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
+    """``_rows_span`` on rows of bfloat16 bits, each row widened into float32 scratch and rounded back."""
+    width = x.shape[1]
+    a, c = np.empty((1, width), np.float32), np.empty((1, width), np.float32)
+    a_bits, c_bits = a.reshape(width).view(np.uint32), c.reshape(width).view(np.uint32)
+    for r in range(lo, hi):
+        _widen_span(x[r], a_bits, 0, width)
+        _rows_span(op, a, w, b, eps, c, 0, 1)
+        _narrow_span(c_bits, out[r], 0, width)
+
+
+@_parallel
+def rows_bf16(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _rows_bf16_span(op, x, w, b, eps, out, r, r + 1)
+
+
+def rows_bf16_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    _rows_bf16_span(op, x, w, b, eps, out, 0, x.shape[0])
 
 
 # -- conv2d's columns: (image, channel) planes lo:hi ------------------------------------------------

@@ -39,6 +39,15 @@ def _upcast(a: Array, cd: np.dtype[Any]) -> Array:
     return astype(a, cd)
 
 
+def _compute_input(x: Array, cd: np.dtype[Any]) -> tuple[Array, bool]:
+    """``x`` as a norm or activation computes on it, and whether the fused kernels take it: a contiguous
+    bfloat16 array as it is (they widen and round back tile by tile, one pass), else in ``cd``."""
+    if fused.handles_bf16(x):
+        return x, True
+    xc = _upcast(x, cd)
+    return xc, fused.handles(xc)
+
+
 def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
     """Validate ``linear``'s arguments; return the shared dtype."""
     dt = require_float(x, "input")
@@ -106,10 +115,11 @@ def layer_norm(x: Array, shape: Dims, w: Array | None = None, b: Array | None = 
     axes = _norm_axes(x, shape)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
-    xc = _upcast(x, cd)
-    if fused.handles(xc) and _fusable(w, cd) and _fusable(b, cd):
+    xc, fusable = _compute_input(x, cd)
+    if fusable and _fusable(w, cd) and _fusable(b, cd):
         width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
         return astype(fused.layer_norm(xc, width, _flat(w, cd), _flat(b, cd), eps), dt)
+    xc = _upcast(xc, cd)
     mean = xp.mean(xc, axis=axes, keepdims=True)
     centered = xc - mean
     var = xp.mean(centered * centered, axis=axes, keepdims=True)
@@ -131,11 +141,12 @@ def rms_norm(x: Array, shape: Dims, w: Array | None = None, eps: float | None = 
     axes = _norm_axes(x, shape)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
-    xc = _upcast(x, cd)
+    xc, fusable = _compute_input(x, cd)
     eps_value = float(np.finfo(cd).eps) if eps is None else eps
-    if fused.handles(xc) and _fusable(w, cd):
+    if fusable and _fusable(w, cd):
         width = math.prod(xc.shape[len(xc.shape) - len(axes) :])
         return astype(fused.rms_norm(xc, width, _flat(w, cd), eps_value), dt)
+    xc = _upcast(xc, cd)
     ms = xp.mean(xc * xc, axis=axes, keepdims=True)
     out = xc / xp.sqrt(ms + cd.type(eps_value))
     if w is not None:
@@ -159,9 +170,10 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     dt = np.dtype(x.dtype)
     xp = array_namespace(x)
     cd = compute_dtype(dt)
-    xc = _upcast(x, cd)
-    if fused.handles(xc):
+    xc, fusable = _compute_input(x, cd)
+    if fusable:
         return astype(fused.gelu(xc, approximate), dt)
+    xc = _upcast(xc, cd)
     if approximate == "tanh":
         inner = cd.type(_SQRT_2_OVER_PI) * (xc + cd.type(0.044715) * xc * xc * xc)
         out = cd.type(0.5) * xc * (cd.type(1.0) + xp.tanh(inner))
@@ -183,9 +195,10 @@ def sigmoid(x: Array) -> Array:
 def silu(x: Array) -> Array:
     """SiLU (swish): ``x * sigmoid(x)``."""
     dt = np.dtype(x.dtype)
-    xc = _upcast(x, compute_dtype(dt))
-    if fused.handles(xc):
+    xc, fusable = _compute_input(x, compute_dtype(dt))
+    if fusable:
         return astype(fused.silu(xc), dt)
+    xc = _upcast(xc, compute_dtype(dt))
     return astype(xc * sigmoid(xc), dt)
 
 

@@ -46,6 +46,17 @@ def handles(x: Array) -> bool:
     return type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous and enabled()
 
 
+def handles_bf16(x: Array) -> bool:
+    """Whether ``x`` is a C-contiguous bfloat16 numpy array the fused kernels take as it is (bfloat16 in
+    and out, computed in float32 tile by tile)."""
+    return type(x) is np.ndarray and x.dtype == _BF16 and x.flags.c_contiguous and enabled()
+
+
+def _bits(a: Array) -> Array:
+    """A bfloat16 array's bits as uint16, flat (what the bfloat16 kernels read and write)."""
+    return a.reshape(-1).view(np.uint16)
+
+
 def set_num_threads(n: int) -> None:
     """Cap numba's thread pool (a no-op until numba has loaded; the cap then applies on load)."""
     _state["threads"] = n
@@ -169,10 +180,18 @@ def transposed(w: Array, dtype: np.dtype[Any]) -> Array:
 
 
 def gelu(x: Array, approximate: str) -> Array:
-    """GELU of a float32 array: ``x/2 * erfc(-x/sqrt 2)``, or the tanh form."""
-    out = np.empty_like(x)
+    """GELU of a float32 (or bfloat16) array: ``x/2 * erfc(-x/sqrt 2)``, or the tanh form."""
     k = _kernels()
-    _launch("activation", x.size, k.GELU_TANH if approximate == "tanh" else k.GELU_ERF, x.reshape(-1), out.reshape(-1))
+    return _activation(k.GELU_TANH if approximate == "tanh" else k.GELU_ERF, x)
+
+
+def _activation(op: int, x: Array) -> Array:
+    """Elementwise kernel ``op`` of a float32 array, or of a bfloat16 one in one pass (bfloat16 out)."""
+    out = np.empty_like(x)
+    if x.dtype == _BF16:
+        _launch("activation_bf16", x.size, op, _bits(x), _bits(out))
+    else:
+        _launch("activation", x.size, op, x.reshape(-1), out.reshape(-1))
     return out
 
 
@@ -185,29 +204,33 @@ def relu(x: Array) -> Array:
 
 
 def silu(x: Array) -> Array:
-    """``x * sigmoid(x)`` of a float32 array."""
-    out = np.empty_like(x)
-    _launch("activation", x.size, _kernels().SILU, x.reshape(-1), out.reshape(-1))
-    return out
+    """``x * sigmoid(x)`` of a float32 (or bfloat16) array."""
+    return _activation(_kernels().SILU, x)
 
 
 def layer_norm(x: Array, width: int, w: Array | None, b: Array | None, eps: float) -> Array:
-    """LayerNorm over the trailing ``width`` elements of each row (w, b float32 of that size, or None)."""
-    out = np.empty_like(x)
+    """LayerNorm over the trailing ``width`` elements of each row (w, b float32 of that size, or None);
+    a bfloat16 ``x`` gives bfloat16."""
     ones = np.ones(width, _F32) if w is None else w.reshape(-1)
     zeros = np.zeros(width, _F32) if b is None else b.reshape(-1)
-    rows = (x.reshape(-1, width), ones, zeros, np.float32(eps), out.reshape(-1, width))
-    _launch("rows", x.size, _kernels().LAYER_NORM, *rows)
+    return _rows(_kernels().LAYER_NORM, x, width, ones, zeros, eps)
+
+
+def _rows(op: int, x: Array, width: int, w: Array, b: Array, eps: float) -> Array:
+    """Row kernel ``op`` over rows of ``width`` of a float32 array, or of a bfloat16 one in one pass."""
+    out = np.empty_like(x)
+    if x.dtype == _BF16:
+        args = (_bits(x).reshape(-1, width), w, b, np.float32(eps), _bits(out).reshape(-1, width))
+        _launch("rows_bf16", x.size, op, *args)
+    else:
+        _launch("rows", x.size, op, x.reshape(-1, width), w, b, np.float32(eps), out.reshape(-1, width))
     return out
 
 
 def rms_norm(x: Array, width: int, w: Array | None, eps: float) -> Array:
-    """RMSNorm over the trailing ``width`` elements of each row."""
-    out = np.empty_like(x)
+    """RMSNorm over the trailing ``width`` elements of each row; a bfloat16 ``x`` gives bfloat16."""
     ones = np.ones(width, _F32) if w is None else w.reshape(-1)
-    rows = (x.reshape(-1, width), ones, ones, np.float32(eps), out.reshape(-1, width))
-    _launch("rows", x.size, _kernels().RMS_NORM, *rows)
-    return out
+    return _rows(_kernels().RMS_NORM, x, width, ones, ones, eps)
 
 
 def softmax_last(x: Array) -> Array:
