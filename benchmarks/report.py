@@ -18,7 +18,7 @@ of kernel cases, listed in ``margins.json``): this run's ratio, the baseline's, 
 status is 1 when any tracked ratio worsened by more than its margin. The margins are data,
 derived from repeated runs of the unchanged tree with ``--write-margins`` (see ``derive_margins``).
 
-Without ``--baseline`` the newest JSON in ``benchmarks/baselines/`` is the baseline.
+Without ``--baseline`` the newest run in ``benchmarks/baselines/`` (by its recorded time) is the baseline.
 """
 
 from __future__ import annotations
@@ -384,8 +384,21 @@ def save_baseline(data: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(slim, indent=1, sort_keys=True) + "\n")
 
 
+def stored_baselines() -> list[Path]:
+    """The stored runs, oldest first by the time each was run (its JSON's ``datetime``), not by file name:
+    names sort by what they say, which is not when they were made."""
+
+    def run_time(path: Path) -> str:
+        try:
+            return str(json.loads(path.read_text()).get("datetime", ""))
+        except (OSError, json.JSONDecodeError):
+            return ""
+
+    return sorted(BASELINES.glob("*.json"), key=lambda path: (run_time(path), path.name))
+
+
 def newest_baseline() -> Path | None:
-    found = sorted(BASELINES.glob("*.json"))
+    found = stored_baselines()
     return found[-1] if found else None
 
 
@@ -447,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(text)
     if args.plot:
-        history = [(p.stem, load(p)) for p in sorted(BASELINES.glob("*.json"))]
+        history = [(p.stem, load(p)) for p in stored_baselines()]
         history.append(("this run", data))
         plot(history, sorted(margins), args.plot, args.stat)
     if args.compare:

@@ -182,3 +182,12 @@ def test_plot_draws_the_tracked_ratios_across_baselines_as_a_png(tmp_path: Path)
     path = tmp_path / "plot.png"
     report.plot(history, tracked, path)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_newest_baseline_is_the_last_run_not_the_last_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stamps = {"z-oldest.json": "2026-01-01T00:00:00", "a-newest.json": "2026-03-01T00:00:00", "m.json": "2026-02-01"}
+    for name, stamp in stamps.items():
+        (tmp_path / name).write_text(json.dumps({**RUN, "datetime": stamp}))
+    monkeypatch.setattr(report, "BASELINES", tmp_path)
+    assert [p.name for p in report.stored_baselines()] == ["z-oldest.json", "m.json", "a-newest.json"]
+    assert report.newest_baseline() == tmp_path / "a-newest.json"
