@@ -73,6 +73,12 @@ class _Mkl:
     set_local_threads: Any  # MKL_Set_Num_Threads_Local: this thread's count for the next calls (0: the global)
     vexp: Any | None  # vmsExp: the vector math library's float32 exp, with an accuracy mode
 
+    def gemm_for(self, dtype: np.dtype[Any]) -> Any | None:
+        """The CBLAS GEMM that multiplies operands of ``dtype`` (None: none here)."""
+        return (
+            self.sgemm if dtype == _F32 else self.dgemm if dtype == _F64 else self.bf16gemm if dtype == _BF16 else None
+        )
+
 
 _state: dict[str, Any] = {}  # "road": "mkl" | "numpy"; "mkl": _Mkl; "threads": the last cap asked for
 _deciding = threading.Lock()  # two threads' first GEMMs must not both load and configure MKL
@@ -200,9 +206,12 @@ def single_threaded() -> Iterator[None]:
         _local.single = previous
 
 
+_CORES = os.cpu_count() or 1
+
+
 def num_threads() -> int:
     """The thread cap :func:`set_num_threads` last set (the machine's core count before any)."""
-    return int(_state.get("threads") or os.cpu_count() or 1)
+    return int(_state.get("threads") or _CORES)
 
 
 def multiplies(dtype: np.dtype[Any]) -> bool:
@@ -231,7 +240,7 @@ def _operand(a: Array) -> tuple[int, int] | None:
 
 def _batch_step(a: Array) -> int | None:
     """Elements between one matrix of a stack and the next along its last batch axis (None if uneven)."""
-    if a.ndim < 3 or a.shape[-3] == 1:
+    if a.ndim == 2 or a.shape[-3] == 1:
         return 0
     step = a.strides[-3]
     return step // a.itemsize if step >= 0 and step % a.itemsize == 0 else None
@@ -270,12 +279,14 @@ _Layout = tuple[int, int, int]  # (CBLAS transpose flag, leading dimension, elem
 
 def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     """How MKL computes ``a @ b`` into ``out`` (allocated here when None): the handle, the GEMM, the
-    operands broadcast to one batch shape and each one's layout; None where numpy's matmul must."""
-    arrays = (a, b) if out is None else (a, b, out)
-    mkl = _mkl() if all(type(x) is np.ndarray for x in arrays) else None
-    if mkl is None or a.ndim < 2 or b.ndim < 2 or a.dtype != b.dtype or 0 in (*a.shape, *b.shape):
+    operands broadcast to one batch shape and each one's layout; None where numpy's matmul must.
+    (Called for every GEMM, conv2d's many small ones too: the checks stay cheap.)"""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or (out is not None and type(out) is not np.ndarray):
         return None
-    if a.shape[-2] == 1 and a.dtype != _BF16:  # a row times a matrix: OpenBLAS's GEMV streams faster
+    if a.ndim < 2 or b.ndim < 2 or (a.shape[-2] == 1 and a.dtype != _BF16):
+        return None  # a row times a matrix (batch-1 decode): OpenBLAS's GEMV streams faster, numpy's road
+    mkl = _mkl()
+    if mkl is None or a.dtype != b.dtype or a.size == 0 or b.size == 0:
         return None
     if a.ndim > 2 or b.ndim > 2:  # batch axes broadcast as numpy's do: a repeated matrix has stride 0
         try:
@@ -283,17 +294,17 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
         except ValueError:
             return None  # numpy raises its own error
         a, b = np.broadcast_to(a, (*batch, *a.shape[-2:])), np.broadcast_to(b, (*batch, *b.shape[-2:]))
-    gemm = {_F32: mkl.sgemm, _F64: mkl.dgemm, _BF16: mkl.bf16gemm}.get(a.dtype)
-    shape, dtype = (*a.shape[:-2], a.shape[-2], b.shape[-1]), _F64 if a.dtype == _F64 else _F32
+    gemm = mkl.gemm_for(a.dtype)
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    dtype = _F64 if a.dtype == _F64 else _F32
     if out is None:
-        out = np.empty(shape, dtype)
-    elif out.shape != shape or out.dtype != dtype:
+        out = np.empty((*a.shape[:-2], m, n), dtype)
+    elif out.shape != (*a.shape[:-2], m, n) or out.dtype != dtype:
         return None  # numpy's matmul accepts or refuses this out
-    fa, fb, fo = (_layout(x) for x in (a, b, out))
+    fa, fb, fo = _layout(a), _layout(b), _layout(out)
     if gemm is None or fa is None or fb is None or fo is None or fo[0] != _NO_TRANS:
         return None  # an output MKL would have to write transposed: numpy's
-    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    if max(m, n, k, m * n, *fa[1:], *fb[1:], *fo[1:]) > _INT32_MAX:
+    if m * n > _INT32_MAX or max(k, fa[1], fa[2], fb[1], fb[2], fo[1], fo[2]) > _INT32_MAX:
         return None
     return (mkl, gemm, a, b, out, fa, fb, fo)
 
