@@ -41,7 +41,9 @@ def _upcast(a: Array, cd: np.dtype[Any]) -> Array:
 
 def _compute_input(x: Array, cd: np.dtype[Any]) -> tuple[Array, bool]:
     """``x`` as a norm or activation computes on it, and whether the fused kernels take it: a contiguous
-    bfloat16 array as it is (they widen and round back tile by tile, one pass), else in ``cd``."""
+    bfloat16 array as it is (they widen and round back tile by tile, one pass), else in ``cd``. Only a
+    fusable result can still be bfloat16, so a caller that then takes numpy's road upcasts only when
+    something else (a norm's weight) kept it off the fused one."""
     if fused.handles_bf16(x):
         return x, True
     xc = _upcast(x, cd)
@@ -173,7 +175,6 @@ def gelu(x: Array, approximate: str = "none") -> Array:
     xc, fusable = _compute_input(x, cd)
     if fusable:
         return astype(fused.gelu(xc, approximate), dt)
-    xc = _upcast(xc, cd)
     if approximate == "tanh":
         inner = cd.type(_SQRT_2_OVER_PI) * (xc + cd.type(0.044715) * xc * xc * xc)
         out = cd.type(0.5) * xc * (cd.type(1.0) + xp.tanh(inner))
@@ -198,7 +199,6 @@ def silu(x: Array) -> Array:
     xc, fusable = _compute_input(x, compute_dtype(dt))
     if fusable:
         return astype(fused.silu(xc), dt)
-    xc = _upcast(xc, compute_dtype(dt))
     return astype(xc * sigmoid(xc), dt)
 
 
