@@ -81,6 +81,7 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
         "named_children.duplicate-once",
         "named_modules.first-path-wins",
         "named_modules.remove-duplicate-false",
+        "named_modules.recurse-false-once",  # its direct children come back in order too
         "named_parameters.remove-duplicate-false",
         "named_modules.every-depth",  # it checks the depth-first order as well
     },
@@ -137,6 +138,7 @@ class DedupOff:
         "named_parameters.remove-duplicate-false",
         "named_buffers.remove-duplicate",
         "named_modules.remove-duplicate-false",
+        "named_modules.recurse-false-once",
     },
     "test_walks",
 )

@@ -202,3 +202,24 @@ def test_to_none_asks_for_nothing(impl: Adapter) -> None:
     assert root.to(None) is root
     after = {n: (impl.dtype_name(t), impl.device_of(t)) for n, t in root.state_dict(keep_vars=True).items()}
     assert after == before
+
+
+@pytest.mark.clause("to.already-there-keeps-storage")
+@pytest.mark.parametrize(
+    "request_",
+    [("device",), ("float32",), ("device", "float32"), (None,)],
+    ids=["device", "dtype", "device-and-dtype", "none"],
+)
+def test_to_where_a_tensor_already_is_keeps_its_checkpoint_storage(impl: Adapter, request_: tuple[Any, ...]) -> None:
+    root = impl.nn.Module()
+    root.scale = impl.parameter([0.0, 0.0])
+    root.register_buffer("shift", impl.tensor([0.0]))
+    ckpt = {"scale": impl.tensor([1.0, 2.0]), "shift": impl.tensor([3.0])}
+    root.load_state_dict(ckpt, assign=True)
+    # The suite's own device and dtype: where every tensor of this tree already is.
+    args = [{"device": impl.device, "float32": impl.dtype("float32")}.get(a, a) for a in request_]
+    assert root.to(*args) is root
+    impl.write_(ckpt["scale"], [5.0, 6.0])
+    impl.write_(ckpt["shift"], [7.0])
+    np.testing.assert_array_equal(impl.to_numpy(root.scale), [5.0, 6.0])
+    np.testing.assert_array_equal(impl.to_numpy(root.shift), [7.0])

@@ -176,6 +176,16 @@ def test_named_modules_recurse_false_stops_at_direct_children(impl: Adapter) -> 
     assert names(root.named_modules(recurse=True)) == ["", "outer", "outer.inner"]
 
 
+@pytest.mark.clause("named_modules.recurse-false-once")
+def test_named_modules_without_recursion_yields_a_shared_child_once(impl: Adapter) -> None:
+    root, child = shared_child_tree(impl)
+    root.last = impl.nn.Module()
+    pairs = list(root.named_modules(recurse=False))
+    assert names(pairs) == ["", "first", "last"]
+    assert pairs[1][1] is child
+    assert names(root.named_modules(recurse=False, remove_duplicate=False)) == ["", "first", "second", "last"]
+
+
 @pytest.mark.clause("named_modules.every-depth")
 def test_walks_reach_every_depth(impl: Adapter) -> None:
     root = impl.nn.Module()
