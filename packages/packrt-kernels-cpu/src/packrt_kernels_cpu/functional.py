@@ -66,9 +66,11 @@ def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
 
 def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:
     """``x @ wt (+ bias)`` for ``x`` of shape (..., in) as ONE 2-D GEMM (batch dims folded into rows),
-    through :func:`blas.matmul` (MKL adds the bias inside the GEMM)."""
+    through :func:`blas.matmul` (MKL adds the bias inside the GEMM); a single row on two threads or more
+    through the compiled :func:`fused.gemv`, which shares the pool of the other compiled kernels."""
     lead = tuple(x.shape[:-1])
-    out = blas.matmul(x.reshape(-1, x.shape[-1]), wt, bias)
+    rows = x.reshape(-1, x.shape[-1])
+    out = fused.gemv(rows, wt, bias) if fused.gemv_takes(rows, wt, bias) else blas.matmul(rows, wt, bias)
     return out.reshape((*lead, wt.shape[1]))
 
 
