@@ -417,6 +417,32 @@ def transpose_serial(src: Array, out: Array, widen: bool) -> None:
     _transpose_tiles(src, out, widen, 0, tiles)
 
 
+# -- rotary embedding: (batch, head) planes lo:hi of a (B, H, T, D) array ------------------------------
+@_serial
+def _rotary_planes(x: Array, cos: Array, sin: Array, out: Array, lo: int, hi: int) -> None:
+    """``out = x * cos + [-x2, x1] * sin`` row by row (x = [x1, x2] halves of D): the same products
+    and sums, in the same order, as the numpy path's, so the same bits."""
+    heads, length, half = x.shape[1], x.shape[2], x.shape[3] // 2
+    for p in range(lo, hi):
+        b, h = p // heads, p % heads
+        for t in range(length):
+            row, o, c, s = x[b, h, t], out[b, h, t], cos[t], sin[t]
+            for i in range(half):
+                first, second = row[i], row[i + half]
+                o[i] = first * c[i] + (-second) * s[i]
+                o[i + half] = second * c[i + half] + first * s[i + half]
+
+
+@_parallel
+def rotary(x: Array, cos: Array, sin: Array, out: Array) -> None:
+    for p in numba.prange(x.shape[0] * x.shape[1]):
+        _rotary_planes(x, cos, sin, out, p, p + 1)
+
+
+def rotary_serial(x: Array, cos: Array, sin: Array, out: Array) -> None:
+    _rotary_planes(x, cos, sin, out, 0, x.shape[0] * x.shape[1])
+
+
 # -- GEMV: one row times a matrix (a batch-1 decode step), bias added ---------------------------------
 # Compiled here so that a decode step's products share numba's OpenMP pool with its other kernels:
 # OpenBLAS's GEMV brings a pool of its own, and on two cores the two pools' waiting workers take

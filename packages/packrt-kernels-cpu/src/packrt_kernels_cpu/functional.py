@@ -221,3 +221,18 @@ def softmax(x: Array, dim: int = -1) -> Array:
         e = xp.exp(xc - xp.max(xc, axis=axis, keepdims=True))
         out = e / xp.sum(e, axis=axis, keepdims=True)
     return astype(out, dt)
+
+
+def rotary_embedding(x: Array, cos: Array, sin: Array) -> Array:
+    """``x * cos + rotate_half(x) * sin`` over the last dim D (even), ``rotate_half([a, b]) = [-b, a]``;
+    ``cos``/``sin`` broadcast to ``x`` (the caller checks). Half dtypes compute in float32, rounded once.
+    The compiled path (a 4-D float32 ``x``, any strides, with (T, D) tables) gives the numpy path's bits."""
+    dt = np.dtype(x.dtype)
+    cd = compute_dtype(dt)
+    xc, c, s = _upcast(x, cd), _upcast(cos, cd), _upcast(sin, cd)
+    if fused.rotates(xc, c, s):
+        return astype(fused.rotary(xc, c, s), dt)
+    xp = array_namespace(xc)
+    half = xc.shape[-1] // 2
+    turned = xp.concat([-xc[..., half:], xc[..., :half]], axis=-1)
+    return astype(xc * c + turned * s, dt)

@@ -189,6 +189,24 @@ def gemv(x: Array, wt: Array, bias: Array | None) -> Array:
     return out
 
 
+def rotates(x: Array, cos: Array, sin: Array) -> bool:
+    """Whether :func:`rotary` takes these: a 4-D float32 numpy ``x`` (B, H, T, D) of any strides (heads
+    split off a projection are a transposed view) and C-contiguous float32 (T, D) tables."""
+    if type(x) is not np.ndarray or x.ndim != 4 or x.dtype != _F32 or x.size == 0:
+        return False
+    for t in (cos, sin):
+        if type(t) is not np.ndarray or t.dtype != _F32 or t.shape != x.shape[2:] or not t.flags.c_contiguous:
+            return False
+    return enabled()
+
+
+def rotary(x: Array, cos: Array, sin: Array) -> Array:
+    """``x * cos + rotate_half(x) * sin`` as a new C-contiguous array, in one pass (see :func:`rotates`)."""
+    out = np.empty(x.shape, _F32)
+    _launch("rotary", x.size, x, cos, sin, out)
+    return out
+
+
 def im2col(
     x: Array, geometry: Any, oh: int, ow: int, *, scratch: bool = False, rows: tuple[int, int] | None = None
 ) -> Array:

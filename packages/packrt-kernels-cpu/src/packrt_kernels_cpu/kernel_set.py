@@ -15,7 +15,18 @@ from typing import Any
 
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
-from packrt_kernels_cpu.functional import embedding, gelu, layer_norm, linear, relu, rms_norm, sigmoid, silu, softmax
+from packrt_kernels_cpu.functional import (
+    embedding,
+    gelu,
+    layer_norm,
+    linear,
+    relu,
+    rms_norm,
+    rotary_embedding,
+    sigmoid,
+    silu,
+    softmax,
+)
 from packrt_kernels_cpu.packing import (
     borrow_conv2d,
     borrow_embedding,
@@ -46,6 +57,7 @@ class Kernels:
     silu: Kernel
     softmax: Kernel
     scaled_dot_product_attention: Kernel
+    rotary_embedding: Kernel
     pack_linear: Kernel
     borrow_linear: Kernel
     pack_conv2d: Kernel
@@ -70,6 +82,7 @@ CPU_KERNELS = Kernels(
     silu=silu,
     softmax=softmax,
     scaled_dot_product_attention=scaled_dot_product_attention,
+    rotary_embedding=rotary_embedding,
     pack_linear=pack_linear,
     borrow_linear=borrow_linear,
     pack_conv2d=pack_conv2d,

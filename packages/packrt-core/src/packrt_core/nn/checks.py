@@ -196,6 +196,20 @@ def attention_args(fn: str, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
         _broadcast(fn, [mask.shape, (*batch, q.shape[-2], k.shape[-2])], ["attn_mask", "scores"])
 
 
+def rotary_args(fn: str, x: Tensor, cos: Tensor, sin: Tensor) -> None:
+    """input (..., D) with D even, cos and sin of its dtype, each broadcasting to input's shape."""
+    floating(fn, x)
+    same_dtype(fn, cos, "cos", x)
+    same_dtype(fn, sin, "sin", x)
+    if x.ndim == 0 or x.shape[-1] % 2:
+        raise _fail(fn, f"input's last dim pairs features in halves, so it must be even; got input {x.shape}")
+    for t, name in ((cos, "cos"), (sin, "sin")):
+        if t.ndim == 0 or t.shape[-1] != x.shape[-1]:
+            raise _fail(fn, f"{name}'s last dim must equal input's ({x.shape[-1]}), got {name} {t.shape}")
+        if _broadcast(fn, [x.shape, t.shape], ["input", name]) != x.shape:
+            raise _fail(fn, f"{name} {t.shape} must broadcast to input's shape {x.shape} without growing it")
+
+
 def conv2d_args(fn: str, x: Tensor, w: Tensor, b: Tensor | None, groups: int) -> None:
     """Float input (N, C, H, W) or (C, H, W) with C = weight.shape[1] * groups; weight
     (out, in/groups, kh, kw) with out divisible by groups; bias (out,); one dtype."""

@@ -228,6 +228,19 @@ def scaled_dot_product_attention(
     return query._wrap(out)
 
 
+# -- positions ---------------------------------------------------------------------------------------
+def rotary_embedding(input: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """``input * cos + rotate_half(input) * sin``: rotary position embedding in the rotate-half layout
+    (the first half of the last dim pairs with the second, as transformers' llama family pairs them),
+    where ``rotate_half([a, b]) = [-b, a]``. ``cos`` and ``sin`` (..., D) broadcast to ``input``
+    (..., D), D even; all three share one float dtype. Half inputs are computed in float32 and
+    rounded once. A packrt function (torch has none): one pass instead of five elementwise ops.
+    """
+    x, c, s = _operands("rotary_embedding", ("input", input), ("cos", cos), ("sin", sin))
+    checks.rotary_args("rotary_embedding", input, cos, sin)
+    return input._wrap(_kernels(input).rotary_embedding(x, c, s))
+
+
 __all__ = [  # in the order the page defines them
     "linear",
     "embedding",
@@ -241,4 +254,5 @@ __all__ = [  # in the order the page defines them
     "softmax",
     "dropout",
     "scaled_dot_product_attention",
+    "rotary_embedding",  # packrt's own, after the page's
 ]

@@ -30,7 +30,8 @@ from packrt.models.attention import KVCache, Step, attend
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt.models.rotary import rotate_half
+
+_functional = nn.functional
 
 ROPE_TYPES = ("default", "linear", "llama3")
 
@@ -192,7 +193,7 @@ class GroupedQueryAttention(nn.Module):
         k = self.k_proj(x).reshape(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).reshape(batch, seq, self.kv_heads, self.head_dim).transpose(1, 2)
         cos, sin = rotary
-        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        q, k = _functional.rotary_embedding(q, cos, sin), _functional.rotary_embedding(k, cos, sin)
         out = attend(q, k, v, step=step, cache=cache, layer=self.index, window=self.window)
         merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
         return merged

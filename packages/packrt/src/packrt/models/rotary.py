@@ -60,7 +60,7 @@ class RotaryEmbedding(nn.Module):
         sin: packrt.Tensor = self.sin[offset : offset + seq]
         if cos.dtype is not x.dtype:
             cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        return x * cos + rotate_half(x) * sin
+        return nn.functional.rotary_embedding(x, cos, sin)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, max_positions={self.max_positions}, theta={self.theta:g}"
