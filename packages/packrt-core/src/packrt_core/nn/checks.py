@@ -206,6 +206,8 @@ def rotary_args(fn: str, x: Tensor, cos: Tensor, sin: Tensor) -> None:
     for t, name in ((cos, "cos"), (sin, "sin")):
         if t.ndim == 0 or t.shape[-1] != x.shape[-1]:
             raise _fail(fn, f"{name}'s last dim must equal input's ({x.shape[-1]}), got {name} {t.shape}")
+        if t.shape == x.shape[x.ndim - t.ndim :]:
+            continue  # the tables of a step's positions: nothing to broadcast (checked on every call)
         if _broadcast(fn, [x.shape, t.shape], ["input", name]) != x.shape:
             raise _fail(fn, f"{name} {t.shape} must broadcast to input's shape {x.shape} without growing it")
 
