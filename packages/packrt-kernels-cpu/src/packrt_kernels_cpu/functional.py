@@ -68,10 +68,12 @@ def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:
     """``x @ wt (+ bias)`` for ``x`` of shape (..., in) as ONE 2-D GEMM (batch dims folded into rows),
     through :func:`blas.matmul` (MKL adds the bias inside the GEMM); a single row on two threads or more
     through the compiled :func:`fused.gemv`, which shares the pool of the other compiled kernels."""
-    lead = tuple(x.shape[:-1])
-    rows = x.reshape(-1, x.shape[-1])
-    out = fused.gemv(rows, wt, bias) if fused.gemv_takes(rows, wt, bias) else blas.matmul(rows, wt, bias)
-    return out.reshape((*lead, wt.shape[1]))
+    rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
+    if rows.shape[0] == 1 and fused.gemv_takes(rows, wt, bias):
+        out = fused.gemv(rows, wt, bias)
+    else:
+        out = blas.matmul(rows, wt, bias)
+    return out if x.ndim == 2 else out.reshape((*x.shape[:-1], wt.shape[1]))
 
 
 def linear(x: Array, w: Array, b: Array | None = None) -> Array:

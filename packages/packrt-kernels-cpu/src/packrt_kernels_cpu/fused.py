@@ -156,6 +156,9 @@ def gemv_takes(x: Array, wt: Array, bias: Array | None) -> bool:
     C-contiguous (a linear pack) or the transpose of a C-contiguous (N, K) weight, ``bias`` None or
     contiguous (N,) float32, the path enabled, and numba's pool holding two threads or more (on one
     thread OpenBLAS's GEMV is as fast and already there)."""
+    pool = _state.get("pool")  # known once the kernels loaded (enabled() below loads them)
+    if pool is not None and pool < 2:
+        return False
     if type(x) is not np.ndarray or type(wt) is not np.ndarray or x.dtype != _F32 or wt.dtype != _F32:
         return False
     if x.ndim != 2 or x.shape[0] != 1 or wt.ndim != 2 or x.shape[1] != wt.shape[0] or wt.size < _GEMV_MIN:

@@ -229,11 +229,25 @@ class PackedLayer(Module):
         return tuple((name, p, p._lineage, p._lineage.version) for name, p in self._declared_params())
 
     def _fresh_pack(self) -> Pack | None:
-        """The resident pack if it was built from the layer's current weights, else None."""
+        """The resident pack if it was built from the layer's current weights, else None.
+
+        Every forward asks: the stamp is compared slot by slot, without building the current one."""
         served = self._served
-        if served is None or not _same_stamp(served[1], self._stamp()):
+        if served is None:
             return None
-        return served[0]
+        pack, stamp = served
+        params, seen = self._parameters, 0
+        for name in self.declared:
+            param = params.get(name)
+            if param is None:
+                continue
+            if seen == len(stamp):
+                return None
+            slot, packed, lineage, version = stamp[seen]
+            if slot != name or packed is not param or lineage is not param._lineage or version != lineage.version:
+                return None
+            seen += 1
+        return pack if seen == len(stamp) else None
 
     def _current_pack(self) -> Pack:
         """The pack for the layer's current weights, building it (once, under the lock) when
