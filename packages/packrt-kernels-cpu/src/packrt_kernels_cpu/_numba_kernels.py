@@ -27,6 +27,9 @@ _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, er
 # Row reductions that may run in any order and ignore NaN's ordering (a row holding NaN ends up
 # NaN either way): the flags let LLVM vectorise a max or a sum across a row.
 _reducing = numba.njit(cache=True, fastmath={"nnan", "nsz", "reassoc"}, nogil=True, error_model="numpy")
+# Multiplies and adds that may fuse into one FMA (rounded once instead of twice): polynomials and
+# products, whose operation order stays as written.
+_contracting = numba.njit(cache=True, fastmath={"contract"}, nogil=True, error_model="numpy")
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 _TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
 _CUBIC = np.float32(0.044715)
@@ -58,7 +61,7 @@ _Q1, _Q2, _Q3, _Q4, _Q5 = (np.float32(c) for c in _ERF_Q)
 # arrays from lo makes numba's negative-index wraparound reachable, and LLVM's overlap check then
 # over-estimates what the loop reads: when out starts right after x in memory (numpy's next
 # allocation usually does) the vector loop is skipped for the scalar one, 4x slower for GELU.
-@_serial
+@_contracting  # the two Horner polynomials as FMAs: 0.86 -> 0.67 ms for a 1024x1536 GELU on one core
 def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
     """``x/2 (1 + erf(x/sqrt 2))``: within 1.5e-6 absolute of the exact value for every float32
     ``x`` (exactly ``x`` or 0 past the clamp; NaN and -inf give NaN, as the numpy path does)."""
@@ -448,7 +451,6 @@ def rotary_serial(x: Array, cos: Array, sin: Array, out: Array) -> None:
 # OpenBLAS's GEMV brings a pool of its own, and on two cores the two pools' waiting workers take
 # the cores from each other (measured: 43 GEMVs 2.2 ms alone, 11.5 ms interleaved with 43 tiny
 # parallel kernels). Products may fuse multiply and add ("contract"); sums keep their order.
-_contracting = numba.njit(cache=True, fastmath={"contract"}, nogil=True, error_model="numpy")
 # Dot products may also reorder their sums (so they vectorise); the grouping is fixed by the shape.
 _dotting = numba.njit(cache=True, fastmath={"contract", "reassoc", "nsz"}, nogil=True, error_model="numpy")
 GEMV_ROWS = 128  # rows of (in, out) weight summed into one partial: fixed, so no thread count changes the bits
