@@ -236,5 +236,5 @@ def rotary_embedding(x: Array, cos: Array, sin: Array) -> Array:
         return astype(fused.rotary(xc, c, s), dt)
     xp = array_namespace(xc)
     half = xc.shape[-1] // 2
-    turned = xp.concat([-xc[..., half:], xc[..., :half]], axis=-1)
+    turned = xp.concatenate([-xc[..., half:], xc[..., :half]], axis=-1)  # cupy has concatenate, not concat
     return astype(xc * c + turned * s, dt)
