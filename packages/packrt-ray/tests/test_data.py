@@ -11,6 +11,7 @@ import pytest
 import packrt
 from packrt.models import SentenceEncoder, from_pretrained
 from packrt_ray.data import ModelBatchMapper, map_model
+from packrt_ray.model import cpus_assigned
 
 
 def _texts(count: int) -> list[str]:
@@ -66,3 +67,18 @@ def test_the_mapper_loads_borrowed_by_default_and_keeps_every_column(tiny_bert_d
     totals = mapper.memory().report
     assert totals["packed"] == 0
     assert totals["borrowed"] > 0
+
+
+def test_a_mapper_actor_runs_packrt_on_the_cpus_ray_gave_it(ray_cluster: ModuleType, tiny_bert_dir: Path) -> None:
+    @ray_cluster.remote(num_cpus=1)
+    class Probe:
+        def __init__(self, directory: str) -> None:
+            self.mapper = ModelBatchMapper(directory)
+
+        def threads(self) -> tuple[int | None, int]:
+            return cpus_assigned(), packrt.get_num_threads()
+
+    probe = Probe.remote(str(tiny_bert_dir))  # type: ignore[attr-defined]
+    assert ray_cluster.get(probe.threads.remote(), timeout=60) == (1, 1)
+    ray_cluster.kill(probe)
+    assert cpus_assigned() is None, "the driver is no Ray worker: its threads are left as they are"

@@ -39,6 +39,8 @@ def test_two_replicas_answer_embed_requests_with_single_process_vectors(
     base = deploy(build_app(minilm_dir, num_replicas=2, ray_actor_options=SMALL, name="minilm"), "minilm")
     replicas = replica_answers(lambda: http("GET", base)[1], want=2)
     assert all(info["kind"] == "sentence-encoder" for info in replicas.values())
+    # Each replica asked for half a CPU: packrt's kernels run on one thread there, not the node's two.
+    assert [info["threads"] for info in replicas.values()] == [1, 1]
     requests = [
         [f"request {i} sentence {j} about {'rain' if (i + j) % 2 else 'cats'}" for j in range(3)] for i in range(12)
     ]

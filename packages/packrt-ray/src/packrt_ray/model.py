@@ -191,8 +191,26 @@ def _warm_up(weight_residency: str) -> None:
     tiny(packrt.tensor([[1, 2]]))
 
 
+def cpus_assigned() -> int | None:
+    """The CPUs Ray assigned to the calling actor or replica, as a thread count (at least 1); None
+    outside a Ray worker, or for one that was given no CPU resource."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    except (ImportError, AssertionError, RuntimeError):  # Ray asserts the caller is a worker (the driver is not)
+        return None
+    return None if not cpus else max(1, int(cpus))
+
+
 def load(source: ModelSource) -> LoadedModel:
     """Load ``source`` in this process, pack what its residency packs, and keep the memory measure.
+
+    In a Ray actor or replica packrt's threads are first capped at the CPUs Ray assigned it
+    (:func:`cpus_assigned`): Ray caps OpenMP and BLAS through ``OMP_NUM_THREADS``, but packrt's
+    compiled kernels run on a pool of their own, which would otherwise take every core of the node.
 
     The measure brackets the weights only: ``from_pretrained`` of the transformer and the packing
     of every layer. What is not weights comes before it: a tiny model is packed and called first
@@ -200,6 +218,9 @@ def load(source: ModelSource) -> LoadedModel:
     tokenizer and pipeline are read first, with a borrowed model (a view of the file) that the
     measured load then replaces.
     """
+    threads = cpus_assigned()
+    if threads is not None:
+        packrt.set_num_threads(threads)
     encoder: SentenceEncoder | None = None
     weights_dir = source.path
     if source.kind == "sentence-encoder":
@@ -226,5 +247,6 @@ __all__ = [
     "ModelKindError",
     "ModelSource",
     "RequestError",
+    "cpus_assigned",
     "load",
 ]

@@ -16,7 +16,7 @@ HTTP routes, under the application's route prefix (bodies are JSON objects):
   exactly what ``model.generate`` gives for that prompt alone (greedy). ``input_ids`` may be one
   flat list for a single prompt; ``eos_token_id`` (an id or a list) is optional.
 - ``GET /memory`` -> this replica's :class:`~packrt_ray.memory.WeightMemory` as JSON.
-- ``GET /`` -> the model's kind, directory and residency.
+- ``GET /`` -> the model's kind, directory and residency, the process id and packrt's thread count.
 
 A malformed body, or a route the model's kind cannot serve, is answered with a 4xx status and
 ``{"error": <packrt exception class>, "message": ...}``; the same errors are raised as exceptions
@@ -118,9 +118,15 @@ class PackrtServer:
         return self.loaded.source
 
     def info(self) -> dict[str, Any]:
-        """The model's kind, directory and residency, and this replica's process id."""
+        """The model's kind, directory and residency, this replica's process id and packrt's thread count."""
         s = self.source
-        return {"kind": s.kind, "model_dir": s.path, "weight_residency": s.weight_residency, "pid": os.getpid()}
+        return {
+            "kind": s.kind,
+            "model_dir": s.path,
+            "weight_residency": s.weight_residency,
+            "pid": os.getpid(),
+            "threads": packrt.get_num_threads(),
+        }
 
     def memory(self) -> dict[str, Any]:
         """This replica's :class:`~packrt_ray.memory.WeightMemory`, as a JSON-ready dict."""
