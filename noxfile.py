@@ -265,7 +265,9 @@ def benchmarks(session: nox.Session) -> None:
 
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only (the run records which
     kernel ran); GOMP_SPINCOUNT=20000 (OMP_WAIT_POLICY unset) and OPENBLAS_THREAD_TIMEOUT=20 make
-    both sides' idle workers spin only briefly before they sleep, instead of against each other.
+    both sides' idle workers spin only briefly before they sleep, instead of against each other;
+    GLIBC_TUNABLES fixes glibc's mmap threshold, so no case's allocations page-fault or not by
+    what ran before it.
     The kernel cases get one thread per side unless overridden (``nox -s benchmarks --
     --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
     ``-- --compare`` (not passed to pytest) makes report.py fail the session when a tracked ratio
@@ -290,14 +292,19 @@ def benchmarks(session: nox.Session) -> None:
     # MKL share, GOMP_SPINCOUNT; OpenBLAS: its timeout), so on two cores one library's workers do not
     # spin against the other's: MiniLM at 2 threads, packrt / torch 223 / 151 ms with the default long
     # spins, 106 / 101 sleeping at once, 90-97 / 93-97 spinning briefly (docs/benchmarks.md). OpenBLAS
-    # (packrt's batch-1 GEMVs) spins 2^20 cycles: at 2^16 its workers slept between a decode step's
-    # GEMVs, 226-232 against 197-203 ms for the decode case.
+    # (packrt's batch-1 GEMVs on one thread) spins 2^20 cycles: at 2^16 its workers slept between a
+    # decode step's GEMVs.
     env: dict[str, str | None] = {
         "OPENBLAS_CORETYPE": None,
         "OPENBLAS_L2_SIZE": None,
         "OMP_WAIT_POLICY": None,
         "GOMP_SPINCOUNT": "20000",
         "OPENBLAS_THREAD_TIMEOUT": "20",
+        # glibc's threshold for mapping an allocation anew otherwise starts at 128 KiB and grows as
+        # large blocks are freed, so whether a case's 4 MB activations page-fault on every call
+        # depended on what ran before it (torch's conv2d: 2.7 ms early in a run, 1.6 ms late).
+        # Fixed, for both sides: blocks under 32 MiB come from the heap, which is not trimmed.
+        "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824",
     }
     session.chdir(str(ROOT))
     session.run(
