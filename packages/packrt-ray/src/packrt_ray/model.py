@@ -199,7 +199,8 @@ def cpus_assigned() -> int | None:
 
         if not ray.is_initialized():
             return None
-        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU")
+        assigned: dict[str, float] = ray.get_runtime_context().get_assigned_resources()  # type: ignore[no-untyped-call]
+        cpus = assigned.get("CPU")
     except (ImportError, AssertionError, RuntimeError):  # Ray asserts the caller is a worker (the driver is not)
         return None
     return None if not cpus else max(1, int(cpus))
