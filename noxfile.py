@@ -307,6 +307,7 @@ def benchmarks(session: nox.Session) -> None:
         "GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824",
     }
     session.chdir(str(ROOT))
+    results.unlink(missing_ok=True)  # never report an earlier run's numbers as this one's
     session.run(
         "python",
         "-m",
@@ -319,6 +320,11 @@ def benchmarks(session: nox.Session) -> None:
         *pytest_args,
         env=env,
     )
+    if not results.exists():
+        session.error(
+            f"pytest wrote no {results}: pytest-benchmark saves its JSON (and the whole-model cases with it) "
+            "only when a case using the benchmark fixture ran; select one too, e.g. -k 'decode or test_linear'"
+        )
     report = ["python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md")]
     session.run(*report, "--plot", str(out / "latest.png"), *(["--compare"] if compare else []))
 
