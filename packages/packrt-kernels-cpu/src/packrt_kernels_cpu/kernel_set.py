@@ -13,20 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from packrt_kernels_cpu import functional
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
-from packrt_kernels_cpu.functional import (
-    embedding,
-    gelu,
-    layer_norm,
-    linear,
-    relu,
-    rms_norm,
-    rotary_embedding,
-    sigmoid,
-    silu,
-    softmax,
-)
 from packrt_kernels_cpu.packing import (
     borrow_conv2d,
     borrow_embedding,
@@ -69,20 +58,20 @@ class Kernels:
     quantize_per_channel: Kernel
 
 
-CPU_KERNELS = Kernels(
-    linear=linear,
-    embedding=embedding,
+CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention, convolution, elementwise, packs
+    linear=functional.linear,
+    embedding=functional.embedding,
+    layer_norm=functional.layer_norm,
+    rms_norm=functional.rms_norm,
+    softmax=functional.softmax,
+    scaled_dot_product_attention=scaled_dot_product_attention,
+    rotary_embedding=functional.rotary_embedding,
     conv2d=conv2d,
     conv2d_geometry=conv2d_geometry,
-    layer_norm=layer_norm,
-    rms_norm=rms_norm,
-    relu=relu,
-    gelu=gelu,
-    sigmoid=sigmoid,
-    silu=silu,
-    softmax=softmax,
-    scaled_dot_product_attention=scaled_dot_product_attention,
-    rotary_embedding=rotary_embedding,
+    relu=functional.relu,
+    gelu=functional.gelu,
+    sigmoid=functional.sigmoid,
+    silu=functional.silu,
     pack_linear=pack_linear,
     borrow_linear=borrow_linear,
     pack_conv2d=pack_conv2d,
