@@ -4,10 +4,10 @@ Each kernel is written once as a compiled serial loop over a span of its work (`
 elements, rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over
 numba's thread pool with ``prange``; ``name_serial`` (plain Python) runs the whole span on the
 calling thread, what small work takes: waking a pool costs more than it saves, and on a busy
-machine far more. Every kernel
-takes C-contiguous arrays and writes ``out``. Row reductions (means, variances, sums of
-exponentials) accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32
-sums have; everything else stays float32.
+machine far more. Every kernel takes C-contiguous arrays (the rotary kernel's input may be any
+strided view) and writes ``out``. Row reductions (means, variances, sums of exponentials)
+accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32 sums have;
+everything else stays float32, the GEMV's sums included (in a fixed grouping).
 """
 
 from __future__ import annotations
