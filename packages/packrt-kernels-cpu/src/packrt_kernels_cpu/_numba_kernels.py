@@ -5,9 +5,10 @@ elements, rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits th
 numba's thread pool with ``prange``; ``name_serial`` (plain Python) runs the whole span on the
 calling thread, what small work takes: waking a pool costs more than it saves, and on a busy
 machine far more. Every kernel takes C-contiguous arrays (the rotary kernel's input may be any
-strided view) and writes ``out``. Row reductions (means, variances, sums of exponentials)
-accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32 sums have;
-everything else stays float32, the GEMV's sums included (in a fixed grouping).
+strided view) and writes ``out``. The norms' means and variances and ``softmax``'s sums of
+exponentials accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32 sums
+have; everything else stays float32, attention's in-place softmax sums (reordered, so they
+vectorise) and the GEMV's sums (in a fixed grouping) included.
 """
 
 from __future__ import annotations
