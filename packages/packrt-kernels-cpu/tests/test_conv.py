@@ -23,13 +23,22 @@ DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 pytestmark = pytest.mark.usefixtures("kernel_path", "blas_road", "conv_layout")
 
 
-@pytest.fixture(params=["banded", "whole"])
+@pytest.fixture(params=["columns-banded", "columns-threads", "taps-banded", "taps-threads"])
 def conv_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """One thread takes conv2d's banded road (here a band is one output row, so every image has
-    several); more threads take one im2col and one batched GEMM for the whole batch."""
+    """Every comparison on both of conv2d's roads: columns (im2col + one GEMM a band) and, for a
+    stride-1 convolution, shifted taps (one GEMM a kernel tap, here taken whatever the channel count
+    and GEMM road). "banded": one thread, a band is one output row, so every image has several;
+    "threads": two threads sharing out the (image, band) tiles."""
     backend = CpuBackend()
-    if request.param == "banded":
+    road, layout = str(request.param).split("-")
+    if road == "taps":
+        monkeypatch.setattr(conv, "_SHIFT_MIN_CHANNELS", 1)
+        monkeypatch.setattr(conv, "_SHIFT_ROADS", ("mkl", "numpy"))
+    else:
+        monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
+    if layout == "banded":
         monkeypatch.setattr(conv, "_BAND_BYTES", 1)
+        monkeypatch.setattr(conv, "_TAPS_BAND_BYTES", 1)
         backend.set_num_threads(1)
     else:
         backend.set_num_threads(2)

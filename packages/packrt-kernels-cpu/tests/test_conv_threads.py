@@ -1,5 +1,5 @@
-"""conv2d's banded road on a thread pool: the same bits on one thread as on several, and a worker's
-failure raised to the caller (the compiled path: numba loaded)."""
+"""conv2d's banded roads (columns and shifted taps) on a thread pool: the same bits on one thread as
+on several, and a worker's failure raised to the caller (the compiled path: numba loaded)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CpuBackend, conv, fused
+from packrt_kernels_cpu import CpuBackend, blas, conv, fused
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 
 pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no banded road")
@@ -20,11 +20,23 @@ def resolve(w: np.ndarray, **geometry: Any) -> conv.Conv2dGeometry:
     return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)
 
 
-@pytest.mark.usefixtures("blas_road")
+@pytest.fixture(params=["columns", "taps"])
+def road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """conv2d's two banded roads, the taps one taken whatever the channel count and GEMM road."""
+    if request.param == "taps":
+        monkeypatch.setattr(conv, "_SHIFT_MIN_CHANNELS", 1)
+        monkeypatch.setattr(conv, "_SHIFT_ROADS", ("mkl", "numpy"))
+    else:
+        monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
+    return str(request.param)
+
+
+@pytest.mark.usefixtures("blas_road", "road")
 def test_banded_conv2d_gives_the_same_bits_on_one_thread_and_on_two(
     make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(conv, "_BAND_BYTES", 4 * 18 * 9 * 3)  # three output rows a band: tiles to share out
+    monkeypatch.setattr(conv, "_TAPS_BAND_BYTES", 4 * 11 * 6 * 3)  # three rows of 11 padded pixels, 2 + 4 channels
     x, w, b = make(rng, (3, 2, 9, 9), np.float32), make(rng, (4, 2, 3, 3), np.float32), make(rng, (4,), np.float32)
     geometry = resolve(w, padding=1)
     backend = CpuBackend()
@@ -39,9 +51,10 @@ def test_banded_conv2d_gives_the_same_bits_on_one_thread_and_on_two(
 
 
 def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
-    make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
+    road: str, make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = fused.im2col
+    module, name = (fused, "im2col") if road == "columns" else (blas, "tap_sum")
+    real = getattr(module, name)
     calls: list[str] = []
 
     def failing_on_workers(*args: Any, **kwargs: Any) -> Any:
@@ -50,7 +63,7 @@ def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
             raise MemoryError("no room for the columns")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fused, "im2col", failing_on_workers)
+    monkeypatch.setattr(module, name, failing_on_workers)
     x, w = make(rng, (4, 2, 6, 6), np.float32), make(rng, (3, 2, 3, 3), np.float32)
     backend = CpuBackend()
     try:

@@ -5,9 +5,12 @@ pair, or the strings "valid" (none) and "same" (output size = input size; stride
 an odd total goes to the bottom/right, as torch does). ``groups`` splits the channels into
 independent convolutions. Input is (N, C, H, W) or unbatched (C, H, W).
 
-im2col gathers, for every kernel tap, one strided view of the padded input, so the column
-matrix costs ``C * kh * kw * OH * OW`` elements per image and the product is one batched
-GEMM per group. The loop runs over the taps only (9 for a 3x3 kernel), never over pixels.
+Two roads. Columns (any geometry): im2col gathers, for every kernel tap, one strided view of
+the padded input, so the column matrix costs ``C * kh * kw * OH * OW`` elements per image and
+the product is one GEMM per group (band by band on the compiled path). Shifted taps (stride 1,
+16 input channels a group or more, MKL's GEMM): one GEMM per kernel tap over a window of the
+flat padded input, no columns at all (see :func:`_conv2d_shifted`). Both give torch's results
+up to float rounding; each loops over taps and bands, never over pixels.
 """
 
 from __future__ import annotations
@@ -103,6 +106,8 @@ def conv2d_geometry(
 
 
 _BAND_BYTES = 1 << 20  # the columns of one band of a banded conv2d: well inside a core's L2
+_TAPS_BAND_BYTES = 2 << 20  # a shifted-taps band's padded input and output: a core's L2 (whole 64x64 images)
+_Tile = tuple[int, int, int]  # a banded road's unit of work: (image, first output row, one past the last)
 
 
 def im2col(x: Array, geometry: Conv2dGeometry, *, scratch: bool = False) -> tuple[Array, int, int]:
@@ -141,6 +146,8 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     g, og, k = (int(s) for s in w_groups.shape)
     bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
     if fused.handles(x):
+        if _shifts(x, w_groups, geometry):
+            return _conv2d_shifted(x, w_groups, b, geometry)
         return _conv2d_banded(x, w_groups, bias, geometry)
     cols, oh, ow = im2col(x, geometry)
     n = cols.shape[0]
@@ -162,26 +169,104 @@ def _conv2d_banded(x: Array, w_groups: Array, bias: Array | None, geometry: Conv
     out = np.empty((n, g, og, oh * ow), np.float32)
     band = max(1, min(oh, _BAND_BYTES // (4 * g * k * ow)))
 
-    tiles = [(i, r0, min(oh, r0 + band)) for i in range(n) for r0 in range(0, oh, band)]
-
     # One group (the usual case): 2-D operands, so each tile is one plain GEMM call.
     weight, plane_bias, planes = (
         (w_groups[0], None if bias is None else bias[0], out[:, 0]) if g == 1 else (w_groups, bias, out)
     )
 
-    def run(part: list[tuple[int, int, int]]) -> None:
+    def run(part: list[_Tile]) -> None:
         for i, r0, r1 in part:
             cols = fused.im2col(x[i : i + 1], geometry, oh, ow, scratch=True, rows=(r0, r1))
             shape = (k, (r1 - r0) * ow) if g == 1 else (g, k, (r1 - r0) * ow)
             blas.matmul(weight, cols.reshape(shape), plane_bias, out=planes[i, ..., r0 * ow : r1 * ow])
 
+    _run_tiles(run, n, oh, band)
+    return out.reshape(n, g * og, oh, ow)
+
+
+def _run_tiles(run: Any, images: int, rows: int, band: int) -> None:
+    """``run(part)`` over every (image, band of output rows) tile: on the calling thread, or with more
+    threads allowed as contiguous runs of tiles, one a thread (see :func:`_share_out`)."""
+    tiles: list[_Tile] = [(i, r0, min(rows, r0 + band)) for i in range(images) for r0 in range(0, rows, band)]
     shares = min(len(tiles), blas.num_threads())
     if shares == 1:
         run(tiles)
-    else:  # contiguous runs of (image, band) tiles, one per thread
+    else:
         bounds = [len(tiles) * s // shares for s in range(shares + 1)]
         _share_out(run, [tiles[bounds[s] : bounds[s + 1]] for s in range(shares)])
-    return out.reshape(n, g * og, oh, ow)
+
+
+_SHIFT_MIN_CHANNELS = 16  # input channels per group from which taps beat columns (3 -> 32: columns 2x faster)
+_SHIFT_ROADS = ("mkl",)  # numpy's matmul cannot add onto its output: a pass per tap, slower than columns
+
+
+def _shifts(x: Array, w_groups: Array, geometry: Conv2dGeometry) -> bool:
+    """Whether conv2d takes the shifted-taps road: stride 1, enough input channels a group, MKL's GEMM."""
+    cin_per_group = int(x.shape[1]) // geometry.groups
+    return (
+        geometry.stride == (1, 1)
+        and cin_per_group >= _SHIFT_MIN_CHANNELS
+        and x.dtype == np.float32
+        and blas.provider() in _SHIFT_ROADS
+    )
+
+
+def _conv2d_shifted(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeometry) -> Array:
+    """A stride-1 convolution as one GEMM per kernel tap, with no columns at all. Lay a band of the
+    zero-padded input out flat, rows ``Wp`` wide; then output pixel ``(y, x)`` of tap ``(i, j)`` reads
+    flat element ``(y + i*dh) * Wp + x + j*dw``: the whole band's products for that tap are one GEMM
+    over a window of the flat rows, shifted by ``i*dh*Wp + j*dw``. The GEMMs make ``Wp - OW`` columns
+    too many per row (read past the row's end), which the copy into the output drops; MKL adds each
+    tap's product onto the last inside its GEMM. K is the input channels (not nine times them, as the
+    columns' is), so nothing is written but the padded band (1/9 of the columns) and the output.
+    One thread, a 32-channel 3x3 layer on 8x32x64x64: 6.1 ms by columns, 5.0 by taps; two threads
+    3.9 -> 3.0 ms."""
+    n, c, h, w = (int(s) for s in x.shape)
+    oh, ow = geometry.output_size(h, w)
+    g, og, _ = (int(s) for s in w_groups.shape)
+    (kh, kw), (dh, dw) = geometry.kernel_size, geometry.dilation
+    top, _, left, right = geometry.padding
+    cg, wp, extra = c // g, w + left + right, (kw - 1) * dw
+    # (G, Og, Cg, kh, kw) -> (G, kh*kw, Og, Cg): each tap's weight one contiguous (Og, Cg) matrix
+    taps = np.ascontiguousarray(w_groups.reshape(g, og, cg, kh, kw).transpose(0, 3, 4, 1, 2)).reshape(g, -1, og, cg)
+    offsets = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
+    out = np.empty((n, g * og, oh, ow), np.float32)
+    band = max(1, min(oh, _TAPS_BAND_BYTES // (4 * wp * (c + g * og))))
+    band = -(-oh // -(-oh // band))  # the same count of bands, evened out
+    bias = None if b is None else b.reshape(-1, 1)
+
+    def run(part: list[_Tile]) -> None:
+        for i, r0, r1 in part:
+            rows, pixels = r1 - r0 + (kh - 1) * dh, (r1 - r0) * wp
+            buffer = fused.scratch_f32((c * (rows * wp + extra) + g * og * pixels,))
+            src = buffer[: c * (rows * wp + extra)].reshape(c, rows * wp + extra)
+            acc = buffer[c * (rows * wp + extra) :].reshape(g * og, pixels)
+            _padded_band(x[i], src, rows, wp, r0 - top, left)
+            if bias is not None:  # the GEMMs add onto it: a copy out afterwards costs twice this
+                acc[...] = bias
+            for gi in range(g):
+                group = src[gi * cg : (gi + 1) * cg]
+                blas.tap_sum(taps[gi], group, offsets, acc[gi * og : (gi + 1) * og], accumulate=bias is not None)
+            out[i, :, r0:r1] = acc.reshape(g * og, r1 - r0, wp)[:, :, :ow]
+
+    _run_tiles(run, n, oh, band)
+    return out
+
+
+def _padded_band(image: Array, src: Array, rows: int, wp: int, first: int, left: int) -> None:
+    """Write rows ``first .. first + rows - 1`` of ``image`` (C, H, W), zero-padded (rows outside the
+    image, ``left`` columns before it, the rest of ``wp`` after it), flat into ``src`` (C, rows * wp + extra),
+    whose ``extra`` tail (read only for dropped columns) is zeroed too."""
+    h, w = int(image.shape[1]), int(image.shape[2])
+    plane = src[:, : rows * wp].reshape(-1, rows, wp)
+    lo = min(rows, max(0, -first))  # the band's rows that hold image rows: lo .. hi - 1 (maybe none)
+    hi = max(lo, min(rows, h - first))
+    plane[:, :lo] = 0
+    plane[:, hi:] = 0
+    plane[:, lo:hi, :left] = 0
+    plane[:, lo:hi, left + w :] = 0
+    plane[:, lo:hi, left : left + w] = image[:, first + lo : first + hi]
+    src[:, rows * wp :] = 0
 
 
 def _share_out(run: Any, parts: list[Any]) -> None:
