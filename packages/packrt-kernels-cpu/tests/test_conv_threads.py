@@ -1,4 +1,4 @@
-"""conv2d's banded roads (columns and shifted taps) on a thread pool: the same bits on one thread as
+"""conv2d's banded roads (columns, shifted taps, Winograd) on a thread pool: the same bits on one thread as
 on several, and a worker's failure raised to the caller (the compiled path: numba loaded)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CpuBackend, blas, conv, fused
+from packrt_kernels_cpu import CpuBackend, blas, conv, fused, winograd
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 
 pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no banded road")
@@ -20,9 +20,11 @@ def resolve(w: np.ndarray, **geometry: Any) -> conv.Conv2dGeometry:
     return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)
 
 
-@pytest.fixture(params=["columns", "taps"])
+@pytest.fixture(params=["columns", "taps", "winograd"])
 def road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """conv2d's two banded roads, the taps one taken whatever the channel count and GEMM road."""
+    """conv2d's banded roads, taps and Winograd taken whatever the channel count (Winograd only where
+    MKL loads: elsewhere that case is the columns one again)."""
+    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 1 if request.param == "winograd" else 10**9)
     if request.param == "taps":
         monkeypatch.setattr(conv, "_SHIFT_MIN_CHANNELS", 1)
         monkeypatch.setattr(conv, "_SHIFT_ROADS", ("mkl", "numpy"))
@@ -53,7 +55,11 @@ def test_banded_conv2d_gives_the_same_bits_on_one_thread_and_on_two(
 def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
     road: str, make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    module, name = (fused, "im2col") if road == "columns" else (blas, "tap_sum")
+    module, name = {"columns": (fused, "im2col"), "taps": (blas, "tap_sum"), "winograd": (fused, "winograd_tiles")}[
+        road
+    ]
+    if road == "winograd" and blas.provider() != "mkl":
+        pytest.skip("the Winograd road runs on MKL's GEMM only")
     real = getattr(module, name)
     calls: list[str] = []
 

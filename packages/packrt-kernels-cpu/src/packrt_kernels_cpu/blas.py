@@ -288,8 +288,8 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     mkl = _mkl()
     if mkl is None or a.dtype != b.dtype or a.size == 0 or b.size == 0:
         return None
-    if a.ndim > 2 or b.ndim > 2:  # batch axes broadcast as numpy's do: a repeated matrix has stride 0
-        try:
+    if (a.ndim > 2 or b.ndim > 2) and a.shape[:-2] != b.shape[:-2]:  # batch axes broadcast as numpy's do:
+        try:  # a repeated matrix gets stride 0
             batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:
             return None  # numpy raises its own error
@@ -327,6 +327,10 @@ def _gemms(
         gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, ldc)
         return
     count = a.shape[-3]
+    if a.ndim == 3 and a.dtype == _F32 and mkl.sgemm_batch is not None:  # one stack (a conv band's, attention's)
+        pa, pb, po = a.ctypes.data, b.ctypes.data, out.ctypes.data
+        mkl.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
+        return
     for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
         pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
         if a.dtype == _F32 and mkl.sgemm_batch is not None:
@@ -338,6 +342,29 @@ def _gemms(
                 for x, st, x_size in ((pa, sa, a.itemsize), (pb, sb, b.itemsize), (po, sc, out.itemsize))
             )
             gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, at, lda, bt, ldb, beta, ot, ldc)
+
+
+def sgemm_batch() -> Any | None:
+    """MKL's ``cblas_sgemm_batch_strided`` as a ctypes function that compiled code may call (numba takes
+    it as an argument; pointers are ``array.ctypes``), or None off MKL's road or before MKL 2020. A
+    compiled loop of many GEMMs calls it without coming back to Python (and the GIL) between them."""
+    mkl = _mkl()
+    return None if mkl is None else mkl.sgemm_batch
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Within it, every MKL GEMM this thread starts, from compiled code too, runs on one MKL thread
+    (``MKL_Set_Num_Threads_Local``): for a caller whose threads already share the work out."""
+    mkl = _mkl()
+    if mkl is None:
+        yield
+        return
+    mkl.set_local_threads(1)
+    try:
+        yield
+    finally:
+        mkl.set_local_threads(0)
 
 
 def tap_sum(taps: Array, src: Array, offsets: Sequence[int], out: Array, *, accumulate: bool = False) -> Array:
@@ -415,6 +442,8 @@ __all__ = [
     "prefer_short_openmp_spin",
     "provider",
     "set_num_threads",
+    "one_thread",
+    "sgemm_batch",
     "single_threaded",
     "tap_sum",
 ]

@@ -5,25 +5,25 @@ pair, or the strings "valid" (none) and "same" (output size = input size; stride
 an odd total goes to the bottom/right, as torch does). ``groups`` splits the channels into
 independent convolutions. Input is (N, C, H, W) or unbatched (C, H, W).
 
-Two roads. Columns (any geometry): im2col gathers, for every kernel tap, one strided view of
-the padded input, so the column matrix costs ``C * kh * kw * OH * OW`` elements per image and
-the product is one GEMM per group (band by band on the compiled path). Shifted taps (stride 1,
-16 input channels a group or more, MKL's GEMM): one GEMM per kernel tap over a window of the
-flat padded input, no columns at all (see :func:`_conv2d_shifted`). Both give torch's results
-up to float rounding; each loops over taps and bands, never over pixels.
+Three roads, the first that applies taken. Winograd F(2x2, 3x3) (3x3, stride 1, dilation 1, 8
+input channels a group or more, MKL's GEMM, numba): see :mod:`packrt_kernels_cpu.winograd`.
+Shifted taps (stride 1, 16 input channels a group or more, MKL's GEMM): one GEMM per kernel tap
+over a window of the flat padded input, no columns at all (see :func:`_conv2d_shifted`). Columns
+(any geometry): im2col gathers, for every kernel tap, one strided view of the padded input, so the
+column matrix costs ``C * kh * kw * OH * OW`` elements per image and the product is one GEMM per
+group (band by band on the compiled path). All give torch's results up to float rounding; none
+loops over pixels in Python.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, fused, tiles, winograd
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
@@ -107,7 +107,6 @@ def conv2d_geometry(
 
 _BAND_BYTES = 1 << 20  # the columns of one band of a banded conv2d: well inside a core's L2
 _TAPS_BAND_BYTES = 2 << 20  # a shifted-taps band's padded input and output: a core's L2 (whole 64x64 images)
-_Tile = tuple[int, int, int]  # a banded road's unit of work: (image, first output row, one past the last)
 
 
 def im2col(x: Array, geometry: Conv2dGeometry, *, scratch: bool = False) -> tuple[Array, int, int]:
@@ -146,6 +145,8 @@ def conv2d_gemm(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeom
     g, og, k = (int(s) for s in w_groups.shape)
     bias = None if b is None else b.reshape(g, og, 1)  # added by the GEMM on MKL's road
     if fused.handles(x):
+        if winograd.applies(x, geometry):
+            return winograd.conv2d_winograd(x, w_groups, b, geometry)
         if _shifts(x, w_groups, geometry):
             return _conv2d_shifted(x, w_groups, b, geometry)
         return _conv2d_banded(x, w_groups, bias, geometry)
@@ -174,26 +175,14 @@ def _conv2d_banded(x: Array, w_groups: Array, bias: Array | None, geometry: Conv
         (w_groups[0], None if bias is None else bias[0], out[:, 0]) if g == 1 else (w_groups, bias, out)
     )
 
-    def run(part: list[_Tile]) -> None:
+    def run(part: list[tiles.Tile]) -> None:
         for i, r0, r1 in part:
             cols = fused.im2col(x[i : i + 1], geometry, oh, ow, scratch=True, rows=(r0, r1))
             shape = (k, (r1 - r0) * ow) if g == 1 else (g, k, (r1 - r0) * ow)
             blas.matmul(weight, cols.reshape(shape), plane_bias, out=planes[i, ..., r0 * ow : r1 * ow])
 
-    _run_tiles(run, n, oh, band)
+    tiles.run_tiles(run, n, oh, band)
     return out.reshape(n, g * og, oh, ow)
-
-
-def _run_tiles(run: Any, images: int, rows: int, band: int) -> None:
-    """``run(part)`` over every (image, band of output rows) tile: on the calling thread, or with more
-    threads allowed as contiguous runs of tiles, one a thread (see :func:`_share_out`)."""
-    tiles: list[_Tile] = [(i, r0, min(rows, r0 + band)) for i in range(images) for r0 in range(0, rows, band)]
-    shares = min(len(tiles), blas.num_threads())
-    if shares == 1:
-        run(tiles)
-    else:
-        bounds = [len(tiles) * s // shares for s in range(shares + 1)]
-        _share_out(run, [tiles[bounds[s] : bounds[s + 1]] for s in range(shares)])
 
 
 _SHIFT_MIN_CHANNELS = 16  # input channels per group from which taps beat columns (3 -> 32: columns 2x faster)
@@ -235,13 +224,13 @@ def _conv2d_shifted(x: Array, w_groups: Array, b: Array | None, geometry: Conv2d
     band = -(-oh // -(-oh // band))  # the same count of bands, evened out
     bias = None if b is None else b.reshape(-1, 1)
 
-    def run(part: list[_Tile]) -> None:
+    def run(part: list[tiles.Tile]) -> None:
         for i, r0, r1 in part:
             rows, pixels = r1 - r0 + (kh - 1) * dh, (r1 - r0) * wp
             buffer = fused.scratch_f32((c * (rows * wp + extra) + g * og * pixels,))
             src = buffer[: c * (rows * wp + extra)].reshape(c, rows * wp + extra)
             acc = buffer[c * (rows * wp + extra) :].reshape(g * og, pixels)
-            _padded_band(x[i], src, rows, wp, r0 - top, left)
+            tiles.padded_band(x[i], src, rows, wp, r0 - top, left)
             if bias is not None:  # the GEMMs add onto it: a copy out afterwards costs twice this
                 acc[...] = bias
             for gi in range(g):
@@ -249,53 +238,8 @@ def _conv2d_shifted(x: Array, w_groups: Array, b: Array | None, geometry: Conv2d
                 blas.tap_sum(taps[gi], group, offsets, acc[gi * og : (gi + 1) * og], accumulate=bias is not None)
             out[i, :, r0:r1] = acc.reshape(g * og, r1 - r0, wp)[:, :, :ow]
 
-    _run_tiles(run, n, oh, band)
+    tiles.run_tiles(run, n, oh, band)
     return out
-
-
-def _padded_band(image: Array, src: Array, rows: int, wp: int, first: int, left: int) -> None:
-    """Write rows ``first .. first + rows - 1`` of ``image`` (C, H, W), zero-padded (rows outside the
-    image, ``left`` columns before it, the rest of ``wp`` after it), flat into ``src`` (C, rows * wp + extra),
-    whose ``extra`` tail (read only for dropped columns) is zeroed too."""
-    h, w = int(image.shape[1]), int(image.shape[2])
-    plane = src[:, : rows * wp].reshape(-1, rows, wp)
-    lo = min(rows, max(0, -first))  # the band's rows that hold image rows: lo .. hi - 1 (maybe none)
-    hi = max(lo, min(rows, h - first))
-    plane[:, :lo] = 0
-    plane[:, hi:] = 0
-    plane[:, lo:hi, :left] = 0
-    plane[:, lo:hi, left + w :] = 0
-    plane[:, lo:hi, left : left + w] = image[:, first + lo : first + hi]
-    src[:, rows * wp :] = 0
-
-
-def _share_out(run: Any, parts: list[Any]) -> None:
-    """``run(part)`` for every part at once: the first on the calling thread, the rest on the pool, each
-    single-threaded (its numba kernels serial, its GEMMs on one MKL thread); the first error is raised."""
-
-    def alone(part: Any) -> None:
-        with fused.single_threaded():
-            run(part)
-
-    pool = _pool(len(parts) - 1)
-    pending = [pool.submit(alone, part) for part in parts[1:]]
-    try:
-        alone(parts[0])
-    finally:
-        for job in pending:
-            job.result()
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-def _pool(workers: int) -> ThreadPoolExecutor:
-    """The process's conv2d worker pool of ``workers`` threads (made once per size, then reused)."""
-    with _pools_lock:
-        if workers not in _pools:
-            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packrt-conv2d")
-        return _pools[workers]
 
 
 def check_conv2d_weight(w: Array, b: Array | None, groups: int, dt: np.dtype[Any], ref: str) -> None:

@@ -227,6 +227,28 @@ def im2col(
     return out
 
 
+def winograd_weight(w_groups: Array) -> Array:
+    """Winograd F(2x2, 3x3)'s transformed weight (G, 16, O/G, C/G) float32 of a float32 conv weight
+    ``w_groups`` (G, O/G, C/G * 9), each 3x3 kernel's ``G k G^T`` in float64 rounded once."""
+    g, og, k = (int(s) for s in w_groups.shape)
+    u = np.empty((g, og, k // 9, 16), _F32)
+    _kernels().winograd_weight(np.ascontiguousarray(w_groups, _F32), u)
+    return np.ascontiguousarray(u.transpose(0, 3, 1, 2))
+
+
+def winograd_tiles(
+    x: Array, u: Array, bias: Array, tiles: Array, padding: tuple[int, int], band: int, out: Array, gemm: Any
+) -> None:
+    """conv2d's Winograd F(2x2, 3x3) road for one thread's ``tiles`` (k, 3) int64 (image, first tile
+    row, one past the last) of a float32 (N, C, H, W) ``x`` padded ``(top, left)``, bands of at most
+    ``band`` tile rows, into ``out`` (N, O, OH, OW), in one compiled call that runs ``gemm`` (MKL's
+    batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_kernels.winograd_tiles``."""
+    k = _kernels()
+    tw = (int(out.shape[3]) + 1) // 2
+    scratch = scratch_f32((k.winograd_scratch_size(int(x.shape[1]), int(out.shape[1]), band, tw),))
+    k.winograd_tiles(x, u, bias, tiles, padding[0], padding[1], out, scratch, gemm)
+
+
 def transposes(w: Array, dtype: np.dtype[Any]) -> bool:
     """Whether :func:`transposed` takes ``w`` into ``dtype`` (2-D numpy, float32 or float64 kept,
     or bfloat16 kept or widened to float32, and large enough to be worth a compiled call)."""

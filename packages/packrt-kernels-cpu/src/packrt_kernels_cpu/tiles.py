@@ -1,0 +1,74 @@
+"""conv2d's banded roads share out their work here: (image, band of output rows) tiles run on the
+calling thread or, with more threads allowed, as contiguous runs of tiles on a small pool of
+Python threads, each run single-threaded (its compiled kernels serial, its GEMMs on one MKL thread:
+two cores' worth of tiny parallel regions only wake pools to contend). The tiles of one call are
+the same computations whatever the thread count, so the bits are too.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from packrt_kernels_cpu import blas, fused
+
+Array = Any
+Tile = tuple[int, int, int]  # a banded road's unit of work: (image, first output row, one past the last)
+
+
+def run_tiles(run: Any, images: int, rows: int, band: int) -> None:
+    """``run(part)`` over every (image, band of output rows) tile: on the calling thread, or with more
+    threads allowed as contiguous runs of tiles, one a thread (see :func:`_share_out`)."""
+    tiles: list[Tile] = [(i, r0, min(rows, r0 + band)) for i in range(images) for r0 in range(0, rows, band)]
+    shares = min(len(tiles), blas.num_threads())
+    if shares == 1:
+        run(tiles)
+    else:
+        bounds = [len(tiles) * s // shares for s in range(shares + 1)]
+        _share_out(run, [tiles[bounds[s] : bounds[s + 1]] for s in range(shares)])
+
+
+def padded_band(image: Array, src: Array, rows: int, wp: int, first: int, left: int) -> None:
+    """Write rows ``first .. first + rows - 1`` of ``image`` (C, H, W), zero-padded (rows outside the
+    image, ``left`` columns before it, the rest of ``wp`` after it), flat into ``src`` (C, rows * wp + extra),
+    whose ``extra`` tail (read only for dropped columns) is zeroed too."""
+    h, w = int(image.shape[1]), int(image.shape[2])
+    plane = src[:, : rows * wp].reshape(-1, rows, wp)
+    lo = min(rows, max(0, -first))  # the band's rows that hold image rows: lo .. hi - 1 (maybe none)
+    hi = max(lo, min(rows, h - first))
+    plane[:, :lo] = 0
+    plane[:, hi:] = 0
+    plane[:, lo:hi, :left] = 0
+    plane[:, lo:hi, left + w :] = 0
+    plane[:, lo:hi, left : left + w] = image[:, first + lo : first + hi]
+    src[:, rows * wp :] = 0
+
+
+def _share_out(run: Any, parts: list[Any]) -> None:
+    """``run(part)`` for every part at once: the first on the calling thread, the rest on the pool, each
+    single-threaded (its numba kernels serial, its GEMMs on one MKL thread); the first error is raised."""
+
+    def alone(part: Any) -> None:
+        with fused.single_threaded():
+            run(part)
+
+    pool = _pool(len(parts) - 1)
+    pending = [pool.submit(alone, part) for part in parts[1:]]
+    try:
+        alone(parts[0])
+    finally:
+        for job in pending:
+            job.result()
+
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+def _pool(workers: int) -> ThreadPoolExecutor:
+    """The process's conv2d worker pool of ``workers`` threads (made once per size, then reused)."""
+    with _pools_lock:
+        if workers not in _pools:
+            _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="packrt-conv2d")
+        return _pools[workers]

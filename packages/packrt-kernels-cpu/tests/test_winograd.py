@@ -1,0 +1,143 @@
+"""conv2d's Winograd F(2x2, 3x3) road agrees with torch for every size, padding and grouping it takes,
+the same bits on one thread as on two, and is taken only where it applies (MKL's road, numba loaded)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from packrt_kernels_cpu import CpuBackend, blas, conv, fused, winograd
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+
+pytestmark = [
+    pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no Winograd road"),
+    pytest.mark.usefixtures("mkl_road"),
+]
+
+
+@pytest.fixture
+def mkl_road(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The road runs on MKL's batched GEMM: MKL decided afresh, a skip where its wheel is not installed."""
+    monkeypatch.setenv("PACKRT_BLAS", "auto")
+    monkeypatch.setattr(blas, "_state", {})
+    if blas.provider() != "mkl":
+        pytest.skip("MKL does not load here (pip install packrt-kernels-cpu[mkl]): no Winograd road")
+
+
+@pytest.fixture(params=["banded", "threads"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Any channel count takes the road; "banded": one thread, a band is one tile row (two output rows),
+    so every image has several; "threads": two threads sharing the (image, band) tiles out."""
+    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 1)
+    backend = CpuBackend()
+    if request.param == "banded":
+        monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
+        backend.set_num_threads(1)
+    else:
+        backend.set_num_threads(2)
+    yield str(request.param)
+    backend.set_num_threads(os.cpu_count() or 1)
+
+
+@pytest.mark.usefixtures("layout")
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=st.integers(1, 2),
+    groups=st.integers(1, 2),
+    cin_per=st.integers(1, 5),
+    cout_per=st.integers(1, 5),
+    h=st.integers(1, 9),
+    w=st.integers(1, 9),
+    padding=st.sampled_from([0, 1, 2, (0, 1), (2, 0), "same"]),
+    bias=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_winograd_conv2d_matches_torch_for_any_size_padding_and_groups(
+    ref: Any, n: int, groups: int, cin_per: int, cout_per: int, h: int, w: int, padding: Any, bias: bool, seed: int
+) -> None:
+    pad = (padding, padding) if isinstance(padding, int) else padding
+    if padding != "same" and (h + 2 * pad[0] < 3 or w + 2 * pad[1] < 3):
+        h, w = h + 2, w + 2  # the padded input must hold the kernel
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((n, groups * cin_per, h, w)).astype(np.float32)
+    k = r.standard_normal((groups * cout_per, cin_per, 3, 3)).astype(np.float32)
+    b = r.standard_normal(groups * cout_per).astype(np.float32) if bias else None
+    geometry = conv2d_geometry((3, 3), padding=padding, groups=groups)
+    assert winograd.applies(x, geometry)
+    want = ref.F.conv2d(ref.t(x), ref.t(k), None if b is None else ref.t(b), padding=padding, groups=groups)
+    ref.check(conv2d(x, k, b, geometry), want)
+
+
+def test_a_layer_of_sixteen_channels_takes_the_road_and_matches_torch(ref: Any, rng: Any) -> None:
+    x = rng.standard_normal((2, 16, 11, 14)).astype(np.float32)
+    k = (rng.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32)
+    b = rng.standard_normal(24).astype(np.float32)
+    geometry = conv2d_geometry((3, 3), padding=1)
+    assert winograd.applies(x, geometry)
+    ref.check(conv2d(x, k, b, geometry), ref.F.conv2d(ref.t(x), ref.t(k), ref.t(b), padding=1))
+
+
+@pytest.mark.parametrize(
+    ("kernel", "keywords", "channels", "dtype"),
+    [
+        ((3, 3), {}, 4, np.float32),  # too few input channels a group: the columns are faster
+        ((3, 3), {"groups": 8}, 32, np.float32),  # 4 a group
+        ((5, 5), {}, 32, np.float32),
+        ((3, 3), {"stride": 2}, 32, np.float32),
+        ((3, 3), {"dilation": 2}, 32, np.float32),
+        ((3, 3), {}, 32, np.float64),
+    ],
+    ids=["4-channels", "4-a-group", "5x5", "stride-2", "dilation-2", "float64"],
+)
+def test_the_road_is_not_taken_where_it_does_not_apply(
+    kernel: tuple[int, int], keywords: dict[str, Any], channels: int, dtype: Any
+) -> None:
+    x = np.zeros((1, channels, 8, 8), dtype)
+    assert not winograd.applies(x, conv2d_geometry(kernel, **keywords))
+
+
+def test_the_road_is_not_taken_off_mkls_road(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PACKRT_BLAS", "numpy")
+    monkeypatch.setattr(blas, "_state", {})
+    assert not winograd.applies(np.zeros((1, 32, 8, 8), np.float32), conv2d_geometry((3, 3), padding=1))
+
+
+def test_the_transformed_weight_is_g_k_gt_in_float64_rounded_once(rng: Any) -> None:
+    kernels = rng.standard_normal((2, 3, 5, 3, 3)).astype(np.float32)  # (groups, out, in, 3, 3)
+    g = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
+    want = (g @ kernels.astype(np.float64) @ g.T).reshape(2, 3, 5, 16).transpose(0, 3, 1, 2).astype(np.float32)
+    np.testing.assert_array_equal(fused.winograd_weight(kernels.reshape(2, 3, 45)), want)
+
+
+def test_winograd_gives_the_same_bits_on_one_thread_and_on_two(rng: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(winograd, "_BAND_BYTES", 1)  # one tile row a band: many tiles to share out
+    x = rng.standard_normal((3, 16, 10, 9)).astype(np.float32)
+    k = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(8).astype(np.float32)
+    geometry = conv2d_geometry((3, 3), padding=1)
+    backend = CpuBackend()
+    try:
+        backend.set_num_threads(1)
+        alone = conv2d(x, k, b, geometry)
+        backend.set_num_threads(2)
+        shared = conv2d(x, k, b, geometry)
+    finally:
+        backend.set_num_threads(os.cpu_count() or 1)
+    np.testing.assert_array_equal(alone, shared)
+
+
+def test_columns_and_winograd_agree_within_float32_rounding(rng: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = rng.standard_normal((2, 32, 16, 16)).astype(np.float32)
+    k = (rng.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
+    geometry = conv2d_geometry((3, 3), padding=1)
+    by_winograd = conv2d(x, k, None, geometry)
+    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 10**9)
+    monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
+    by_columns = conv2d(x, k, None, geometry)
+    np.testing.assert_allclose(by_winograd, by_columns, rtol=1e-5, atol=2e-6)
