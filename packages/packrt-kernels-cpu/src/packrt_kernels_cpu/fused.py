@@ -227,6 +227,25 @@ def im2col(
     return out
 
 
+def columns_tiles(
+    x: Array, w_groups: Array, bias: Array | None, tiles: Array, geometry: Any, out: Array, gemm: Any
+) -> None:
+    """conv2d's banded columns road for one thread's ``tiles`` (k, 3) int64 (image, first output row, one
+    past the last) of a float32 (N, C, H, W) ``x``, into ``out`` (N, G, O/G, OH * OW), in one compiled call
+    that runs ``gemm`` (MKL's batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_kernels.columns_tiles``."""
+    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
+    top, _, left, _ = geometry.padding
+    _, ow = geometry.output_size(int(x.shape[2]), int(x.shape[3]))
+    rows = int(np.max(tiles[:, 2] - tiles[:, 1]))
+    scratch = scratch_f32((int(x.shape[1]) * kh * kw * rows * ow,))
+    b = _NO_BIAS if bias is None else bias
+    k = _kernels()
+    k.columns_tiles(x, w_groups, b, tiles, (kh, kw, sh, sw, dh, dw, top, left), ow, out, scratch, gemm)
+
+
+_NO_BIAS = np.empty(0, _F32)
+
+
 def winograd_weight(w_groups: Array) -> Array:
     """Winograd F(2x2, 3x3)'s transformed weight (G, 16, O/G, C/G) float32 of a float32 conv weight
     ``w_groups`` (G, O/G, C/G * 9), each 3x3 kernel's ``G k G^T`` in float64 rounded once."""
