@@ -329,3 +329,19 @@ def test_tap_sum_refuses_a_window_outside_src_or_a_missing_offset(offsets: list[
     with pytest.raises(KernelError, match=r"taps need \d offsets, each window \[offset, offset \+ 4\) inside src's 8"):
         blas.tap_sum(taps, src, offsets, out)
     np.testing.assert_array_equal(out, 7.0)  # refused before anything was written
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_matmul_with_accumulate_adds_the_product_onto_out() -> None:
+    rng = np.random.default_rng(13)
+    a, b = rng.standard_normal((6, 5)).astype(np.float32), rng.standard_normal((5, 7)).astype(np.float32)
+    start = rng.standard_normal((6, 7)).astype(np.float32)
+    out = start.copy()
+    assert blas.matmul(a, b, out=out, accumulate=True) is out
+    np.testing.assert_allclose(out, start + a.astype(np.float64) @ b, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keywords", [{}, {"bias": np.zeros(7, np.float32), "out": np.zeros((6, 7), np.float32)}])
+def test_matmul_with_accumulate_needs_out_and_no_bias(keywords: dict[str, Any]) -> None:
+    with pytest.raises(KernelError, match=r"accumulate=True\) adds onto out: pass out=, and no bias"):
+        blas.matmul(np.ones((6, 5), np.float32), np.ones((5, 7), np.float32), accumulate=True, **keywords)

@@ -36,6 +36,14 @@ def test_linear_matches_torch_and_keeps_the_input_dtype(ref: Any, make: Any, rng
     ref.check(kernels.linear(x, w, b), expected)
 
 
+@pytest.mark.usefixtures("blas_road")
+@pytest.mark.parametrize("rows", [1, 3, 700])  # 700 x 400 outputs: the bias laid out on the pool first (MKL's road)
+def test_a_large_linear_with_bias_matches_torch_on_both_gemm_roads(ref: Any, make: Any, rng: Any, rows: int) -> None:
+    x, w, b = make(rng, (rows, 64), np.float32), make(rng, (400, 64), np.float32, 0.2), make(rng, (400,), np.float32)
+    ref.check(kernels.linear(x, w, b), ref.F.linear(ref.t(x), ref.t(w), ref.t(b)))
+    ref.check(kernels.gemm_rows(x, np.ascontiguousarray(w.T), b), ref.F.linear(ref.t(x), ref.t(w), ref.t(b)))
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_embedding_gathers_the_rows_torch_gathers(ref: Any, make: Any, rng: Any, dtype: Any) -> None:
     table = make(rng, (10, 4), dtype)

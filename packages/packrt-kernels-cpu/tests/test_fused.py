@@ -197,3 +197,11 @@ def test_a_strided_bfloat16_input_takes_the_float32_road_and_agrees() -> None:
     assert not fused.handles_bf16(x)
     want = kernels.gelu(x.astype(F32)).astype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(kernels.gelu(x).view(np.uint16), want.view(np.uint16))
+
+
+@pytest.mark.parametrize("rows", [1, 5, 2000])  # 2000 x 300: filled on the pool
+def test_broadcast_rows_lays_the_row_out_in_every_row(rows: int) -> None:
+    row = np.random.default_rng(rows).standard_normal(300).astype(np.float32)
+    out = fused.broadcast_rows(row, rows)
+    assert out.shape == (rows, 300) and out.dtype == np.float32 and out.flags.c_contiguous
+    np.testing.assert_array_equal(out, np.broadcast_to(row, (rows, 300)))

@@ -246,18 +246,32 @@ def _batch_step(a: Array) -> int | None:
     return step // a.itemsize if step >= 0 and step % a.itemsize == 0 else None
 
 
-def matmul(a: Array, b: Array, bias: Array | None = None, *, alpha: float = 1.0, out: Array | None = None) -> Array:
+def matmul(
+    a: Array,
+    b: Array,
+    bias: Array | None = None,
+    *,
+    alpha: float = 1.0,
+    out: Array | None = None,
+    accumulate: bool = False,
+) -> Array:
     """``a @ b (+ bias)`` with numpy's rules for ``a`` (..., M, K) and ``b`` (..., K, N) of one float dtype
     (batch axes broadcast), ``bias`` broadcastable to the result, in its dtype. float32/float64 give their
     own dtype; bfloat16 operands (see :func:`multiplies`) give float32. Matrices whose rows or columns are
     evenly strided (transposed views, heads sliced out of a wider array) are read in place. ``alpha``
     scales the product (not the bias): MKL applies it inside the GEMM. The result is a new C-contiguous
-    array, or ``out`` (the result's shape and dtype; rows may be strided, as in a slice of a wider array)."""
+    array, or ``out`` (the result's shape and dtype; rows may be strided, as in a slice of a wider array).
+    ``accumulate=True`` adds the product onto what ``out`` holds (a bias laid out there already, say)."""
+    if accumulate and (out is None or bias is not None):
+        raise KernelShapeError("matmul(accumulate=True) adds onto out: pass out=, and no bias (lay it out in out)")
     plan = _plan(a, b, out)
     if plan is None:
+        if accumulate:
+            out += _numpy_matmul(a, b, None, alpha, None)
+            return out
         return _numpy_matmul(a, b, bias, alpha, out)
     mkl, gemm, a, b, out, fa, fb, fo = plan
-    beta = 0.0
+    beta = 1.0 if accumulate else 0.0
     if bias is not None:
         out[...] = bias  # the GEMM accumulates onto the bias: no second pass over out
         beta = 1.0

@@ -71,9 +71,23 @@ def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:
     rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
     if rows.shape[0] == 1 and fused.gemv_takes(rows, wt, bias):
         out = fused.gemv(rows, wt, bias)
+    elif bias is not None and _lays_out_bias(rows, wt, bias):  # the bias laid out on the pool, then added onto
+        out = blas.matmul(rows, wt, out=fused.broadcast_rows(bias, rows.shape[0]), accumulate=True)
     else:
         out = blas.matmul(rows, wt, bias)
     return out if x.ndim == 2 else out.reshape((*x.shape[:-1], wt.shape[1]))
+
+
+def _lays_out_bias(rows: Array, wt: Array, bias: Array) -> bool:
+    """Whether gemm_rows fills the output with the bias on the pool first: a large float32 output on
+    MKL's road (which adds onto it; numpy's would need a pass more) with numba loaded."""
+    return (
+        rows.shape[0] * wt.shape[1] >= fused.PARALLEL_MIN
+        and rows.dtype == np.float32
+        and bias.dtype == np.float32
+        and blas.provider() == "mkl"
+        and fused.enabled()
+    )
 
 
 def linear(x: Array, w: Array, b: Array | None = None) -> Array:
