@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CPU_KERNELS, CpuBackend, Kernels, array_namespace
+from packrt_kernels_cpu import CPU_KERNELS, CpuBackend, Kernels, array_namespace, cpu_namespace
 
 
 @pytest.fixture
@@ -27,7 +27,8 @@ def test_cpu_backend_is_always_available_with_one_device(cpu: CpuBackend) -> Non
 
 
 def test_the_backend_names_its_array_namespace_and_its_kernels(cpu: CpuBackend) -> None:
-    assert cpu.xp is np
+    assert cpu.xp is cpu_namespace  # numpy's, with three elementwise ops threaded
+    assert cpu.xp.empty is np.empty and cpu.xp.float32 is np.float32 and cpu.xp.linalg is np.linalg
     assert cpu.kernels is CPU_KERNELS
     assert all(callable(getattr(cpu.kernels, f.name)) for f in fields(Kernels))
 

@@ -183,6 +183,35 @@ def fill_rows_serial(row: Array, out: Array) -> None:
     _fill_rows_span(row, out, 0, out.shape[0])
 
 
+ADD, SUBTRACT, MULTIPLY = 0, 1, 2  # the elementwise arithmetic of two arrays, by op code
+
+
+@_serial
+def _binary_span(op: int, a: Array, b: Array, out: Array, lo: int, hi: int) -> None:
+    """``out = a op b`` over elements lo:hi: one IEEE operation each, numpy's bits exactly."""
+    a, b, out = a[lo:hi], b[lo:hi], out[lo:hi]  # indexed from 0 (see the elementwise note above)
+    if op == ADD:
+        for i in range(out.shape[0]):
+            out[i] = a[i] + b[i]
+    elif op == SUBTRACT:
+        for i in range(out.shape[0]):
+            out[i] = a[i] - b[i]
+    else:
+        for i in range(out.shape[0]):
+            out[i] = a[i] * b[i]
+
+
+@_parallel
+def binary(op: int, a: Array, b: Array, out: Array) -> None:
+    n = a.shape[0]
+    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
+        _binary_span(op, a, b, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+
+
+def binary_serial(op: int, a: Array, b: Array, out: Array) -> None:
+    _binary_span(op, a, b, out, 0, a.shape[0])
+
+
 # bfloat16 in and out: each tile of bits widened into float32 scratch, computed there, rounded back, in
 # one pass over memory instead of a widening pass, the float32 kernel and a narrowing pass.
 _HALF_TILE = 1024

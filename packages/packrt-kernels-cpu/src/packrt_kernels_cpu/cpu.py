@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, cpu_namespace, fused
 from packrt_kernels_cpu.backend import ArrayBackend
 
 
 class CpuBackend(ArrayBackend):
-    """numpy kernels for ``Device("cpu")``; always available."""
+    """numpy kernels for ``Device("cpu")``; always available. Its namespace is numpy's with large float32
+    add, subtract and multiply on the pool (:mod:`packrt_kernels_cpu.cpu_namespace`)."""
 
     name = "cpu"
 
     def __init__(self) -> None:
-        super().__init__(np)
+        super().__init__(cpu_namespace)
 
     def set_num_threads(self, n: int) -> None:
         """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the

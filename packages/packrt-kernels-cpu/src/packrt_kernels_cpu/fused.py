@@ -311,6 +311,35 @@ def broadcast_rows(row: Array, rows: int) -> Array:
     return out
 
 
+_BINARY_OPS = ("add", "subtract", "multiply")
+
+
+def binary_takes(a: Any, b: Any) -> bool:
+    """Whether :func:`binary` computes ``a op b``: two C-contiguous float32 numpy arrays of one shape,
+    large enough for the pool (numpy's loop is as fast below that), the path enabled."""
+    return (
+        type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and a.dtype == _F32
+        and b.dtype == _F32
+        and a.shape == b.shape
+        and a.size >= _PARALLEL_MIN
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+        and enabled()
+    )
+
+
+def binary(op: str, a: Array, b: Array) -> Array:
+    """``numpy.<op>(a, b)`` for ``op`` add, subtract or multiply of arrays :func:`binary_takes` accepts,
+    on the pool: the same bits (one IEEE operation an element)."""
+    out = np.empty_like(a)
+    k = _kernels()
+    code = (k.ADD, k.SUBTRACT, k.MULTIPLY)[_BINARY_OPS.index(op)]
+    _launch("binary", a.size, code, a.reshape(-1), b.reshape(-1), out.reshape(-1))
+    return out
+
+
 def relu(x: Array) -> Array:
     """``max(x, 0)`` of a float32 array, NaN kept (threaded where large: numpy's maximum is one pass
     on one core, 0.8 ms for one 4 MB activation of the conv net)."""
