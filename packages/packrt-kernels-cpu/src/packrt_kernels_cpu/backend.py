@@ -1,7 +1,9 @@
 """The device backend packrt-core talks to: allocation, host transfer, seeding, threads, availability.
 
 A backend carries no arithmetic of its own. It names the array namespace of its device
-(``xp``: numpy here, cupy in packrt-kernels-cuda), which Tensor arithmetic calls directly, and
+(``xp``: numpy's here, three of its elementwise ops threaded for large float32 arrays, see
+:mod:`packrt_kernels_cpu.cpu_namespace`; cupy in packrt-kernels-cuda), which Tensor arithmetic
+calls directly, and
 the :class:`~packrt_kernels_cpu.kernel_set.Kernels` its layers call. Everything device-specific
 that is left (which GPU an array lands on, the random generator, the BLAS pool) lives here.
 """
