@@ -38,7 +38,6 @@ _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 _ZERO = np.float32(0.0)
 _ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values, for the GEMMs compiled code calls
-_VML_LA = 0x1  # MKL vector math's low-accuracy mode (within 4 ulp; exp measured 1.2e-7 relative)
 _CHUNK = 16384  # elements per parallel task of an elementwise kernel
 _TILE = 32  # a transpose copies 32x32 tiles, so reads and writes both stay in cache
 
@@ -369,30 +368,6 @@ def softmax_step(op: int, x: Array) -> None:
 
 def softmax_step_serial(op: int, x: Array) -> None:
     _steps_span(op, x, 0, x.shape[0])
-
-
-@_serial
-def _softmax_block(x: Array, vexp: Any, lo: int, hi: int) -> None:
-    """Rows lo:hi of ``x`` softmaxed in place while they are in cache: shift by the row max, MKL's
-    vector exp (``vexp``: ``vmsExp``, called from here) over the block, divide by the row sums."""
-    _shift_rows(x, lo, hi)
-    block = x[lo:hi]
-    vexp(block.size, block.ctypes, block.ctypes, _VML_LA)
-    _normalize_rows(x, lo, hi)
-
-
-@_parallel
-def softmax_vml(x: Array, vexp: Any) -> None:
-    """Softmax over every row of a C-contiguous ``x``, in place, block by block of about ``_CHUNK``
-    elements: one pass over memory where three separate steps made three (see fused.softmax_in_place)."""
-    rows = x.shape[0]
-    per = max(1, _CHUNK // max(1, x.shape[1]))
-    for c in numba.prange((rows + per - 1) // per):
-        _softmax_block(x, vexp, c * per, min(rows, (c + 1) * per))
-
-
-def softmax_vml_serial(x: Array, vexp: Any) -> None:
-    _softmax_block(x, vexp, 0, x.shape[0])
 
 
 LAYER_NORM, RMS_NORM, SOFTMAX = 0, 1, 2  # the row-wise kernels, by op code

@@ -366,13 +366,6 @@ def sgemm_batch() -> Any | None:
     return None if mkl is None else mkl.sgemm_batch
 
 
-def vector_exp() -> Any | None:
-    """MKL's ``vmsExp`` (n, a, r, mode) as a ctypes function that compiled code may call, or None off
-    MKL's road (see :func:`exp` for its accuracy)."""
-    mkl = _mkl()
-    return None if mkl is None else mkl.vexp
-
-
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Within it, every MKL GEMM this thread starts, from compiled code too, runs on one MKL thread
@@ -467,5 +460,4 @@ __all__ = [
     "sgemm_batch",
     "single_threaded",
     "tap_sum",
-    "vector_exp",
 ]

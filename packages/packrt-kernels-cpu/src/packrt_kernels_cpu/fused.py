@@ -392,14 +392,11 @@ def softmax_last(x: Array) -> Array:
 def softmax_in_place(x: Array) -> None:
     """Softmax along the last axis of a float32 C-contiguous ``x``, written over it: shift by the
     row max, a SIMD exp (``blas.exp``), divide by the row sum. A row that is all ``-inf`` becomes zeros
-    (attention's rule for a query that may see no key), not NaN. On MKL's road the three steps run
-    block by block (``softmax_vml``: MKL's exp called from compiled code), so the scores pass through
-    memory once: 8x12x128x128 scores on two threads 0.42 -> 0.34 ms, on one 0.81 -> 0.69."""
+    (attention's rule for a query that may see no key), not NaN. (Tried and dropped: the three steps
+    block by block in one compiled pass calling MKL's exp from numba's parallel region, 0.42 -> 0.34 ms
+    on two threads for 8x12x128x128 scores, but MKL called inside an OpenMP region sometimes ran
+    nested threads: MiniLM at 2 threads 1.9x slower in some processes.)"""
     rows = x.reshape(-1, x.shape[-1])
-    vexp = blas.vector_exp()
-    if vexp is not None:  # MKL's road: the three steps block by block, in one pass over memory
-        _launch("softmax_vml", x.size, rows, vexp)
-        return
     k = _kernels()
     _launch("softmax_step", x.size, k.SHIFT, rows)
     blas.exp(rows, out=rows)  # MKL's vector exp where it loaded, else numpy's (both SIMD)
