@@ -243,14 +243,6 @@ def activation_bf16_serial(op: int, x: Array, out: Array) -> None:
 # sum is one dependent add per element, which kept LLVM from vectorising it (a 1024x384 LayerNorm:
 # 0.7 ms); any order of float64 partial sums is as accurate as float32 data can use.
 @_reducing
-def _wide_sum(row: Array) -> Any:
-    total = 0.0
-    for j in range(row.shape[0]):
-        total += np.float64(row[j])
-    return total
-
-
-@_reducing
 def _wide_squares(row: Array, center: Any) -> Any:
     """The sum of ``(row[j] - center)**2``, each difference taken in float32 as the kernels use it."""
     total = 0.0
@@ -260,12 +252,31 @@ def _wide_squares(row: Array, center: Any) -> Any:
     return total
 
 
+@_reducing
+def _wide_moments(row: Array, shift: Any) -> Any:
+    """The sum and the sum of squares of ``row - shift`` in float64, in one pass. With ``shift`` one of
+    the row's own values the variance as E[d^2] - E[d]^2 does not cancel (d is centred near 0 for
+    any offset the row has), so one pass is as accurate as the two it replaces, and faster: a
+    1024x768 LayerNorm 340 -> 229 us on one core (torch 229)."""
+    total = 0.0
+    squares = 0.0
+    for j in range(row.shape[0]):
+        d = np.float64(row[j]) - shift
+        total += d
+        squares += d * d
+    return total, squares
+
+
 @_serial
 def _layer_norm_rows(x: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int) -> None:
     width = x.shape[1]
     for r in range(lo, hi):
-        mean = np.float32(_wide_sum(x[r]) / width)
-        scale = np.float32(1.0 / math.sqrt(_wide_squares(x[r], mean) / width + eps))
+        shift = np.float64(x[r, 0])
+        total, squares = _wide_moments(x[r], shift)
+        centre = total / width
+        variance = max(squares / width - centre * centre, 0.0)
+        mean = np.float32(shift + centre)
+        scale = np.float32(1.0 / math.sqrt(variance + eps))
         for j in range(width):
             out[r, j] = (x[r, j] - mean) * scale * w[j] + b[j]
 
