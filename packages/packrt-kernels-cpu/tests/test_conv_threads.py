@@ -39,6 +39,7 @@ def test_banded_conv2d_gives_the_same_bits_on_one_thread_and_on_two(
 ) -> None:
     monkeypatch.setattr(conv, "_BAND_BYTES", 4 * 18 * 9 * 3)  # three output rows a band: tiles to share out
     monkeypatch.setattr(conv, "_TAPS_BAND_BYTES", 4 * 11 * 6 * 3)  # three rows of 11 padded pixels, 2 + 4 channels
+    monkeypatch.setattr(winograd, "_BAND_BYTES", 1)  # one row of 2x2 tiles a band
     x, w, b = make(rng, (3, 2, 9, 9), np.float32), make(rng, (4, 2, 3, 3), np.float32), make(rng, (4,), np.float32)
     geometry = resolve(w, padding=1)
     backend = CpuBackend()

@@ -1,5 +1,5 @@
 """conv2d's Winograd F(2x2, 3x3) road agrees with torch for every size, padding and grouping it takes,
-the same bits on one thread as on two, and is taken only where it applies (MKL's road, numba loaded)."""
+and is taken only where it applies (MKL's road, numba loaded). Its threads: test_conv_threads.py."""
 
 from __future__ import annotations
 
@@ -113,23 +113,6 @@ def test_the_transformed_weight_is_g_k_gt_in_float64_rounded_once(rng: Any) -> N
     g = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
     want = (g @ kernels.astype(np.float64) @ g.T).reshape(2, 3, 5, 16).transpose(0, 3, 1, 2).astype(np.float32)
     np.testing.assert_array_equal(fused.winograd_weight(kernels.reshape(2, 3, 45)), want)
-
-
-def test_winograd_gives_the_same_bits_on_one_thread_and_on_two(rng: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(winograd, "_BAND_BYTES", 1)  # one tile row a band: many tiles to share out
-    x = rng.standard_normal((3, 16, 10, 9)).astype(np.float32)
-    k = rng.standard_normal((8, 16, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(8).astype(np.float32)
-    geometry = conv2d_geometry((3, 3), padding=1)
-    backend = CpuBackend()
-    try:
-        backend.set_num_threads(1)
-        alone = conv2d(x, k, b, geometry)
-        backend.set_num_threads(2)
-        shared = conv2d(x, k, b, geometry)
-    finally:
-        backend.set_num_threads(os.cpu_count() or 1)
-    np.testing.assert_array_equal(alone, shared)
 
 
 def test_columns_and_winograd_agree_within_float32_rounding(rng: Any, monkeypatch: pytest.MonkeyPatch) -> None:
