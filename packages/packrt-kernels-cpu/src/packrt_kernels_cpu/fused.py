@@ -10,7 +10,7 @@ path for every other dtype and namespace, and for machines where numba cannot lo
 numba is imported, and the kernels compiled, on the first call only (``cache=True`` keeps the
 machine code on disk for the next process), so ``import packrt`` never pays for either.
 ``PACKRT_NUMBA=0`` in the environment turns the fused path off. The compiled loops live in
-:mod:`packrt_kernels_cpu._numba_kernels`, the only module that imports numba.
+:mod:`packrt_kernels_cpu._numba_kernels` and :mod:`packrt_kernels_cpu._numba_conv`, the only modules that import numba.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import contextlib
 import math
 import os
 import threading
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -233,7 +234,7 @@ def columns_tiles(
 ) -> None:
     """conv2d's banded columns road for one thread's ``tiles`` (k, 3) int64 (image, first output row, one
     past the last) of a float32 (N, C, H, W) ``x``, into ``out`` (N, G, O/G, OH * OW), in one compiled call
-    that runs ``gemm`` (MKL's batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_kernels.columns_tiles``."""
+    that runs ``gemm`` (MKL's batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_conv.columns_tiles``."""
     (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
     top, _, left, _ = geometry.padding
     _, ow = geometry.output_size(int(x.shape[2]), int(x.shape[3]))
@@ -262,7 +263,7 @@ def winograd_tiles(
     """conv2d's Winograd F(2x2, 3x3) road for one thread's ``tiles`` (k, 3) int64 (image, first tile
     row, one past the last) of a float32 (N, C, H, W) ``x`` padded ``(top, left)``, bands of at most
     ``band`` tile rows, into ``out`` (N, O, OH, OW), in one compiled call that runs ``gemm`` (MKL's
-    batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_kernels.winograd_tiles``."""
+    batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_conv.winograd_tiles``."""
     k = _kernels()
     tw = (int(out.shape[3]) + 1) // 2
     scratch = scratch_f32((k.winograd_scratch_size(int(x.shape[1]), int(out.shape[1]), band, tw),))
@@ -408,6 +409,6 @@ def _compile() -> Any:
     # cores against OpenBLAS's workers and the caller (a MiniLM forward at 2 threads: 260 ms). A
     # short spin, then sleep (blas.prefer_short_openmp_spin); libgomp reads it when it loads, below.
     blas.prefer_short_openmp_spin()
-    from packrt_kernels_cpu import _numba_kernels  # imports numba: only now, on first use
+    from packrt_kernels_cpu import _numba_conv, _numba_kernels  # import numba: only now, on first use
 
-    return _numba_kernels
+    return types.SimpleNamespace(**{**vars(_numba_kernels), **vars(_numba_conv)})  # one namespace of kernels
