@@ -12,9 +12,11 @@ from typing import Any
 import numba
 import numpy as np
 
-from packrt_kernels_cpu._numba_kernels import _NO_TRANS, _ONE, _ROW_MAJOR, _ZERO, _parallel, _serial
+from packrt_kernels_cpu._numba_kernels import _ONE, _parallel, _serial
 
 Array = Any
+_ZERO = np.float32(0.0)
+_ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values, for the GEMMs called from here
 
 
 # -- conv2d's columns: (image, channel) planes lo:hi ------------------------------------------------

@@ -37,8 +37,6 @@ _TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
 _CUBIC = np.float32(0.044715)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
-_ZERO = np.float32(0.0)
-_ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values, for the GEMMs compiled code calls
 _CHUNK = 16384  # elements per parallel task of an elementwise kernel
 _TILE = 32  # a transpose copies 32x32 tiles, so reads and writes both stay in cache
 

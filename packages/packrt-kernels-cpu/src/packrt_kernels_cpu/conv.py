@@ -232,8 +232,7 @@ def _conv2d_shifted(x: Array, w_groups: Array, b: Array | None, geometry: Conv2d
     taps = np.ascontiguousarray(w_groups.reshape(g, og, cg, kh, kw).transpose(0, 3, 4, 1, 2)).reshape(g, -1, og, cg)
     offsets = [i * dh * wp + j * dw for i in range(kh) for j in range(kw)]
     out = np.empty((n, g * og, oh, ow), np.float32)
-    band = max(1, min(oh, _TAPS_BAND_BYTES // (4 * wp * (c + g * og))))
-    band = -(-oh // -(-oh // band))  # the same count of bands, evened out
+    band = tiles.even_band(oh, _TAPS_BAND_BYTES // (4 * wp * (c + g * og)))
     bias = None if b is None else b.reshape(-1, 1)
 
     def run(part: list[tiles.Tile]) -> None:

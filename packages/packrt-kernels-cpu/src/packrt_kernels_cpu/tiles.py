@@ -29,6 +29,13 @@ def run_tiles(run: Any, images: int, rows: int, band: int) -> None:
         _share_out(run, [tiles[bounds[s] : bounds[s + 1]] for s in range(shares)])
 
 
+def even_band(rows: int, most: int) -> int:
+    """A band height of at most ``most`` rows that splits ``rows`` into as few bands as ``most`` would,
+    of near-equal height (64 rows at most 62: two bands of 32, not 62 and 2)."""
+    band = max(1, min(rows, most))
+    return -(-rows // -(-rows // band))
+
+
 def padded_band(image: Array, src: Array, rows: int, wp: int, first: int, left: int) -> None:
     """Write rows ``first .. first + rows - 1`` of ``image`` (C, H, W), zero-padded (rows outside the
     image, ``left`` columns before it, the rest of ``wp`` after it), flat into ``src`` (C, rows * wp + extra),

@@ -55,8 +55,7 @@ def conv2d_winograd(x: Array, w_groups: Array, b: Array | None, geometry: Conv2d
     tile_rows, tw = -(-oh // 2), -(-ow // 2)
     u = fused.winograd_weight(w_groups)
     bias = np.zeros(outs, np.float32) if b is None else np.ascontiguousarray(b, np.float32)
-    band = max(1, min(tile_rows, _BAND_BYTES // (4 * 16 * (c + outs) * tw)))
-    band = -(-tile_rows // -(-tile_rows // band))  # the same count of bands, evened out
+    band = tiles.even_band(tile_rows, _BAND_BYTES // (4 * 16 * (c + outs) * tw))
     out = np.empty((n, outs, oh, ow), np.float32)
     gemm = blas.sgemm_batch()
 
