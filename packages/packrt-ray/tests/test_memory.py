@@ -34,7 +34,7 @@ def _replica_memory(
     serve.run(app, name=name, route_prefix=f"/{name}")
     try:
         handle = serve.get_app_handle(name)
-        answers: dict[int, Any] = replica_answers(lambda: handle.memory.remote().result(timeout_s=30), want=2)
+        answers: dict[int, Any] = replica_answers(lambda: handle.memory.remote().result(timeout_s=180), want=2)
     finally:
         serve.delete(name)
     return (directory / "model.safetensors").stat().st_size, answers

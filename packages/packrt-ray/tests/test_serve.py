@@ -114,5 +114,5 @@ def test_a_handle_call_raises_the_packrt_error_itself(deploy: Any, tiny_llama_di
     from packrt_ray import RequestError
 
     with pytest.raises(RequestError, match=r"max_new_tokens must be an int from 0 to 8"):
-        handle.generate.remote([[1, 2]], 50).result(timeout_s=30)
-    assert handle.generate.remote([[1, 2]], 2).result(timeout_s=30)[0][:2] == [1, 2]
+        handle.generate.remote([[1, 2]], 50).result(timeout_s=180)
+    assert handle.generate.remote([[1, 2]], 2).result(timeout_s=180)[0][:2] == [1, 2]

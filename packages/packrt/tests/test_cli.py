@@ -202,7 +202,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 def _inspect_in_a_subprocess(path: Path) -> subprocess.CompletedProcess[str]:
     """``python -m packrt.cli inspect PATH``, run to the end with its output captured as text."""
     command = [sys.executable, "-m", "packrt.cli", "inspect", str(path)]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
 
 
 def test_the_module_runs_as_a_program(tmp_path: Path) -> None:
@@ -236,7 +236,7 @@ def test_inspect_into_a_reader_that_closes_early_exits_141_with_nothing_on_stder
     process.stdout.close()  # as `| head -1` does: the rest of the listing has no reader
     stderr = process.stderr.read()
     process.stderr.close()
-    assert process.wait(timeout=120) == 141
+    assert process.wait(timeout=600) == 141
     assert first.decode().startswith(f"checkpoint: {path} (single file)")
     assert stderr == b"", stderr.decode()
 

@@ -168,6 +168,6 @@ def test_the_command_finds_a_factory_beside_it_when_run_as_a_program(workdir: Pa
     model = f"{_factory_name(workdir)}:build"
     command = [sys.executable, "-m", "packrt.cli", "check", "m.safetensors", "--model", model]
     command += ["--config", "config.json"]
-    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(command, cwd=workdir, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     assert "result: match" in done.stdout

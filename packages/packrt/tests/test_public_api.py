@@ -82,7 +82,7 @@ def test_the_demo_runs_in_smoke_mode() -> None:
 
 def _fresh(code: str) -> str:
     """stdout of ``code`` run in a new interpreter (nothing imported yet)."""
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
 

@@ -71,8 +71,8 @@ def from_dlpack(obj: Any) -> Tensor:
             array = np.from_dlpack(obj)
         except (RuntimeError, BufferError, TypeError) as err:
             raise DLPackError(
-                f"numpy cannot import this DLPack tensor ({err}); bfloat16 cannot cross DLPack into numpy, "
-                "so convert on the producer's side first (for torch: t.float())"
+                f"numpy {np.__version__} cannot import this DLPack tensor ({err}); if it is bfloat16, which numpy "
+                "cannot take through DLPack, convert it on the producer's side first (for torch: t.float())"
             ) from err
         from_numpy_dtype(array.dtype)
         return Tensor._make(array, CPU)
