@@ -115,7 +115,7 @@ def test_small_or_non_contiguous_arrays_keep_numpys_cast() -> None:
 
 
 @pytest.mark.parametrize("size", [4096 * 3, 1 << 19])  # the calling thread's loop, then the pool's
-def test_bfloat16_casts_agree_on_the_serial_and_the_parallel_path(size: int) -> None:
+def test_bfloat16_casts_give_ml_dtypes_bits_on_the_calling_thread_and_on_the_pool(size: int) -> None:
     values = np.random.default_rng(size).standard_normal(size).astype(F32)
     bf16 = np.dtype(ml_dtypes.bfloat16)
     np.testing.assert_array_equal(fused.cast(values, bf16).view(np.uint16), values.astype(bf16).view(np.uint16))

@@ -54,7 +54,7 @@ from packrt_kernels_cpu.quantize import (
     quantize_per_channel,
 )
 from packrt_kernels_cpu.special import erf, erfc
-from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, tolerance
+from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, ROAD_TOLERANCES, road_tolerance, tolerance
 
 __all__ = [
     "BlasUnavailableError",
@@ -63,6 +63,7 @@ __all__ = [
     "HALF_DTYPES",
     "KERNEL_TOLERANCES",
     "QMAX",
+    "ROAD_TOLERANCES",
     "ArrayBackend",
     "Conv2dGeometry",
     "Conv2dView",
@@ -100,6 +101,7 @@ __all__ = [
     "quantize_per_channel",
     "relu",
     "rms_norm",
+    "road_tolerance",
     "rotary_embedding",
     "scaled_dot_product_attention",
     "sigmoid",

@@ -1,10 +1,36 @@
-"""How close packrt's kernels are promised to be to torch.nn.functional, per input dtype.
+"""How close packrt's results are promised to be: to torch.nn.functional, and between two of packrt's roads.
 
-One table, read by the kernel tests and by anyone comparing packrt with PyTorch: a result
-``a`` agrees with torch's ``t`` when ``|a - t| <= atol + rtol * |t|`` elementwise (numpy's
-``assert_allclose`` rule). Half precision is computed in float32 and rounded once, so its
-budget is a couple of units in the last place of the output dtype; torch may round
-intermediate results differently, which is why the half entries are not tighter.
+Two tables, each read by the tests and by anyone comparing results. A result ``a`` agrees with
+``e`` when ``|a - e| <= atol + rtol * |e|`` elementwise (numpy's ``assert_allclose`` rule).
+
+``KERNEL_TOLERANCES``: packrt against PyTorch, per input dtype. Half precision is computed in
+float32 and rounded once, so its budget is a couple of units in the last place of the output
+dtype; torch may round intermediate results differently, which is why the half entries are not
+tighter.
+
+``ROAD_TOLERANCES``: one packrt result against the same result computed by another of packrt's
+roads: a packed weight against the declared one read in place (``packed``, ``borrowed`` and
+``per_call`` residencies), MKL's GEMM against numpy's (``PACKRT_BLAS``), numba's kernels against
+numpy's (``PACKRT_NUMBA``), a thread count against another where the work is split by the BLAS.
+Those roads run the same math but not the same instructions: a GEMM's BLAS picks its kernel, and
+with it the order in which each dot product is summed, by layout, shape, thread count and CPU
+(oneMKL on AMD Zen 4 sums a contiguous ``W^T`` and a transposed view of ``W`` differently; on
+Sapphire Rapids it does too for some shapes). Two summation orders of ``k`` products differ by at
+most about ``k`` units of rounding times the sum of the products' magnitudes, and by nothing
+predictable relative to a sum that cancels, so the budget is:
+
+- ``rtol``: a fixed relative part, a few thousand units of rounding of the result dtype for
+  float64 and float32; for float16 and bfloat16 one unit in the last place of the output (2**-10
+  and 2**-7 of the value), because both roads compute in float32 and each rounds once, so two
+  float32 results a hair apart may round to neighbouring half values;
+- ``atol``: an absolute part per summed term (``terms``, the reduction length ``k``: a linear's
+  ``in_features``, a conv's ``in_channels / groups * kh * kw``), which covers the cancelled sums,
+  for operands of about unit size (scale it for others). The half dtypes' absolute part is their
+  float32 computation's.
+
+The equalities packrt does promise bit for bit (a compiled GEMV on one thread and on two, the
+compiled elementwise kernels against numpy's, ...) are listed in docs/guides/determinism.md, each
+with its test; every other comparison of two roads uses :func:`road_tolerance`.
 """
 
 from __future__ import annotations
@@ -21,11 +47,43 @@ KERNEL_TOLERANCES: dict[str, tuple[float, float]] = {
     "bfloat16": (2e-2, 2e-2),
 }
 
+# dtype name -> (rtol, atol per summed term): two of packrt's roads to one result (see the module docstring)
+ROAD_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float64": (1e-12, 1e-14),  # 4500 and 45 units of rounding (2**-53)
+    "float32": (1e-5, 1e-6),  # 170 and 17 units of rounding (2**-24): float32's sums, in float32
+    "float16": (1e-3, 1e-6),  # one unit in the last place (2**-10 of the value); float32's sums below it
+    "bfloat16": (8e-3, 1e-6),  # one unit in the last place (2**-7 of the value); float32's sums below it
+}
 
-def tolerance(dtype: Any) -> tuple[float, float]:
-    """(rtol, atol) for results of ``dtype``; KeyError naming the dtypes covered otherwise."""
+
+def _lookup(table: dict[str, tuple[float, float]], dtype: Any, what: str) -> tuple[float, float]:
     name = np.dtype(dtype).name
     try:
-        return KERNEL_TOLERANCES[name]
+        return table[name]
     except KeyError as err:
-        raise KeyError(f"no kernel tolerance for dtype {name}; covered: {sorted(KERNEL_TOLERANCES)}") from err
+        raise KeyError(f"no {what} tolerance for dtype {name}; covered: {sorted(table)}") from err
+
+
+def tolerance(dtype: Any) -> tuple[float, float]:
+    """(rtol, atol) for results of ``dtype`` against torch; KeyError naming the dtypes covered otherwise."""
+    return _lookup(KERNEL_TOLERANCES, dtype, "kernel")
+
+
+def road_tolerance(dtype: Any, terms: int = 1) -> tuple[float, float]:
+    """(rtol, atol) within which two of packrt's roads agree on a result of ``dtype`` whose elements each
+    sum ``terms`` products of operands of about unit size (1 for elementwise results); KeyError naming
+    the dtypes covered otherwise, ValueError for ``terms < 1``."""
+    if terms < 1:
+        raise ValueError(f"terms is the number of products each result sums, at least 1; got {terms}")
+    rtol, atol = _lookup(ROAD_TOLERANCES, dtype, "road")
+    return rtol, atol * terms
+
+
+def assert_same_result(actual: Any, expected: Any, *, terms: int = 1, err_msg: str = "") -> None:
+    """Assert ``actual`` is ``expected`` computed by another road: the same dtype and shape, NaN where it
+    is NaN, and values within :func:`road_tolerance` of the dtype for ``terms`` summed products."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.dtype == e.dtype, f"dtype {a.dtype} != {e.dtype} {err_msg}".rstrip()
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape} {err_msg}".rstrip()
+    rtol, atol = road_tolerance(a.dtype, terms)
+    np.testing.assert_allclose(a.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, err_msg=err_msg)
