@@ -16,12 +16,13 @@ import packrt_base
 from packrt_base import Kernels
 
 FIXTURES = Path(__file__).parent / "typing_fixtures"
-SOURCES = Path(packrt_base.__file__).resolve().parents[1]  # the directory holding packrt_base/
 
 
 def _mypy(fixture: str) -> subprocess.CompletedProcess[str]:
     pytest.importorskip("mypy", reason="mypy is not installed (pip install packrt-base[test])")
-    env = {**os.environ, "MYPYPATH": str(SOURCES)}
+    # mypy finds packrt_base (py.typed) on this interpreter's path, installed or editable; a MYPYPATH
+    # inherited from a lint run would point elsewhere
+    env = {key: value for key, value in os.environ.items() if key != "MYPYPATH"}
     command = [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--cache-dir", os.devnull]
     return subprocess.run(
         [*command, "--python-version", "3.11", str(FIXTURES / fixture)],

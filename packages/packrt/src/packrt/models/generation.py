@@ -36,6 +36,18 @@ def _token_ids(values: int | Sequence[int] | None) -> tuple[int, ...]:
     return tuple(int(v) for v in items)
 
 
+def _placed(array: np.ndarray, device: packrt.Device) -> packrt.Tensor:
+    """``array`` as a tensor on ``device``: a zero-copy view on the CPU, a copy placed there elsewhere
+    (``Tensor.to`` is skipped when nothing moves: it costs more than a decode step's other bookkeeping)."""
+    tensor = packrt.from_numpy(array)
+    return tensor if device == tensor.device else tensor.to(device)
+
+
+def _host(tensor: packrt.Tensor) -> np.ndarray:
+    """``tensor``'s values in host memory: its own storage on the CPU, ``.cpu()``'s copy elsewhere."""
+    return np.asarray((tensor if tensor.device.type == "cpu" else tensor.cpu()).numpy())
+
+
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not temperature > 0:
         raise ValueError(f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy")
@@ -109,8 +121,8 @@ class CausalLM(nn.Module):
                     f"{self._name()}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
                     f"{(batch, seq)} with 1 for tokens and 0 for padding"
                 )
-            keep = np.asarray(attention_mask.cpu().numpy()) != 0
-            key_mask = None if keep.all() else packrt.from_numpy(keep).to(input_ids.device)
+            keep = _host(attention_mask) != 0
+            key_mask = None if keep.all() else _placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
         step = Step(0, seq, key_mask, input_ids.device)
@@ -161,7 +173,7 @@ class CausalLM(nn.Module):
             )
         device = self._device()
         tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
-        tokens[:, :prompt] = np.asarray(input_ids.cpu().numpy())
+        tokens[:, :prompt] = _host(input_ids)
         cache = KVCache(self.num_layers, batch, total, device)
         positions = None
         if attention_mask is not None:
@@ -169,7 +181,7 @@ class CausalLM(nn.Module):
                 raise ShapeError(
                     f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}"
                 )
-            mask = np.asarray(attention_mask.cpu().numpy()) != 0
+            mask = _host(attention_mask) != 0
             cache.set_padding(mask)
             if cache.padded:  # positions count real tokens only; padding sits at position 0
                 counted = np.cumsum(mask, axis=-1) - 1
@@ -177,19 +189,19 @@ class CausalLM(nn.Module):
                 grid = np.empty((batch, total), dtype=np.int64)
                 grid[:, :prompt] = counted
                 grid[:, prompt:] = counted[:, -1:] + np.arange(1, max_new_tokens + 1)
-                positions = packrt.from_numpy(grid).to(device)
+                positions = _placed(grid, device)
         key_mask = cache.key_mask if cache.padded else None
         rng = np.random.default_rng(seed)
         finished = np.zeros(batch, dtype=bool)
         filler = next((p for p in (pad_token_id, self.pad_token_id) if p is not None), eos[0] if eos else 0)
         end = prompt
-        ids = packrt.from_numpy(tokens[:, :prompt]).to(device)
+        ids = _placed(tokens[:, :prompt], device)
         start, length = 0, prompt
         for t in range(max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
             hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
-            scores = np.asarray(self._logits(hidden[:, -1:]).cpu().numpy())[:, -1]
+            scores = _host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
                 chosen = np.where(finished, filler, chosen)
@@ -199,8 +211,8 @@ class CausalLM(nn.Module):
             if eos and finished.all():
                 break
             start, length = prompt + t, 1
-            ids = packrt.from_numpy(tokens[:, start : start + 1]).to(device)
-        return packrt.from_numpy(tokens[:, :end].copy()).to(device)
+            ids = _placed(tokens[:, start : start + 1], device)
+        return _placed(tokens[:, :end].copy(), device)
 
 
 __all__ = ["CausalLM", "sample_next"]
