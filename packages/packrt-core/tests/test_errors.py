@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import packrt_base
+import packrt_hooks
 from packrt_core import errors
 
 BUILTIN_OF = {
@@ -42,3 +44,10 @@ def test_every_exported_error_is_listed_here() -> None:
 
 def test_a_registration_error_prints_its_message_unquoted() -> None:
     assert str(errors.RegistrationError("name 'a.b' cannot contain '.'")) == "name 'a.b' cannot contain '.'"
+
+
+def test_one_root_class_whichever_package_a_user_imports_it_from() -> None:
+    assert errors.PackrtError is packrt_base.PackrtError is packrt_hooks.PackrtError
+    assert issubclass(packrt_hooks.HookError, packrt_base.PackrtError)
+    # the kernels' errors keep their own root: core maps each, naming the public function
+    assert not issubclass(packrt_base.KernelError, errors.PackrtError)

@@ -65,6 +65,30 @@ def test_cast_methods_cast_floating_tensors(method: str, dtype: str) -> None:
     assert dtypes(net)["weight"] == dtype and dtypes(net)["ids"] == "int64"
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        ((prt.float16,), {"copy": True}),
+        ((), {"dtype": prt.float16, "copy": False}),
+        ((prt.float16, False, True), {}),
+        (("cpu", prt.float16, False, True), {}),
+    ],
+    ids=["copy-true", "copy-false", "positional-after-dtype", "positional-after-device-and-dtype"],
+)
+def test_module_to_refuses_copy_as_torch_does_and_names_deepcopy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    net = Net()
+    before = dtypes(net)
+    with pytest.raises(TypeError, match=r"does not accept copy argument.*copy\.deepcopy\(module\)\.to"):
+        net.to(*args, **kwargs)
+    assert dtypes(net) == before  # refused before anything cast: no in-place cast passed off as a copy
+
+
+def test_tensor_to_still_copies_when_asked_where_module_to_refuses() -> None:
+    t = prt.ones(2)
+    assert t.to(prt.float32, copy=True) is not t
+    assert t.to(prt.float32, False, True) is not t
+
+
 def test_to_an_integer_dtype_is_refused_before_anything_changes() -> None:
     net = Net()
     before = dtypes(net)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from types import MappingProxyType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -192,9 +192,32 @@ def test_a_checkpoint_value_that_is_not_a_tensor_is_refused() -> None:
         Net().load_state_dict(sd)
 
 
-def test_numpy_values_are_accepted() -> None:
+@pytest.mark.parametrize("assign", [False, True])
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_numpy_value_is_refused_on_every_load_road_naming_the_key_and_from_numpy(strict: bool, assign: bool) -> None:
     net = Lin()
-    net.load_state_dict({"weight": np.ones((2, 3), dtype=np.float32), "bias": np.zeros(2, dtype=np.float32)})
+    before = snapshot(net)
+    sd: dict[str, Any] = {"weight": np.ones((2, 3), dtype=np.float32), "bias": prt.zeros(2)}
+    with pytest.raises(
+        StateDictError,
+        match=r"weight: the checkpoint value is a numpy\.ndarray; a packrt Tensor is expected: "
+        r"convert it with packrt\.from_numpy\(value\)",
+    ):
+        net.load_state_dict(sd, strict=strict, assign=assign)
+    assert snapshot(net) == before  # refused before anything was written, the bias included
+
+
+def test_a_dlpack_value_such_as_a_torch_tensor_is_refused_naming_from_dlpack(torch: ModuleType) -> None:
+    net = Lin()
+    sd: dict[str, Any] = {"weight": torch.ones(2, 3), "bias": prt.zeros(2)}
+    with pytest.raises(StateDictError, match=r"weight: the checkpoint value is a torch\.Tensor; .*packrt\.from_dlpack"):
+        net.load_state_dict(sd)
+
+
+def test_a_numpy_checkpoint_loads_once_converted_with_from_numpy() -> None:
+    net = Lin()
+    arrays = {"weight": np.ones((2, 3), dtype=np.float32), "bias": np.zeros(2, dtype=np.float32)}
+    net.load_state_dict({key: prt.from_numpy(array) for key, array in arrays.items()})
     assert net.weight.tolist() == [[1.0] * 3] * 2
 
 

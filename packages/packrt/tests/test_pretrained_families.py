@@ -147,6 +147,25 @@ def test_left_padded_generation_with_eos_matches_transformers(
     np.testing.assert_array_equal(ours, theirs)
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])
+def test_generation_runs_on_the_models_device_and_returns_its_tokens_there(
+    saved: dict[str, Any], stand_in_cuda: packrt.Device, name: str
+) -> None:
+    model = from_pretrained(saved[name][0], weight_residency="borrowed")
+    ids = _ids(2, 7, seed=3)
+    mask = np.ones_like(ids)
+    mask[1, :2], ids[1, :2] = 0, 0  # left padding: the key mask and positions are placed too
+    on_cpu = model.generate(packrt.from_numpy(ids), 6, attention_mask=packrt.from_numpy(mask)).numpy()
+    model.to(stand_in_cuda)
+    device_ids = packrt.from_numpy(ids).to(stand_in_cuda)
+    device_mask = packrt.from_numpy(mask).to(stand_in_cuda)
+    out = model.generate(device_ids, 6, attention_mask=device_mask)
+    assert out.device == stand_in_cuda
+    np.testing.assert_array_equal(out.cpu().numpy(), on_cpu)
+    logits = model(device_ids, attention_mask=device_mask)
+    assert logits.device == stand_in_cuda
+
+
 def test_generation_runs_the_prefix_once_then_one_token_per_step(saved: dict[str, Any]) -> None:
     model = from_pretrained(saved["llama"][0])
     assert isinstance(model, CausalLM)

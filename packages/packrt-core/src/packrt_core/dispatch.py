@@ -8,52 +8,26 @@ backend's array namespace (``backend.xp``), ``nn.functional`` and the layers cal
 branches on the device type, so a layer on a CUDA tensor runs cupy code by construction. A
 test swaps in a recording backend with :func:`use_backend`.
 
+What a backend is (:class:`DeviceBackend`) and what its kernels are (``Kernels``) is the
+contract in packrt-base, which every backend implements; this module is the one file of
+packrt-core that names a kernels package, and only to register the CPU backend when no
+installed metadata does (:func:`get_backend`).
+
 Kernels raise the three ``Kernel*Error`` classes; :func:`kernel_errors` turns each into
 packrt's error of the same kind (one to one), prefixed with the function that called it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib.metadata import entry_points
-from types import ModuleType
-from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
+from packrt_base.backend import DeviceBackend
+from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError
+from packrt_base.kernels import Kernels
 from packrt_core.device import Device
 from packrt_core.errors import DeviceUnavailableError, DTypeError, IndexingError, PackrtError, ShapeError
-from packrt_kernels_cpu import KernelDTypeError, KernelError, KernelIndexError, Kernels, KernelShapeError
-
-
-@runtime_checkable
-class DeviceBackend(Protocol):
-    """What packrt-core needs from a device: its namespace and kernels, allocation, host
-    transfer, seeding, threads, availability and free memory (what ``auto`` residency compares
-    a pack with). ``index`` selects a device ordinal."""
-
-    name: str
-    xp: ModuleType
-    kernels: Kernels
-
-    def is_available(self) -> bool: ...
-    def unavailable_reason(self) -> str: ...
-    def device_count(self) -> int: ...
-    def free_memory(self, index: int = 0) -> int: ...
-    def asarray(self, data: Any, dtype: np.dtype[Any] | None, index: int = 0) -> Any: ...
-    def empty(self, shape: Sequence[int], dtype: np.dtype[Any], index: int = 0) -> Any: ...
-    def full(self, shape: Sequence[int], value: Any, dtype: np.dtype[Any], index: int = 0) -> Any: ...
-    def arange(self, start: Any, stop: Any, step: Any, dtype: np.dtype[Any], index: int = 0) -> Any: ...
-    def to_host(self, a: Any) -> np.ndarray: ...
-    def from_host(self, a: np.ndarray, index: int = 0) -> Any: ...
-    def manual_seed(self, seed: int) -> None: ...
-    def random(
-        self, kind: str, shape: Sequence[int], dtype: np.dtype[Any], a: float, b: float, index: int = 0
-    ) -> Any: ...
-    def set_num_threads(self, n: int) -> None: ...
-    def get_num_threads(self) -> int: ...
-
 
 Backend = DeviceBackend
 
@@ -92,7 +66,7 @@ def _discover(device_type: str) -> DeviceBackend | None:
         if ep.name == device_type:
             backend: DeviceBackend = ep.load()()
             return backend
-    if device_type == "cpu":  # running from a source tree without installed metadata
+    if device_type == "cpu":  # running from a source tree without installed metadata: register it here
         from packrt_kernels_cpu import CpuBackend
 
         return CpuBackend()

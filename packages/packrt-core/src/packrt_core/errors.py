@@ -3,13 +3,14 @@
 Every error packrt raises on purpose derives from :class:`PackrtError` *and* from the
 builtin exception a Python user would already catch for that kind of failure, so
 ``except ValueError`` keeps working and ``except packrt.errors.PackrtError`` catches
-everything packrt meant to raise. The root class and the hook errors come from
-packrt-hooks, the lowest distribution that raises packrt errors.
+everything packrt meant to raise. The root class comes from packrt-base, the bottom of the
+stack, and the hook errors from packrt-hooks.
 """
 
 from __future__ import annotations
 
-from packrt_hooks.errors import HookError, HookResultError, NonFiniteError, PackrtError, UnknownModuleError
+from packrt_base.errors import PackrtError
+from packrt_hooks.errors import HookError, HookResultError, NonFiniteError, UnknownModuleError
 
 
 class DTypeError(PackrtError, TypeError):

@@ -1,10 +1,10 @@
-"""The exceptions packrt-hooks raises on purpose, and the root of packrt's hierarchy.
+"""The exceptions packrt-hooks raises on purpose.
 
-packrt-hooks is the lowest packrt distribution that raises packrt errors, so the root
-class :class:`PackrtError` lives here and packrt-core re-exports it as
-``packrt.errors.PackrtError``: one ``except PackrtError`` catches the hooks' errors and
-core's alike. Like every packrt error, each also derives from the builtin exception a
-Python user would catch for that kind of failure.
+They derive from :class:`PackrtError`, the root of packrt's hierarchy, which lives in
+packrt-base (the bottom of the stack) and is re-exported here, so ``packrt_hooks.PackrtError``
+and ``packrt.errors.PackrtError`` are one class: one ``except PackrtError`` catches the hooks'
+errors and core's alike. Like every packrt error, each also derives from the builtin exception
+a Python user would catch for that kind of failure.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-
-class PackrtError(Exception):
-    """Base class of every error packrt raises on purpose."""
+from packrt_base.errors import PackrtError
 
 
 class HookError(PackrtError):

@@ -1,14 +1,16 @@
-"""packrt's kernels, written against the array namespace of their inputs; numpy here.
+"""packrt's CPU kernels, written against the array namespace of their inputs; numpy here.
 
-Kernels never see packrt's ``Tensor`` or ``Module``. ``packrt-core`` finds a device's
-:class:`ArrayBackend` under the entry-point group ``packrt.backends`` (``cpu`` is this
-package's :class:`CpuBackend`) and reaches every kernel through that backend's ``kernels``
-(:class:`Kernels`), so packrt-kernels-cuda runs the same functions on cupy arrays.
+Kernels never see packrt's ``Tensor`` or ``Module``. ``packrt-core`` finds a device's backend
+under the entry-point group ``packrt.backends`` (``cpu`` is this package's :class:`CpuBackend`)
+and reaches every kernel through that backend's ``kernels``: :data:`CPU_KERNELS`, this
+package's table of the kernels contract (:class:`Kernels`, from packrt-base, as are
+:class:`ArrayBackend` and the ``Kernel*Error`` classes, re-exported here).
 """
 
+from packrt_base.backend import ArrayBackend
+from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
-from packrt_kernels_cpu.backend import ArrayBackend
-from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 from packrt_kernels_cpu.cpu import CpuBackend
 from packrt_kernels_cpu.errors import (
     BlasUnavailableError,

@@ -17,12 +17,11 @@ loops over pixels in Python.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from packrt_base.geometry import Conv2dGeometry, IntPair, Padding
 from packrt_kernels_cpu import blas, fused, tiles, winograd
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
@@ -35,9 +34,6 @@ from packrt_kernels_cpu.namespace import (
     require_shape,
 )
 
-IntPair = int | Sequence[int]
-Padding = int | Sequence[int] | str
-
 
 def _pair(value: IntPair, name: str, minimum: int) -> tuple[int, int]:
     pair = (value, value) if isinstance(value, int) else tuple(value)
@@ -46,34 +42,6 @@ def _pair(value: IntPair, name: str, minimum: int) -> tuple[int, int]:
     if min(pair) < minimum:
         raise KernelShapeError(f"{name} must be >= {minimum} in both dims, got {value!r}")
     return int(pair[0]), int(pair[1])
-
-
-@dataclass(frozen=True)
-class Conv2dGeometry:
-    """Everything about a convolution except the data: kernel size, stride, padding, dilation, groups.
-
-    ``padding`` is explicit per side: (top, bottom, left, right).
-    """
-
-    kernel_size: tuple[int, int]
-    stride: tuple[int, int]
-    padding: tuple[int, int, int, int]
-    dilation: tuple[int, int]
-    groups: int
-
-    def output_size(self, height: int, width: int) -> tuple[int, int]:
-        """(OH, OW) for an input of ``height`` x ``width``; ValueError when either would be < 1."""
-        top, bottom, left, right = self.padding
-        (kh, kw), (sh, sw), (dh, dw) = self.kernel_size, self.stride, self.dilation
-        oh = (height + top + bottom - dh * (kh - 1) - 1) // sh + 1
-        ow = (width + left + right - dw * (kw - 1) - 1) // sw + 1
-        if oh < 1 or ow < 1:
-            raise KernelShapeError(
-                f"conv2d output would be {oh}x{ow}: the input {height}x{width} (padded by {self.padding}) "
-                f"is smaller than the dilated kernel {dh * (kh - 1) + 1}x{dw * (kw - 1) + 1}; "
-                f"pad the input or use a smaller kernel/dilation"
-            )
-        return oh, ow
 
 
 def conv2d_geometry(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
+from packrt_base.backend import ArrayBackend
 from packrt_kernels_cpu import blas, cpu_namespace, fused
-from packrt_kernels_cpu.backend import ArrayBackend
+from packrt_kernels_cpu.kernel_set import CPU_KERNELS
 
 
 class CpuBackend(ArrayBackend):
@@ -15,7 +16,7 @@ class CpuBackend(ArrayBackend):
     name = "cpu"
 
     def __init__(self) -> None:
-        super().__init__(cpu_namespace)
+        super().__init__(cpu_namespace, CPU_KERNELS)
 
     def set_num_threads(self, n: int) -> None:
         """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the

@@ -1,28 +1,13 @@
-"""The three exceptions kernels raise, each also the builtin a numpy user expects.
+"""The exceptions kernels raise: the contract's four (from packrt-base) and the CPU's own BLAS error.
 
-Kernels know arrays, not packrt's error hierarchy, so they raise these; packrt-core maps
-each one to its own error one to one (``KernelShapeError`` -> ``ShapeError`` and so on).
-Messages already use torch.nn.functional's argument names (``input``, ``weight``, ...), which
-callers pass in, so nothing downstream rewrites them.
+``KernelError`` and its shape, dtype and index kinds are the kernels contract's
+(:mod:`packrt_base.errors`), shared with every backend and mapped one to one by packrt-core;
+they are re-exported here so ``packrt_kernels_cpu.KernelShapeError`` keeps working.
 """
 
 from __future__ import annotations
 
-
-class KernelError(Exception):
-    """Root of the errors a kernel raises on purpose."""
-
-
-class KernelShapeError(KernelError, ValueError):
-    """An argument's shape, rank or geometry does not fit the kernel."""
-
-
-class KernelDTypeError(KernelError, TypeError):
-    """An argument's dtype is not one the kernel computes in, or two arguments' dtypes differ."""
-
-
-class KernelIndexError(KernelError, IndexError):
-    """An index (an embedding id, a dimension) lies outside its range."""
+from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError
 
 
 class BlasUnavailableError(KernelError, ImportError):

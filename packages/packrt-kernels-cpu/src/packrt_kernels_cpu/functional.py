@@ -16,17 +16,12 @@ from typing import Any
 import numpy as np
 
 from packrt_kernels_cpu import blas, fused
-from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,
     astype,
     compute_dtype,
     quiet,
-    require_float,
-    require_ndim,
-    require_same_dtype,
-    require_shape,
 )
 from packrt_kernels_cpu.special import erfc
 
@@ -48,20 +43,6 @@ def _compute_input(x: Array, cd: np.dtype[Any]) -> tuple[Array, bool]:
         return x, True
     xc = _upcast(x, cd)
     return xc, fused.handles(xc)
-
-
-def check_linear_args(x: Array, w: Array, b: Array | None) -> np.dtype[Any]:
-    """Validate ``linear``'s arguments; return the shared dtype."""
-    dt = require_float(x, "input")
-    require_ndim(w, 2, "weight", "(out_features, in_features)")
-    require_same_dtype(dt, w, "weight", "input")
-    require_same_dtype(dt, b, "bias", "input")
-    if x.ndim == 0 or x.shape[-1] != w.shape[1]:
-        raise KernelShapeError(
-            f"input's last dimension must equal weight's in_features={w.shape[1]}, got input of shape {tuple(x.shape)}"
-        )
-    require_shape(b, (w.shape[0],), "bias")
-    return dt
 
 
 def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:

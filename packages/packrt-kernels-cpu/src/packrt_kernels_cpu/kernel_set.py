@@ -1,18 +1,15 @@
-"""The kernels a device serves, as one typed record: what packrt-core's layers and functions call.
+"""The CPU's table of the kernels contract (:class:`packrt_base.kernels.Kernels`).
 
 Layers never import a kernels package: they ask their tensors' device backend for its
-``kernels`` and call what they need there, so the same layer code runs numpy kernels on the
-CPU and cupy kernels (plus any GPU-only fused ones) on CUDA. packrt-kernels-cuda starts from
-:data:`CPU_KERNELS`, which are written against the array namespace of their inputs, and
-replaces entries with ``dataclasses.replace``.
+``kernels`` and call what they need there. Building the record here is where mypy checks each
+CPU kernel's signature against the contract's. These kernels are written against the array
+namespace of their inputs, so packrt-kernels-cuda serves several of them on cupy arrays as
+they are (its table names which).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
-
+from packrt_base.kernels import Kernels
 from packrt_kernels_cpu import functional
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
@@ -25,38 +22,6 @@ from packrt_kernels_cpu.packing import (
     pack_linear,
 )
 from packrt_kernels_cpu.quantize import borrow_quantized_linear, pack_quantized_linear, quantize_per_channel
-
-Kernel = Callable[..., Any]
-
-
-@dataclass(frozen=True, slots=True)
-class Kernels:
-    """One device's kernels by name. ``pack_*`` build a layer's owned serving form; ``borrow_*``
-    build a zero-copy one over the declared arrays; both serve through ``.forward(x)``."""
-
-    linear: Kernel
-    embedding: Kernel
-    conv2d: Kernel
-    conv2d_geometry: Kernel
-    layer_norm: Kernel
-    rms_norm: Kernel
-    relu: Kernel
-    gelu: Kernel
-    sigmoid: Kernel
-    silu: Kernel
-    softmax: Kernel
-    scaled_dot_product_attention: Kernel
-    rotary_embedding: Kernel
-    pack_linear: Kernel
-    borrow_linear: Kernel
-    pack_conv2d: Kernel
-    borrow_conv2d: Kernel
-    pack_embedding: Kernel
-    borrow_embedding: Kernel
-    pack_quantized_linear: Kernel
-    borrow_quantized_linear: Kernel
-    quantize_per_channel: Kernel
-
 
 CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention, convolution, elementwise, packs
     linear=functional.linear,
@@ -82,3 +47,6 @@ CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention
     borrow_quantized_linear=borrow_quantized_linear,
     quantize_per_channel=quantize_per_channel,
 )
+
+
+__all__ = ["CPU_KERNELS", "Kernels"]

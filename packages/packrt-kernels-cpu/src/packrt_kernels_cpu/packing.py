@@ -24,15 +24,16 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import check_linear_args
+from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import (
-    Conv2dGeometry,
     check_conv2d_weight,
     conv2d,
     conv2d_gemm,
 )
 from packrt_kernels_cpu.errors import KernelShapeError
-from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
+from packrt_kernels_cpu.functional import embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
     Array,
     array_namespace,

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import ArrayBackend
+from packrt_base.backend import ArrayBackend
 from packrt_kernels_cuda.kernels import CUDA_KERNELS
 
 INSTALL_HINT = "pip install packrt[cuda] (CUDA 13 driver) or packrt-kernels-cuda[cuda12] (CUDA 12 driver)"

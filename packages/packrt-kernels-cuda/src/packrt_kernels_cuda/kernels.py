@@ -1,8 +1,9 @@
-"""The CUDA ``Kernels`` record: the CPU record with the entries that need GPU code replaced.
+"""The CUDA table of the kernels contract (:class:`packrt_base.kernels.Kernels`): GPU code where it pays.
 
 packrt-kernels-cpu's kernels are written against the array namespace of their inputs, so on
 cupy arrays they already run cupy code (embedding, conv2d, relu, sigmoid, the packs of conv and
-embedding, quantization). What is replaced here, with the CPU signatures unchanged:
+embedding, quantization), and the table takes them as they are. What is GPU code here, each with the
+contract's signature:
 
 - ``layer_norm``, ``rms_norm``, ``softmax`` (last axis), ``gelu`` (exact and tanh), ``silu``: one
   fused kernel each from ``cuda_src/fused.cu`` (float32 arithmetic, one rounding on the store)
@@ -26,27 +27,30 @@ is safe to call with numpy arrays too.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import CPU_KERNELS, Kernels, PackedQuantizedLinear
-from packrt_kernels_cpu import packing as cpu_packing
-from packrt_kernels_cpu import quantize as cpu_quantize
-from packrt_kernels_cpu.functional import check_linear_args
-from packrt_kernels_cpu.namespace import (
+from packrt_base.arrays import (
     BFLOAT16,
     FLOAT16,
     FLOAT32,
     array_namespace,
     astype,
+    check_linear_args,
     compute_dtype,
     require_float,
     require_ndim,
 )
+from packrt_base.kernels import Kernels, OwnedPack, Pack
+
+# What this package reuses of the CPU's: the array-generic kernels of CPU_KERNELS (as table entries, and as
+# the fallback for inputs the GPU code does not take: numpy arrays, float64) and the int8 pack (its checks,
+# its owned copies, its nbytes/unpack), which the GPU pack subclasses.
+from packrt_kernels_cpu import CPU_KERNELS, PackedQuantizedLinear
+from packrt_kernels_cpu import quantize as cpu_quantize
 from packrt_kernels_cuda import compiled
 
 Array = Any  # cupy.ndarray (numpy arrays are passed on to the CPU kernels)
@@ -284,15 +288,21 @@ class CudaPackedLinear:
         return _owned(self.wt.T, self.dtype), None if self.b is None else _owned(self.b, self.dtype)
 
 
-class CudaLinearView(cpu_packing.LinearView):
-    """The zero-copy serving form over the declared device weight (``borrowed``, ``per_call``): the CPU
-    view's bound arrays and zero extra bytes, served by the GPU ``linear``."""
+class CudaLinearView:
+    """The zero-copy serving form over the declared device weight (``borrowed``, ``per_call``): the
+    bound arrays and zero extra bytes, served by the GPU ``linear``."""
+
+    nbytes = 0
+
+    def __init__(self, w: Array, b: Array | None) -> None:
+        self.w, self.b = w, b
 
     def forward(self, x: Array) -> Array:
+        """``x @ w.T + b`` straight from the bound device arrays."""
         return linear(x, self.w, self.b)
 
 
-def pack_linear(w: Array, b: Array | None = None) -> Any:
+def pack_linear(w: Array, b: Array | None = None) -> OwnedPack:
     """Pack a device (out, in) weight and bias: ``W^T`` in the GEMM dtype (the declared dtype for
     float16, and for bfloat16 where cupy multiplies it), checked as the CPU pack is."""
     if not on_gpu(w, b):
@@ -304,7 +314,7 @@ def pack_linear(w: Array, b: Array | None = None) -> Any:
     return CudaPackedLinear(_owned(w.T, gd), _bias_for(b, gd), dt)
 
 
-def borrow_linear(w: Array, b: Array | None = None) -> Any:
+def borrow_linear(w: Array, b: Array | None = None) -> Pack:
     """Serve ``linear`` straight from the declared device weight, copying nothing."""
     if not on_gpu(w, b):
         return CPU_KERNELS.borrow_linear(w, b)
@@ -406,17 +416,29 @@ def scaled_dot_product_attention(
     return astype(scores @ astype(v, FLOAT32), dt)
 
 
-CUDA_KERNELS: Kernels = dataclasses.replace(
-    CPU_KERNELS,
+# The whole table, written out: the GPU kernels above, and the CPU's array-generic ones that run on cupy
+# arrays as they are. Building it is where mypy checks every entry against the contract's signature.
+CUDA_KERNELS = Kernels(
     linear=linear,
+    embedding=CPU_KERNELS.embedding,
     layer_norm=layer_norm,
     rms_norm=rms_norm,
-    gelu=gelu,
-    silu=silu,
     softmax=softmax,
     scaled_dot_product_attention=scaled_dot_product_attention,
+    rotary_embedding=CPU_KERNELS.rotary_embedding,
+    conv2d=CPU_KERNELS.conv2d,
+    conv2d_geometry=CPU_KERNELS.conv2d_geometry,
+    relu=CPU_KERNELS.relu,
+    gelu=gelu,
+    sigmoid=CPU_KERNELS.sigmoid,
+    silu=silu,
     pack_linear=pack_linear,
     borrow_linear=borrow_linear,
+    pack_conv2d=CPU_KERNELS.pack_conv2d,
+    borrow_conv2d=CPU_KERNELS.borrow_conv2d,
+    pack_embedding=CPU_KERNELS.pack_embedding,
+    borrow_embedding=CPU_KERNELS.borrow_embedding,
     pack_quantized_linear=pack_quantized_linear,
     borrow_quantized_linear=borrow_quantized_linear,
+    quantize_per_channel=CPU_KERNELS.quantize_per_channel,
 )

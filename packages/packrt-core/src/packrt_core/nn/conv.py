@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from packrt_base.kernels import Kernels, Pack
 from packrt_core import dispatch
 from packrt_core.device import CPU
 from packrt_core.errors import ShapeError
 from packrt_core.nn import checks
 from packrt_core.nn.linear import declare_weight_and_bias
-from packrt_core.nn.residency import Pack, PackedLayer
+from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -87,11 +88,11 @@ class Conv2d(PackedLayer):
         shape = (out_channels, in_channels // groups, kh, kw)
         declare_weight_and_bias(self, shape, in_channels // groups * kh * kw, bias, dtype, device)
 
-    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_conv2d(arrays["weight"], arrays["bias"], self.geometry)
         return pack
 
-    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         # Reads the bound weight in place; half precision converts for the call and is freed.
         view: Pack = kernels.borrow_conv2d(arrays["weight"], arrays["bias"], self.geometry)
         return view

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from packrt_base.kernels import Kernels, Pack
 from packrt_core.creation import empty
 from packrt_core.errors import DeviceError, DTypeError, IndexingError
 from packrt_core.nn import checks
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import Pack, PackedLayer
+from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -57,11 +58,11 @@ class Embedding(PackedLayer):
         if padding_idx is not None and self.weight.has_storage:
             self.weight[padding_idx].fill_(0)
 
-    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_embedding(arrays["weight"])
         return pack
 
-    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         view: Pack = kernels.borrow_embedding(arrays["weight"])
         return view
 

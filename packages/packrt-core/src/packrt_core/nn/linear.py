@@ -6,11 +6,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from packrt_base.kernels import Kernels, Pack
 from packrt_core.creation import empty
 from packrt_core.nn import checks
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import Pack, PackedLayer
+from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -54,11 +55,11 @@ class Linear(PackedLayer):
         self.out_features = int(out_features)
         declare_weight_and_bias(self, (out_features, in_features), in_features, bias, dtype, device)
 
-    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_linear(arrays["weight"], arrays["bias"])
         return pack
 
-    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         view: Pack = kernels.borrow_linear(arrays["weight"], arrays["bias"])
         return view
 

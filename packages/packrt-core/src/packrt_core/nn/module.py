@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Self, TypeVar
 
 from packrt_core.device import Device, as_device
-from packrt_core.dtypes import DataType, as_dtype, bfloat16, dtype, float16, float32, float64
-from packrt_core.errors import DTypeError, ModuleInitError, ModulePathError, RegistrationError
+from packrt_core.dtypes import bfloat16, float16, float32, float64
+from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationError
 from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.state import _IncompatibleKeys
@@ -499,8 +499,8 @@ class Module:
         ``non_blocking=``. Integer and bool tensors keep their dtype. A layer that cannot
         serve the request raises before anything changes. An argument of a kind ``to`` cannot
         take, or in a place its kind cannot take (``to([])``, ``to("cpu", True)``), is a
-        TypeError, as in PyTorch."""
-        _check_to_arguments(args)
+        TypeError, as in PyTorch; so is ``copy=`` (PyTorch's Module.to refuses it too): the
+        module moves in place, so ``copy.deepcopy(module).to(...)`` is how to get a moved copy."""
         moves.to(self, args, kwargs)
         return self
 
@@ -594,43 +594,6 @@ class Module:
         for module in self.modules():
             module._pack_now()
         return self
-
-
-def _names_dtype(value: Any) -> bool:
-    if isinstance(value, dtype | DataType):
-        return True
-    if not isinstance(value, str):
-        return False
-    try:
-        as_dtype(value)
-    except DTypeError:
-        return False
-    return True
-
-
-def _tensor_like(arg: Any) -> bool:
-    """Whether ``to()`` reads ``arg`` as a tensor to match (it has both a device and a dtype)."""
-    return hasattr(arg, "device") and hasattr(arg, "dtype")
-
-
-def _check_to_arguments(args: tuple[Any, ...]) -> None:
-    """Refuse, as TypeError, the positional forms PyTorch's ``Module.to`` refuses: it takes
-    ``(device[, dtype[, non_blocking]])``, ``(dtype[, non_blocking])`` or ``(tensor[, non_blocking])``."""
-    for i, arg in enumerate(args):
-        is_tensor = _tensor_like(arg)
-        known = arg is None or isinstance(arg, Device | str | int) or is_tensor or _names_dtype(arg)
-        if not known or (is_tensor and i > 0):
-            raise TypeError(
-                f"Module.to() cannot read argument {i}, a {type(arg).__name__}: expected to(device), to(dtype), "
-                "to(device, dtype) or to(tensor), with non_blocking=True as a keyword or after a dtype or tensor"
-            )
-    if len(args) >= 2 and isinstance(args[1], bool):
-        first = args[0]
-        if not (_names_dtype(first) or _tensor_like(first)):
-            raise TypeError(
-                f"Module.to({first!r}, {args[1]!r}): a bool after a device stands where the dtype goes; "
-                "pass non_blocking= as a keyword: to(device, non_blocking=True)"
-            )
 
 
 def _kind_of(module: Module, name: str) -> str:

@@ -34,8 +34,9 @@ def tensors_of(module: Module, recurse: bool = True) -> list[Tensor]:
 
 
 def to(module: Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """``module.to(...)``: read the arguments as Tensor.to does, refuse a non-float dtype."""
-    target = parse_to_args(args, kwargs)
+    """``module.to(...)``: read the arguments with Tensor.to's reader in its Module form (which
+    refuses ``copy``), refuse a non-float dtype."""
+    target = parse_to_args(args, kwargs, module=True)
     if target.dtype is not None and not target.dtype.is_floating_point:
         raise DTypeError(
             f"Module.to casts floating-point tensors only, so the target dtype must be floating point; "

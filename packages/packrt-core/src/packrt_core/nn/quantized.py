@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from packrt_base.kernels import Kernels, Pack
 from packrt_core import dispatch
 from packrt_core.creation import empty, tensor
 from packrt_core.device import CPU
@@ -20,7 +21,7 @@ from packrt_core.meta import declaring
 from packrt_core.nn import checks
 from packrt_core.nn.linear import Linear
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import Pack, PackedLayer
+from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -84,11 +85,11 @@ class QuantizedLinear(PackedLayer):
         else:
             self.register_parameter("bias", None)
 
-    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
         return pack
 
-    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         view: Pack = kernels.borrow_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
         return view
 

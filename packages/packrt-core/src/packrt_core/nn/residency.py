@@ -33,8 +33,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
+from packrt_base.kernels import Kernels, Pack
 from packrt_core import dispatch
 from packrt_core.device import CPU, Device
 from packrt_core.errors import ResidencyError, StateDictError
@@ -48,14 +49,6 @@ Array = Any
 _free_override: list[int] = []
 # Per-instance state a deep copy starts afresh: a copy packs its own weights on its first forward.
 _FRESH_IN_A_COPY = ("_served", "_lock", "_decision", "pack_count")
-
-
-class Pack(Protocol):
-    """A serving form: what every residency calls."""
-
-    nbytes: int
-
-    def forward(self, x: Array) -> Array: ...
 
 
 def free_memory(device: Device = CPU) -> int:
@@ -137,11 +130,11 @@ class PackedLayer(Module):
         self._lock = threading.Lock()
 
     # -- what subclasses provide -------------------------------------------------------------
-    def _pack(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         """An owned serving form built from the declared arrays."""
         raise NotImplementedError
 
-    def _borrow(self, kernels: Any, arrays: Mapping[str, Array | None]) -> Pack:
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         """A zero-copy serving form over the declared arrays."""
         raise NotImplementedError
 

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from packrt_core.creation import from_numpy
 from packrt_core.errors import ReadOnlyError, ResidencyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.tensor import Tensor, _Lineage
@@ -201,11 +200,20 @@ def _layout(root: Module) -> tuple[list[_Tie], dict[str, Module]]:
 
 
 def _as_tensor(value: Any, key: str, problems: list[str]) -> Tensor | None:
+    """``value`` when it is a packrt Tensor; otherwise None, with the refusal (the key, the type, how
+    to convert) added to ``problems``. Every load road (copy and assign, strict or not) comes here,
+    so none converts silently: a numpy array's dtype, memory sharing and device would be guessed."""
     if isinstance(value, Tensor):
         return value
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     if isinstance(value, np.ndarray):
-        return from_numpy(value)
-    problems.append(f"{key}: the checkpoint value is a {type(value).__name__}; a packrt Tensor is expected")
+        fix = "convert it with packrt.from_numpy(value) (zero-copy)"
+    elif hasattr(value, "__dlpack__"):
+        fix = "convert it with packrt.from_dlpack(value) (zero-copy; a torch tensor is one)"
+    else:
+        fix = "convert it with packrt.tensor(value)"
+    problems.append(f"{key}: the checkpoint value is a {name}; a packrt Tensor is expected: {fix}")
     return None
 
 

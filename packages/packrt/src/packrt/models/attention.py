@@ -30,18 +30,21 @@ class KVCache:
     """Keys and values of every layer for ``batch`` sequences of up to ``capacity`` positions.
 
     ``length`` is how many positions hold keys. A layer's buffers are allocated at its first
-    :meth:`write`, in the dtype and on the device of the keys written, and reused after.
+    :meth:`write`, in the dtype and on the device of the keys written, and reused after. The key
+    mask lives on ``device``, the model's (its host copy, ``key_mask_array``, is what
+    :meth:`set_padding` writes).
     """
 
-    def __init__(self, layers: int, batch: int, capacity: int) -> None:
+    def __init__(self, layers: int, batch: int, capacity: int, device: packrt.Device | str = "cpu") -> None:
         self.layers = layers
         self.batch = batch
         self.capacity = capacity
+        self.device = packrt.Device(device)
         self.length = 0
         self.keys: list[packrt.Tensor | None] = [None] * layers
         self.values: list[packrt.Tensor | None] = [None] * layers
         self.key_mask_array = np.ones((batch, capacity), dtype=bool)
-        self.key_mask = packrt.from_numpy(self.key_mask_array)
+        self.key_mask = packrt.from_numpy(self.key_mask_array).to(self.device)
         self.padded = False
 
     def set_padding(self, attention_mask: np.ndarray) -> None:
@@ -49,6 +52,8 @@ class KVCache:
         prompt = attention_mask.shape[1]
         self.key_mask_array[:, :prompt] = attention_mask != 0
         self.padded = not bool(self.key_mask_array[:, :prompt].all())
+        # on the CPU the mask is a view of the array, already written; elsewhere it is placed anew
+        self.key_mask = packrt.from_numpy(self.key_mask_array).to(self.device)
 
     def write(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> tuple[packrt.Tensor, packrt.Tensor]:
         """Store ``k``/``v`` (batch, kv_heads, seq, head_dim) at ``start``; return all keys/values so far."""
@@ -74,13 +79,17 @@ class Step:
 
     ``key_mask`` (batch, offset + length), True for keys that may be seen, is None when nothing
     is padding. :meth:`mask` returns, per window, the first key position taken and the bool mask
-    (or None with ``causal=True`` for the plain causal case), computed once and kept.
+    (or None with ``causal=True`` for the plain causal case), computed once and kept on ``device``
+    (the model's).
     """
 
-    def __init__(self, offset: int, length: int, key_mask: packrt.Tensor | None) -> None:
+    def __init__(
+        self, offset: int, length: int, key_mask: packrt.Tensor | None, device: packrt.Device | str = "cpu"
+    ) -> None:
         self.offset = offset
         self.length = length
         self.key_mask = key_mask
+        self.device = packrt.Device(device)
         self._masks: dict[int | None, tuple[int, packrt.Tensor | None, bool]] = {}
 
     def mask(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
@@ -105,7 +114,7 @@ class Step:
         allowed = keys <= queries
         if window is not None:
             allowed &= keys > queries - window
-        mask = packrt.from_numpy(allowed[None])
+        mask = packrt.from_numpy(allowed[None]).to(self.device)
         if self.key_mask is not None:
             mask = mask & self.key_mask[:, first:total].unsqueeze(1)
         return first, mask, False

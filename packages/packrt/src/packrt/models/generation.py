@@ -36,6 +36,18 @@ def _token_ids(values: int | Sequence[int] | None) -> tuple[int, ...]:
     return tuple(int(v) for v in items)
 
 
+def _placed(array: np.ndarray, device: packrt.Device) -> packrt.Tensor:
+    """``array`` as a tensor on ``device``: a zero-copy view on the CPU, a copy placed there elsewhere
+    (``Tensor.to`` is skipped when nothing moves: it costs more than a decode step's other bookkeeping)."""
+    tensor = packrt.from_numpy(array)
+    return tensor if device == tensor.device else tensor.to(device)
+
+
+def _host(tensor: packrt.Tensor) -> np.ndarray:
+    """``tensor``'s values in host memory: its own storage on the CPU, ``.cpu()``'s copy elsewhere."""
+    return np.asarray((tensor if tensor.device.type == "cpu" else tensor.cpu()).numpy())
+
+
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
     if not temperature > 0:
         raise ValueError(f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy")
@@ -109,11 +121,17 @@ class CausalLM(nn.Module):
                     f"{self._name()}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
                     f"{(batch, seq)} with 1 for tokens and 0 for padding"
                 )
-            keep = np.asarray(attention_mask.numpy()) != 0
-            key_mask = None if keep.all() else packrt.from_numpy(keep)
+            keep = _host(attention_mask) != 0
+            key_mask = None if keep.all() else _placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
-        return self._logits(self._hidden(input_ids, Step(0, seq, key_mask), None, position_ids))
+        step = Step(0, seq, key_mask, input_ids.device)
+        return self._logits(self._hidden(input_ids, step, None, position_ids))
+
+    def _device(self) -> packrt.Device:
+        """Where the model computes: its parameters' device (the CPU for a model without any)."""
+        first = next(iter(self.parameters()), None)
+        return packrt.Device("cpu") if first is None else first.device
 
     def generate(
         self,
@@ -135,6 +153,10 @@ class CausalLM(nn.Module):
         from a numpy generator seeded with ``seed`` (the same seed gives the same tokens). A row
         that produced an ``eos_token_id`` is continued with ``pad_token_id`` (default: config.json's,
         else the first eos id) and generation stops early once every row has, as transformers does.
+
+        Runs on the model's device (its parameters'): the ids each step feeds are placed there, the
+        scores come back to the host with ``.cpu()`` to choose the next token, and the result is a
+        tensor on that device, as transformers' ``generate`` returns it.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
@@ -149,16 +171,17 @@ class CausalLM(nn.Module):
                 f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
                 f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
             )
-        tokens = np.empty((batch, total), dtype=np.int64)
-        tokens[:, :prompt] = np.asarray(input_ids.numpy())
-        cache = KVCache(self.num_layers, batch, total)
+        device = self._device()
+        tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
+        tokens[:, :prompt] = _host(input_ids)
+        cache = KVCache(self.num_layers, batch, total, device)
         positions = None
         if attention_mask is not None:
             if tuple(attention_mask.shape) != (batch, prompt):
                 raise ShapeError(
                     f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}"
                 )
-            mask = np.asarray(attention_mask.numpy()) != 0
+            mask = _host(attention_mask) != 0
             cache.set_padding(mask)
             if cache.padded:  # positions count real tokens only; padding sits at position 0
                 counted = np.cumsum(mask, axis=-1) - 1
@@ -166,19 +189,19 @@ class CausalLM(nn.Module):
                 grid = np.empty((batch, total), dtype=np.int64)
                 grid[:, :prompt] = counted
                 grid[:, prompt:] = counted[:, -1:] + np.arange(1, max_new_tokens + 1)
-                positions = packrt.from_numpy(grid)
+                positions = _placed(grid, device)
         key_mask = cache.key_mask if cache.padded else None
         rng = np.random.default_rng(seed)
         finished = np.zeros(batch, dtype=bool)
         filler = next((p for p in (pad_token_id, self.pad_token_id) if p is not None), eos[0] if eos else 0)
         end = prompt
-        ids = packrt.from_numpy(tokens[:, :prompt])
+        ids = _placed(tokens[:, :prompt], device)
         start, length = 0, prompt
         for t in range(max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
-            hidden = self._hidden(ids, Step(start, length, step_mask), cache, step_positions)
-            scores = np.asarray(self._logits(hidden[:, -1:]).numpy())[:, -1]
+            hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
+            scores = _host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
                 chosen = np.where(finished, filler, chosen)
@@ -188,8 +211,8 @@ class CausalLM(nn.Module):
             if eos and finished.all():
                 break
             start, length = prompt + t, 1
-            ids = packrt.from_numpy(tokens[:, start : start + 1])
-        return packrt.from_numpy(tokens[:, :end].copy())
+            ids = _placed(tokens[:, start : start + 1], device)
+        return _placed(tokens[:, :end].copy(), device)
 
 
 __all__ = ["CausalLM", "sample_next"]

@@ -1,0 +1,68 @@
+"""The bottom of packrt's stack: what every other packrt distribution may import.
+
+- :class:`PackrtError`, the root of packrt's exception hierarchy, and the ``Kernel*Error``
+  classes kernels raise (:mod:`packrt_base.errors`).
+- The kernels contract: :class:`Kernels`, one typed field per kernel, the serving forms
+  (:class:`Pack`, :class:`OwnedPack`) and :class:`Conv2dGeometry` (:mod:`packrt_base.kernels`).
+- The device contract: :class:`DeviceBackend`, and :class:`ArrayBackend`, a backend over one
+  array namespace that the CPU and CUDA backends start from (:mod:`packrt_base.backend`).
+- The array helpers every backend's kernels share: :func:`array_namespace`, the float dtypes,
+  :func:`compute_dtype` and the argument checks (:mod:`packrt_base.arrays`).
+
+It is its own distribution because the kernels packages implement the contract and packrt-core
+consumes it, while packrt-core depends on the kernels packages (the CPU backend is always
+there): the contract cannot live in core without a cycle, nor in one backend without the other
+depending on it.
+"""
+
+from packrt_base.arrays import (
+    BFLOAT16,
+    FLOAT16,
+    FLOAT32,
+    FLOAT64,
+    FLOAT_DTYPES,
+    HALF_DTYPES,
+    array_namespace,
+    astype,
+    check_linear_args,
+    compute_dtype,
+    dtype_name,
+    require_float,
+    require_ndim,
+    require_same_dtype,
+    require_shape,
+)
+from packrt_base.backend import ArrayBackend, DeviceBackend
+from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError, PackrtError
+from packrt_base.geometry import Conv2dGeometry
+from packrt_base.kernels import Kernels, OwnedPack, Pack
+
+__all__ = [
+    "BFLOAT16",
+    "FLOAT16",
+    "FLOAT32",
+    "FLOAT64",
+    "FLOAT_DTYPES",
+    "HALF_DTYPES",
+    "ArrayBackend",
+    "Conv2dGeometry",
+    "DeviceBackend",
+    "KernelDTypeError",
+    "KernelError",
+    "KernelIndexError",
+    "KernelShapeError",
+    "Kernels",
+    "OwnedPack",
+    "Pack",
+    "PackrtError",
+    "array_namespace",
+    "astype",
+    "check_linear_args",
+    "compute_dtype",
+    "dtype_name",
+    "require_float",
+    "require_ndim",
+    "require_same_dtype",
+    "require_shape",
+]
+__version__ = "0.1.0.dev0"
