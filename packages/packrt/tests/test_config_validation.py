@@ -365,3 +365,31 @@ def test_a_whole_model_in_one_float_dtype_is_served_in_it(tmp_path: Path, dtype:
     logits = from_pretrained(directory)(packrt.zeros(1, 2, dtype=packrt.int64))
     assert logits.dtype is (packrt.float16 if dtype is np.float16 else packrt.float64)
     assert np.isfinite(np.asarray(logits.numpy(), dtype=np.float64)).all()
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+_FIELDS = sorted({(model_type, f.name) for model_type, schema in SCHEMAS.items() for f in schema.fields})
+_ROPE_KEYS = ["rope_type", "type", "factor", "rope_theta", "low_freq_factor", "high_freq_factor"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    target=st.sampled_from(_FIELDS + [(t, "rope_parameters") for t in ("llama", "qwen2", "mistral")]),
+    value=_JSON,
+    rope=st.dictionaries(st.sampled_from(_ROPE_KEYS), _JSON, max_size=4),
+)
+def test_any_json_value_in_any_field_is_accepted_or_refused_with_a_packrt_config_error(
+    target: tuple[str, str], value: Any, rope: dict[str, Any]
+) -> None:
+    model_type, field = target
+    family = "bert" if model_type == "bert" else "gpt2" if model_type == "gpt2" else "llama"
+    base = {**CONFIGS[family], "model_type": model_type}
+    config = HFConfig({**base, field: rope if field == "rope_parameters" else value}, "/m/config.json")
+    try:
+        validate(config)
+    except (ConfigError, UnsupportedModelError) as err:
+        assert str(err).startswith("'/m/config.json': field '"), str(err)  # noqa: PT017 - any value may be valid
