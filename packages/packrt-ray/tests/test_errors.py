@@ -114,6 +114,12 @@ def test_a_malformed_generate_request_raises_request_error(
         _run(server.generate(input_ids, max_new_tokens))
 
 
+def test_an_eos_id_beyond_the_vocabulary_raises_request_error(ray_cluster: ModuleType, tiny_llama_dir: Path) -> None:
+    server = PackrtServer(ModelSource.resolve(tiny_llama_dir))
+    with pytest.raises(RequestError, match=r"eos_token_id holds id 500, beyond the vocabulary of 128"):
+        _run(server.generate([[1, 2]], 3, 500))
+
+
 def test_every_packrt_ray_error_is_a_packrt_error_and_a_builtin() -> None:
     assert issubclass(ModelDirectoryError, CheckpointError)
     assert issubclass(ModelDirectoryError, FileNotFoundError)

@@ -308,3 +308,15 @@ def test_inspect_of_an_index_with_an_empty_weight_map_lists_no_shards_and_exits_
     assert main(["inspect", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "tensors: 0, 0 bytes" in out and "shards:\n  (none)" in out
+
+
+def test_inspect_refuses_a_lone_surrogate_key_as_safetensors_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = b'{"w\\ud800":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    text += b" " * (-len(text) % 8)
+    path = tmp_path / "lone.safetensors"
+    path.write_bytes(len(text).to_bytes(8, "little") + text + np.ones(1, np.float32).tobytes())
+    assert main(["inspect", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("packrt inspect: error: checkpoint '") and "lone surrogate" in err, err

@@ -4,6 +4,7 @@ a config dataclass, a model directory, the current directory; the hint when the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -98,13 +99,17 @@ def test_config_json_becomes_the_config_dataclass_a_factory_is_annotated_with(
         ("{not json", "--config 'config.json' is not valid JSON"),
         ("[1, 2]", "must hold a JSON object of arguments, not a list"),
         ('{"colour": "red"}', "building the model failed: TypeError"),
+        ("[" * 100_000 + "]" * 100_000, "--config 'config.json' is not valid JSON"),
+        ("fifo", "--config 'config.json' cannot be read: 'config.json' is a FIFO (named pipe), not a regular file"),
     ],
-    ids=["missing", "not-json", "not-an-object", "unknown-argument"],
+    ids=["missing", "not-json", "not-an-object", "unknown-argument", "deeply-nested", "fifo"],
 )
 def test_a_config_that_cannot_be_used_exits_2_with_the_reason(
     workdir: Path, capsys: pytest.CaptureFixture[str], content: str | None, pattern: str
 ) -> None:
-    if content is not None:
+    if content == "fifo":
+        os.mkfifo(workdir / "config.json")  # reading it would block forever
+    elif content is not None:
         (workdir / "config.json").write_text(content)
     command = ["check", "m.safetensors", "--model", f"{_factory_name(workdir)}:build", "--config", "config.json"]
     assert main(command) == 2

@@ -12,6 +12,8 @@ import packrt
 from packrt import io, nn
 from packrt_core.nn import state as state_module
 from packrt_core.nn.parameter import Parameter
+from packrt_io import _checkpoint
+from packrt_io._layout import CheckpointInfo
 
 
 class Stop(BaseException):  # plays KeyboardInterrupt, which pytest itself would act on
@@ -95,3 +97,73 @@ def test_load_checkpoint_stopped_at_any_step_changes_nothing(
             io.load_checkpoint(model, path, progress=False, **options)
         monkeypatch.undo()
         assert same(snapshot(model), before), f"{options}: stopping at step {at} of {total} changed the model"
+
+
+# -- the steps of load_checkpoint itself, around load_state_dict --------------------------------------
+
+_LOAD_STEPS = [
+    (_checkpoint, "load_checkpoint_arrays"),
+    (_checkpoint, "as_tensors"),
+    (CheckpointInfo, "ties"),
+    (CheckpointInfo, "extra_state"),
+    (_checkpoint, "FileGuard"),
+    (nn.Module, "register_forward_pre_hook"),
+    (nn.Module, "load_state_dict"),
+]
+
+
+def files_of(directory: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in sorted(directory.iterdir())}
+
+
+def hooks_of(model: nn.Module) -> tuple[Any, ...]:
+    guard = getattr(model, "_packrt_io_mapped_files", None)
+    files = None if guard is None else guard[0].files
+    return tuple(entry.hook for entry in model._forward_pre_hooks._entries), guard, files
+
+
+# A reload onto a model that already has its guard registers none: those two steps are not taken.
+_CASES = [
+    pytest.param(owner, name, reload, id=f"{name}-{'reload' if reload else 'first-load'}")
+    for reload in (False, True)
+    for owner, name in _LOAD_STEPS
+    if not (reload and name in ("FileGuard", "register_forward_pre_hook"))
+]
+
+
+@pytest.mark.parametrize(("owner", "name", "reload"), _CASES)
+def test_load_checkpoint_failing_at_each_of_its_steps_leaves_model_hooks_and_files_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str, reload: bool
+) -> None:
+    model, path = model_and_file(tmp_path)
+    if reload:
+        first = tmp_path / "first.safetensors"
+        io.save_checkpoint(model, first)
+        io.load_checkpoint(model, first, progress=False, weight_residency="borrowed")
+    before, hooks, files = snapshot(model), hooks_of(model), files_of(tmp_path)
+
+    def fail(*args: Any, **kwargs: Any) -> Any:
+        raise Stop(f"{name} failed")
+
+    monkeypatch.setattr(owner, name, fail)
+    with pytest.raises(Stop, match=f"{name} failed"):
+        io.load_checkpoint(model, path, progress=False, weight_residency="borrowed")
+    monkeypatch.undo()
+    assert same(snapshot(model), before), f"a fault in {name} changed the model's tensors or residency"
+    assert hooks_of(model) == hooks, f"a fault in {name} changed the model's hooks or guarded files"
+    assert files_of(tmp_path) == files, f"a fault in {name} changed the checkpoint files"
+    # The model still loads, and the guard then watches the new file only.
+    io.load_checkpoint(model, path, progress=False, weight_residency="borrowed")
+    watched = hooks_of(model)[2]
+    assert watched is not None and [mapped.path for mapped in watched] == [str(path)]
+
+
+def test_reload_keeps_one_guard_hook_watching_the_latest_files(tmp_path: Path) -> None:
+    model, path = model_and_file(tmp_path)
+    for _ in range(3):
+        io.load_checkpoint(model, path, progress=False, weight_residency="borrowed")
+    hooks, guard, watched = hooks_of(model)
+    assert len(hooks) == 1 and hooks[0] is guard[0]
+    assert watched is not None and [mapped.path for mapped in watched] == [str(path)]
+    io.load_checkpoint(model, path, progress=False, assign=False)  # a copy: no file is served from
+    assert hooks_of(model)[2] == ()

@@ -24,7 +24,7 @@ import numpy as np
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
 from packrt_io._arrays import as_array
-from packrt_io._guard import MappedFile, guard
+from packrt_io._guard import FileGuard, MappedFile
 from packrt_io._header import gc_paused
 from packrt_io._layout import (
     EXTRA_STATE_PREFIX,
@@ -179,34 +179,57 @@ def load_checkpoint(
     for alias, primary in info.ties().items():
         state[alias] = state[primary]
     state.update(info.extra_state())
+    files = tuple(r.mapped_file for r in reports if r.mapped_file is not None) if assign else ()
+    # The guard hook is registered before the commit (a registration can fail); the commit then
+    # only stores the new file list into it.
+    file_guard, registered = _prepare_guard(module, files)
     try:
         result = module.load_state_dict(
             state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency
         )
-    except PackrtError as err:
-        _annotate(err, info)
+    except BaseException as err:
+        if registered:
+            _withdraw_guard(module)
+        if isinstance(err, PackrtError):
+            _annotate(err, info)
+        elif isinstance(err, Exception):
+            err.add_note(f"while loading checkpoint {str(info.path)!r} into {type(module).__name__}")
         raise
-    except Exception as err:
-        err.add_note(f"while loading checkpoint {str(info.path)!r} into {type(module).__name__}")
-        raise
-    _guard_mapped_files(module, [r.mapped_file for r in reports if r.mapped_file is not None] if assign else [])
+    if file_guard is not None:
+        file_guard.files = files
     return result
 
 
 _GUARD_HANDLE = "_packrt_io_mapped_files"
 
 
-def _guard_mapped_files(module: Any, files: list[MappedFile]) -> None:
-    """Check, before each call of ``module``, that the files it now serves from are unchanged (an
-    assign-load binds their mapped pages); a later load replaces the previous check."""
-    previous = getattr(module, _GUARD_HANDLE, None)
-    if previous is not None:
-        previous.remove()
+def _prepare_guard(module: Any, files: tuple[MappedFile, ...]) -> tuple[FileGuard | None, bool]:
+    """The guard that will check, before each call of ``module``, the files it serves from after the
+    load (an assign-load binds their mapped pages), and whether it was registered just now.
+
+    A module keeps one guard across loads; a load that maps no file reuses it with no files.
+    """
+    held = getattr(module, _GUARD_HANDLE, None)
+    if isinstance(held, tuple):
+        return held[0], False
     register = getattr(module, "register_forward_pre_hook", None)
     if not files or register is None:
-        object.__setattr__(module, _GUARD_HANDLE, None)
-        return
-    object.__setattr__(module, _GUARD_HANDLE, register(guard(files)))
+        return None, False
+    file_guard = FileGuard()
+    handle = register(file_guard)
+    try:
+        object.__setattr__(module, _GUARD_HANDLE, (file_guard, handle))
+    except BaseException:
+        handle.remove()
+        raise
+    return file_guard, True
+
+
+def _withdraw_guard(module: Any) -> None:
+    """Undo :func:`_prepare_guard`'s registration (the load it was for failed)."""
+    _, handle = getattr(module, _GUARD_HANDLE)
+    handle.remove()
+    object.__delattr__(module, _GUARD_HANDLE)
 
 
 # -- saving ------------------------------------------------------------------------------------------

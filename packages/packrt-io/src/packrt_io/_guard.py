@@ -4,7 +4,7 @@ A borrowed model's weights are views of the checkpoint's pages. If the file is t
 mapped, reading a vanished page kills the process with SIGBUS; if it is rewritten in place (``cp``
 over it), the weights silently become the new bytes. :class:`MappedFile` keeps the file open for
 as long as its mapping is in use and remembers what the file was at load (inode, size,
-modification time); :func:`guard` checks every file a model maps once per call of the model (one
+modification time); :class:`FileGuard` checks every file a model maps once per call of the model (one
 ``fstat`` each) and raises a CheckpointError naming the file and what changed.
 
 What remains open is the race itself: a truncation that lands *during* a forward, after the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from packrt_core.errors import CheckpointError
@@ -51,12 +51,19 @@ class MappedFile:
         )
 
 
-def guard(files: Sequence[MappedFile]) -> Callable[..., None]:
-    """A forward pre-hook checking ``files`` before each call (it holds the files, not the module)."""
-    held = tuple(files)
+class FileGuard:
+    """A forward pre-hook checking the files in ``files`` before each call of the module it is on.
 
-    def check_mapped_files(module: Any, args: Any) -> None:
-        for mapped in held:
+    One guard stays registered on a module across loads; a load replaces ``files`` (one attribute
+    store, which cannot fail) as the last step of its commit, so a load that fails leaves the guard,
+    and the hooks of the module, as they were.
+    """
+
+    __slots__ = ("files",)
+
+    def __init__(self, files: Sequence[MappedFile] = ()) -> None:
+        self.files: tuple[MappedFile, ...] = tuple(files)
+
+    def __call__(self, module: Any, args: Any) -> None:
+        for mapped in self.files:
             mapped.check()
-
-    return check_mapped_files

@@ -6,7 +6,8 @@ inside a string counts for nothing). A document nested deeper than the caller's 
 there; Python's decoder, which recurses per level, never sees it. Duplicate keys are detected without a
 Python call per object: the decoder's dicts hold fewer members than the text has exactly when some
 object repeats a key, and only then is the text decoded again to name the key. ``NaN`` / ``Infinity``
-are refused, as strict JSON (and the safetensors library) refuse them.
+are refused, as strict JSON (and the safetensors library) refuse them, and so is a string holding a
+lone surrogate (``"\\ud800"``), which is no UTF-8 text: keys and metadata must be valid UTF-8.
 """
 
 from __future__ import annotations
@@ -86,6 +87,47 @@ def member_count(value: Any) -> int:
     return 0
 
 
+# A ``\\uD800``-``\\uDFFF`` escape: the only way JSON text can carry a surrogate (UTF-8 bytes cannot).
+_SURROGATE_ESCAPE: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def first_lone_surrogate(value: Any) -> str | None:
+    """The first string (key or value) in ``value`` that holds a lone surrogate, which UTF-8 cannot encode."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not key.isascii():
+                    try:
+                        key.encode("utf-8")
+                    except UnicodeEncodeError:
+                        return str(key)
+                pending.append(inner)
+        elif isinstance(item, list):
+            pending.extend(item)
+        elif isinstance(item, str) and not item.isascii():
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return item
+    return None
+
+
+def _refuse_surrogates(data: bytes, value: Any, fail: Fail) -> None:
+    # Escapes of a valid pair decode to one character; only a lone half is refused, as safetensors does.
+    if b"\\u" not in data or _SURROGATE_ESCAPE.search(data) is None:
+        return
+    found = first_lone_surrogate(value)
+    if found is not None:
+        shown = found.encode("utf-8", "backslashreplace").decode("ascii")
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        fail(
+            f"holds the string {shown!r} with a lone surrogate escape, which is not valid UTF-8 "
+            "(safetensors refuses it too)"
+        )
+
+
 def decode(raw: bytes | str, limit: int, fail: Fail) -> tuple[Any, int]:
     """Decode ``raw`` as strict JSON nested at most ``limit`` deep (else ``fail``), with its member count.
 
@@ -103,6 +145,7 @@ def decode(raw: bytes | str, limit: int, fail: Fail) -> tuple[Any, int]:
         fail(f"is not valid UTF-8 ({err.reason} at byte {err.start})")
     except (ValueError, RecursionError) as err:
         fail(f"is not valid JSON ({err})")
+    _refuse_surrogates(data, value, fail)
     return value, members
 
 
@@ -132,6 +175,7 @@ __all__ = [
     "decode",
     "fail_duplicate",
     "first_duplicate",
+    "first_lone_surrogate",
     "loads",
     "member_count",
     "structure",

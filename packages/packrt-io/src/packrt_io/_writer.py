@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
-from packrt_io import _fs
+from packrt_io import _fs, _json
 from packrt_io._dtypes import SUPPORTED_NAMES, FileDType, for_array_dtype
 from packrt_io._header import METADATA_KEY, PREFIX_BYTES
 
@@ -82,7 +82,16 @@ def encode(
             "data_offsets": [offset, offset + array.nbytes],
         }
         offset += array.nbytes
-    text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        found = _json.first_lone_surrogate(header) or ""
+        shown = found.encode("utf-8", "backslashreplace").decode("ascii")
+        raise CheckpointError(
+            f"tensor name or metadata {shown!r} holds a lone surrogate, which is not valid UTF-8: safetensors "
+            "headers are UTF-8 text; fix the string (it often comes from decoding bytes with "
+            "errors='surrogateescape')"
+        ) from err
     text += b" " * (-len(text) % 8)
     return len(text).to_bytes(PREFIX_BYTES, "little") + text, [array for _, _, array in prepared]
 

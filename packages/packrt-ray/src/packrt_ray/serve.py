@@ -156,6 +156,8 @@ class PackrtServer:
                 f"{budget!r}; ask for fewer tokens or deploy with a larger max_new_tokens"
             )
         stops = () if eos is None else _int_list([eos] if isinstance(eos, int) else eos, "eos_token_id")
+        if self.vocab_size is not None and stops and max(stops) >= self.vocab_size:
+            raise RequestError(f"eos_token_id holds id {max(stops)}, beyond the vocabulary of {self.vocab_size}")
         positions = getattr(self.loaded.causal_lm, "max_positions", None)
         for i, prompt in enumerate(prompts):
             if self.vocab_size is not None and max(prompt) >= self.vocab_size:

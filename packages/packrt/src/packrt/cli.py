@@ -40,7 +40,7 @@ from typing import Any, NoReturn, TextIO
 
 import packrt_io
 from packrt_core import meta_init
-from packrt_core.errors import PackrtError
+from packrt_core.errors import CheckpointError, PackrtError
 
 _EXIT_OK, _EXIT_MISMATCH, _EXIT_ERROR = 0, 1, 2
 _EXIT_BROKEN_PIPE = 128 + 13  # what a shell reports for a process ended by SIGPIPE
@@ -156,11 +156,16 @@ def _factory(spec: str) -> Callable[..., Any]:
 
 
 def _read_config(path: str) -> dict[str, Any]:
+    from packrt.models.hfconfig import read_regular  # a FIFO is refused unopened
+
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = read_regular(Path(path)).decode("utf-8")
+        config = json.loads(text)
     except OSError as err:
         raise UsageError(f"--config {path!r} cannot be read: {err.strerror or err}") from err
-    except json.JSONDecodeError as err:
+    except CheckpointError as err:
+        raise UsageError(f"--config {path!r} cannot be read: {err}") from err
+    except (ValueError, RecursionError) as err:  # JSONDecodeError, UnicodeDecodeError, deep nesting
         raise UsageError(f"--config {path!r} is not valid JSON: {err}") from err
     if not isinstance(config, dict):
         raise UsageError(f"--config {path!r} must hold a JSON object of arguments, not a {type(config).__name__}")

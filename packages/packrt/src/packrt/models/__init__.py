@@ -13,6 +13,7 @@ plain torch module tree built the same way, so ``state_dict`` keys carry over on
 """
 
 from packrt.models.attention import KVCache
+from packrt.models.config_schema import ConfigError
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.generation import CausalLM
@@ -27,6 +28,7 @@ __all__ = [
     "BertEncoder",
     "CausalDecoder",
     "CausalLM",
+    "ConfigError",
     "GPT2LMHeadModel",
     "KVCache",
     "LlamaForCausalLM",

@@ -21,7 +21,7 @@ import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.errors import ShapeError
+from packrt.errors import DTypeError, IndexingError, ShapeError
 
 _functional = nn.functional
 
@@ -36,6 +36,10 @@ class KVCache:
     """
 
     def __init__(self, layers: int, batch: int, capacity: int, device: packrt.Device | str = "cpu") -> None:
+        for name, value in (("layers", layers), ("batch", batch), ("capacity", capacity)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value <= 0:
+                raise ValueError(f"KVCache: {name} must be a positive int, got {value!r}")
+        layers, batch, capacity = int(layers), int(batch), int(capacity)
         self.layers = layers
         self.batch = batch
         self.capacity = capacity
@@ -49,6 +53,11 @@ class KVCache:
 
     def set_padding(self, attention_mask: np.ndarray) -> None:
         """Mark the prompt's padding (0 in ``attention_mask`` (batch, prompt)) as keys nobody sees."""
+        if attention_mask.ndim != 2 or attention_mask.shape[0] != self.batch or attention_mask.shape[1] > self.capacity:
+            raise ShapeError(
+                f"KVCache.set_padding: attention_mask has shape {attention_mask.shape}, expected (batch, prompt) with "
+                f"batch = {self.batch} and prompt <= {self.capacity} (the cache's sequences and positions)"
+            )
         prompt = attention_mask.shape[1]
         self.key_mask_array[:, :prompt] = attention_mask != 0
         self.padded = not bool(self.key_mask_array[:, :prompt].all())
@@ -56,7 +65,13 @@ class KVCache:
         self.key_mask = packrt.from_numpy(self.key_mask_array).to(self.device)
 
     def write(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> tuple[packrt.Tensor, packrt.Tensor]:
-        """Store ``k``/``v`` (batch, kv_heads, seq, head_dim) at ``start``; return all keys/values so far."""
+        """Store ``k``/``v`` (batch, kv_heads, seq, head_dim) at ``start``; return all keys/values so far.
+
+        The batch must be the cache's own (a cache never broadcasts: make a new one for a new batch
+        size), ``start`` >= 0, the layer one of the cache's, and a layer's later writes must keep the
+        heads, width and dtype of its first.
+        """
+        self._check_write(layer, k, v, start)
         stop = start + k.shape[2]
         if stop > self.capacity:
             raise ShapeError(
@@ -72,6 +87,32 @@ class KVCache:
         keys[:, :, start:stop] = k
         values[:, :, start:stop] = v
         return keys[:, :, :stop], values[:, :, :stop]
+
+    def _check_write(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> None:
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.layers:
+            raise IndexingError(
+                f"KVCache: layer {layer!r} is not one of the cache's {self.layers} layers [0, {self.layers})"
+            )
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise ValueError(f"KVCache: start position must be an int >= 0, got {start!r}")
+        if k.ndim != 4 or tuple(v.shape) != tuple(k.shape):
+            raise ShapeError(
+                f"KVCache: keys {tuple(k.shape)} and values {tuple(v.shape)} must share one (batch, kv_heads, seq, "
+                "head_dim) shape"
+            )
+        if k.shape[0] != self.batch:
+            raise ShapeError(
+                f"KVCache: keys for {k.shape[0]} sequences written to a cache of {self.batch}; a cache never "
+                f"broadcasts: make a new KVCache(layers, batch={k.shape[0]}, capacity) for a new batch size"
+            )
+        held = self.keys[layer]
+        if held is not None and (held.shape[1] != k.shape[1] or held.shape[3] != k.shape[3]):
+            raise ShapeError(
+                f"KVCache: layer {layer} holds {held.shape[1]} heads of width {held.shape[3]}, got keys with "
+                f"{k.shape[1]} of width {k.shape[3]}; use one cache per model"
+            )
+        if held is not None and held.dtype is not k.dtype:
+            raise DTypeError(f"KVCache: layer {layer} holds {held.dtype} keys, got {k.dtype}; use one cache per model")
 
 
 class Step:

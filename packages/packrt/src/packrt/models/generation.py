@@ -22,18 +22,48 @@ import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.errors import ShapeError
+from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
 from packrt.models.layers import check_ids
 
 
-def _token_ids(values: int | Sequence[int] | None) -> tuple[int, ...]:
+def _is_token(value: object, vocab: int) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and 0 <= int(value) < vocab
+
+
+def _token_ids(values: int | Sequence[int] | None, vocab: int) -> tuple[int, ...]:
     if values is None:
         return ()
-    items = [values] if isinstance(values, int) else list(values)
-    if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) and v >= 0 for v in items):
-        raise ValueError(f"generate: eos_token_id must be a token id or a list of token ids, got {values!r}")
-    return tuple(int(v) for v in items)
+    items: list[object] = list(values) if isinstance(values, list | tuple | range | np.ndarray) else [values]
+    if not all(_is_token(v, vocab) for v in items):
+        raise ValueError(f"generate: eos_token_id must be a token id in [0, {vocab}) or a list of them, got {values!r}")
+    return tuple(int(v) for v in items if isinstance(v, int | np.integer))
+
+
+def check_token_range(model: str, ids: np.ndarray, vocab: int) -> None:
+    """IndexingError naming the first id of ``ids`` outside ``[0, vocab)``."""
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        bad = np.argwhere((ids < 0) | (ids >= vocab))[0]
+        raise IndexingError(
+            f"{model}: token id {int(ids[tuple(bad)])} at position {tuple(int(i) for i in bad)} is outside the "
+            f"vocabulary [0, {vocab}); ids come from this model's tokenizer"
+        )
+
+
+def check_positions(model: str, positions: packrt.Tensor, max_positions: int | None) -> None:
+    """Position ids are integers >= 0 (and below ``max_positions`` when the model has a table of them)."""
+    if not np.issubdtype(positions.dtype.numpy, np.integer):
+        raise DTypeError(f"{model}: position_ids must be integers, got {positions.dtype}")
+    values = _host(positions)
+    if values.size and values.min() < 0:
+        raise IndexingError(
+            f"{model}: position_ids hold {int(values.min())}; positions count from 0 (a padded token sits at 0)"
+        )
+    if values.size and max_positions is not None and values.max() >= max_positions:
+        raise IndexingError(
+            f"{model}: position_ids hold {int(values.max())}, beyond the model's {max_positions} positions [0, "
+            f"{max_positions})"
+        )
 
 
 def _placed(array: np.ndarray, device: packrt.Device) -> packrt.Tensor:
@@ -92,6 +122,7 @@ class CausalLM(nn.Module):
     """Base class of the causal LM families; see the module docstring for the two calls it provides."""
 
     num_layers: int
+    vocab: int
     # The longest sequence the model can place (learned position tables); None when unbounded.
     max_positions: int | None = None
     pad_token_id: int | None = None
@@ -125,6 +156,8 @@ class CausalLM(nn.Module):
             key_mask = None if keep.all() else _placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
+        if position_ids is not None:
+            check_positions(self._name(), position_ids, self.max_positions)
         step = Step(0, seq, key_mask, input_ids.device)
         return self._logits(self._hidden(input_ids, step, None, position_ids))
 
@@ -156,12 +189,18 @@ class CausalLM(nn.Module):
 
         Runs on the model's device (its parameters'): the ids each step feeds are placed there, the
         scores come back to the host with ``.cpu()`` to choose the next token, and the result is a
-        tensor on that device, as transformers' ``generate`` returns it.
+        tensor on that device, as transformers' ``generate`` returns it. Ids are checked first:
+        integer prompt ids, prompt, eos and pad ids inside ``[0, vocab)``.
         """
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
             raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
         _check_sampling(temperature, top_k, top_p)
-        eos = _token_ids(eos_token_id)
+        eos = _token_ids(eos_token_id, self.vocab)
+        if pad_token_id is not None and not _is_token(pad_token_id, self.vocab):
+            raise ValueError(
+                f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad_token_id!r}; it is "
+                "written into the rows that have ended"
+            )
         batch, prompt = check_ids(self._name(), input_ids, None)
         total = prompt + max_new_tokens
         if prompt == 0:
@@ -173,7 +212,8 @@ class CausalLM(nn.Module):
             )
         device = self._device()
         tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
-        tokens[:, :prompt] = _host(input_ids)
+        tokens[:, :prompt] = prompt_ids = _host(input_ids)
+        check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
         cache = KVCache(self.num_layers, batch, total, device)
         positions = None
         if attention_mask is not None:
@@ -215,4 +255,4 @@ class CausalLM(nn.Module):
         return _placed(tokens[:, :end].copy(), device)
 
 
-__all__ = ["CausalLM", "sample_next"]
+__all__ = ["CausalLM", "check_positions", "check_token_range", "sample_next"]

@@ -9,6 +9,8 @@ was expected, before any model is built.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,60 @@ class HFConfig(Mapping[str, Any]):
         return tuple(items)
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(path: Path, mode: int) -> CheckpointError:
+    found = next((name for test, name in _KINDS if test(mode)), "a device or other special file")
+    return CheckpointError(f"{str(path)!r} is {found}, not a regular file; replace it with the file itself")
+
+
+def read_regular(path: Path) -> bytes:
+    """The bytes of the regular file at ``path``; anything else (a FIFO, a device) is refused unopened.
+
+    FileNotFoundError passes through for the caller to explain; other failures are CheckpointErrors.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read ({err}); check the path and its permissions") from err
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    try:
+        # O_NONBLOCK: a file swapped for a FIFO after the check still opens at once (and fstat sees it).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as err:
+        raise CheckpointError(f"{str(path)!r} cannot be opened ({err}); check the path and its permissions") from err
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise _not_regular(path, mode)
+        with os.fdopen(fd, "rb", closefd=False) as stream:
+            return stream.read()
+    except OSError as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read ({err}); check the file") from err
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in the regular file ``path``; unreadable, non-UTF-8, malformed or too deeply
+    nested text is a CheckpointError naming the file (FileNotFoundError passes through)."""
+    raw = read_regular(path)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{str(path)!r} is not UTF-8 text ({err}); re-save the file") from err
+    except RecursionError as err:
+        raise CheckpointError(
+            f"{str(path)!r} nests its JSON too deeply to read; a model's config is a shallow object: re-save the file"
+        ) from err
+    except ValueError as err:
+        raise CheckpointError(f"{str(path)!r} cannot be read as JSON ({err}); fix or re-save the file") from err
+
+
 def read_config(directory: Path) -> HFConfig:
     """``directory/config.json`` as an :class:`HFConfig`; a missing or malformed file is a CheckpointError."""
     path = directory / "config.json"
@@ -107,17 +163,15 @@ def read_config(directory: Path) -> HFConfig:
             "and model.safetensors (or model.safetensors.index.json with its shards)"
         )
     try:
-        values = json.loads(path.read_text(encoding="utf-8"))
+        values = read_json(path)
     except FileNotFoundError:
         raise CheckpointError(
             f"{str(directory)!r} has no config.json; a Hugging Face model directory (save_pretrained) holds one "
             "beside its safetensors weights"
         ) from None
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{str(path)!r} cannot be read as JSON ({err}); fix or re-save the file") from err
     if not isinstance(values, dict):
         raise CheckpointError(f"{str(path)!r} holds a {type(values).__name__}, expected a JSON object")
     return HFConfig(values, path)
 
 
-__all__ = ["HFConfig", "read_config"]
+__all__ = ["HFConfig", "read_config", "read_json", "read_regular"]

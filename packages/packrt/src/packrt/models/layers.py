@@ -7,9 +7,11 @@ transformer with it. Attention runs in the (batch, heads, seq, head_dim) layout 
 
 from __future__ import annotations
 
+import numpy as np
+
 import packrt
 from packrt import nn
-from packrt.errors import ShapeError
+from packrt.errors import DTypeError, ShapeError
 from packrt.models.rotary import RotaryEmbedding
 from packrt.nn import Embedding, functional
 
@@ -38,6 +40,11 @@ def check_ids(model: str, ids: packrt.Tensor, max_positions: int | None) -> tupl
         raise TypeError(f"{model} takes a packrt Tensor of token ids, got {type(ids).__name__}")
     if ids.ndim != 2:
         raise ShapeError(f"{model} expects input_ids of shape (batch, seq), got {ids.shape}")
+    if not np.issubdtype(ids.dtype.numpy, np.integer):
+        raise DTypeError(
+            f"{model} takes integer token ids (int64, int32, ...), got {ids.dtype}: token ids are never rounded; "
+            "cast them with ids.to(packrt.int64) if they are whole numbers"
+        )
     batch, seq = ids.shape
     if max_positions is not None and seq > max_positions:
         raise ShapeError(

@@ -245,6 +245,7 @@ class LlamaForCausalLM(CausalLM):
         g = LlamaGeometry.from_config(config)
         self.geometry = g
         self.num_layers = g.layers
+        self.vocab = g.vocab
         self.pad_token_id = g.pad_token_id
         self.rotary = RotaryTables(rope_frequencies(config, g.head_dim))
         self.embed = nn.Embedding(g.vocab, g.hidden, weight_residency=weight_residency)

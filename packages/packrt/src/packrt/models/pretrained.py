@@ -5,11 +5,15 @@ The steps, each checked before the next:
 1. ``config.json``'s ``model_type`` picks the family and its ``architectures`` entry must be one the
    family builds; otherwise :class:`UnsupportedModelError` names what was found and lists what is
    supported.
-2. The model is declared under :func:`packrt.meta_init` (no weight memory).
-3. The checkpoint's headers (``model.safetensors``, or ``model.safetensors.index.json`` and its
-   shards) are read and every tensor name goes through the family's key map. A name the family
-   ignores by design is fine; a name it does not know, a parameter no file holds, or a shape that
-   does not fit fails here, naming the file and the key, before any tensor data is touched.
+2. The config is checked against its model type's schema (:mod:`packrt.models.config_schema`:
+   types, ranges, rope settings, enums), then against the checkpoint's headers (``model.safetensors``,
+   or ``model.safetensors.index.json`` and its shards): no more layers than the files hold tensors
+   for, no width beyond their largest dimension. Nothing has been built yet.
+3. The model is declared under :func:`packrt.meta_init` (no weight memory), and every tensor name
+   goes through the family's key map. A name the family ignores by design is fine; a name it does
+   not know, a parameter no file holds, a shape that does not fit, or a dtype the model cannot serve
+   (not floating, or mixed without ``dtype=``) fails here, naming the file and the key, before any
+   tensor data is touched.
 4. Each file is memory-mapped (``packrt.io``) and the tensors are bound to the model with
    ``load_state_dict(assign=True)``: under ``"borrowed"`` the mapped files stay the only copy of
    the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file).
@@ -20,6 +24,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +33,12 @@ import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
 from packrt.models import bert, gpt2, llama
+from packrt.models.config_schema import UnsupportedModelError, check_capacity, validate
 from packrt.models.hfconfig import HFConfig, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
-
-
-class UnsupportedModelError(CheckpointError):
-    """config.json names a ``model_type`` or an architecture packrt has no family for."""
 
 
 def supported() -> dict[str, tuple[str, ...]]:
@@ -59,6 +61,11 @@ def find_family(config: HFConfig) -> Family:
             f"(architectures): {listed}"
         )
     architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        raise CheckpointError(
+            f"{str(config.path)!r}: field 'architectures' is {architectures!r}, expected a list of class names "
+            f"such as [{family.architectures[0]!r}]; fix config.json"
+        )
     unknown = [name for name in architectures if name not in family.architectures]
     if unknown:
         raise UnsupportedModelError(
@@ -72,6 +79,31 @@ def _problems(kind: str, lines: list[str], fix: str) -> CheckpointError:
     shown = "\n  ".join(lines[:_SHOWN])
     more = f"\n  ... and {len(lines) - _SHOWN} more" if len(lines) > _SHOWN else ""
     return CheckpointError(f"{len(lines)} {kind}:\n  {shown}{more}\n{fix}")
+
+
+# Weight dtypes the families serve: a whole model in one of them runs; kernels do not mix them.
+SERVED_DTYPES = ("F32", "BF16", "F16", "F64")
+
+
+def check_dtypes(info: packrt_io.CheckpointInfo, plan: dict[str, Mapped], cast: packrt.dtype | None, name: str) -> None:
+    """Every planned tensor floating and, unless ``dtype=`` casts them all, of one dtype (named otherwise)."""
+    where = str(info.path)
+    counts = Counter(info.tensors[mapped.checkpoint].dtype for mapped in plan.values())
+    for mapped in plan.values():
+        tensor = info.tensors[mapped.checkpoint]
+        if tensor.dtype not in SERVED_DTYPES:
+            raise CheckpointError(
+                f"checkpoint {where!r}: tensor {mapped.checkpoint!r} in {tensor.file!r} is {tensor.dtype}; {name} "
+                f"serves floating weights ({', '.join(SERVED_DTYPES)}): re-save the checkpoint with floating weights"
+            )
+    if cast is None and len(counts) > 1:
+        usual = counts.most_common(1)[0][0]
+        odd = next(m.checkpoint for m in plan.values() if info.tensors[m.checkpoint].dtype != usual)
+        raise CheckpointError(
+            f"checkpoint {where!r}: tensor {odd!r} in {info.tensors[odd].file!r} is {info.tensors[odd].dtype} but "
+            f"the model's other weights are {usual} ({dict(counts)}); packrt's kernels do not mix dtypes in one "
+            "model: pass dtype=packrt.float32 (or another) to cast every weight, or re-save the checkpoint in one dtype"
+        )
 
 
 def plan_load(
@@ -197,13 +229,17 @@ def from_pretrained(
     directory = Path(os.fspath(path))
     config = read_config(directory)
     family = find_family(config)
+    schema = validate(config)
     cast = _dtype(dtype)
+    info = packrt_io.inspect_checkpoint(directory)
+    keymap = family.keymap(config)
+    check_capacity(config, schema, info, keymap)  # before anything is declared
     with packrt.meta_init():
         model = family.build(config, weight_residency)
     name = f"{(config.get('architectures') or [family.name])[0]} ({config.get('model_type')})"
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
-    info = packrt_io.inspect_checkpoint(directory)
-    plan = plan_load(info, family.keymap(config), expected, strict, name)
+    plan = plan_load(info, keymap, expected, strict, name)
+    check_dtypes(info, plan, cast, name)
     state = load_tensors(info, plan, cast, progress)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
@@ -212,4 +248,13 @@ def from_pretrained(
     return model
 
 
-__all__ = ["FAMILIES", "UnsupportedModelError", "find_family", "from_pretrained", "plan_load", "supported"]
+__all__ = [
+    "FAMILIES",
+    "SERVED_DTYPES",
+    "UnsupportedModelError",
+    "check_dtypes",
+    "find_family",
+    "from_pretrained",
+    "plan_load",
+    "supported",
+]

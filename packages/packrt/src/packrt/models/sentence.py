@@ -12,7 +12,6 @@ masked mean pooling (or the configured modes, concatenated in its order), L2-nor
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from tokenizers import Tokenizer
 import packrt
 from packrt import nn
 from packrt.errors import CheckpointError
+from packrt.models.hfconfig import read_json, read_regular
 from packrt.models.pretrained import from_pretrained
 
 POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
@@ -32,11 +32,30 @@ POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens
 
 def _json(path: Path, what: str) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return read_json(path)
     except FileNotFoundError:
         raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
-    except (OSError, ValueError) as err:
-        raise CheckpointError(f"{str(path)!r} cannot be read as JSON ({err}); fix or re-save it") from err
+
+
+def load_tokenizer(path: Path) -> Tokenizer:
+    """``tokenizer.json`` through the tokenizers library; whatever it raises becomes a CheckpointError
+    naming the file (a truncated file raises a bare ``Exception`` there)."""
+    try:
+        text = read_regular(path).decode("utf-8")
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{str(path)!r} is missing; SentenceEncoder tokenizes with the tokenizers library from "
+            "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{str(path)!r} is not UTF-8 text ({err}); re-save the tokenizer") from err
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as err:  # tokenizers raises plain Exception for malformed files
+        raise CheckpointError(
+            f"{str(path)!r} cannot be read by the tokenizers library ({err}); re-save the tokenizer "
+            "(tokenizer.save_pretrained with a fast tokenizer)"
+        ) from err
 
 
 @dataclass(frozen=True)
@@ -62,13 +81,23 @@ class Pipeline:
         transformer = directory / str(by_kind["Transformer"].get("path", ""))
         pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
         pooling_config = _json(pooling_path, "the pooling step's config")
+        if not isinstance(pooling_config, dict):
+            raise CheckpointError(f"{str(pooling_path)!r} must hold a JSON object of pooling_mode_* flags")
         modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
         if not modes:
             raise CheckpointError(
                 f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
             )
         settings = transformer / "sentence_bert_config.json"
-        max_length = _json(settings, "sentence_bert_config.json").get("max_seq_length") if settings.exists() else None
+        bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
+        max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0
+        ):
+            raise CheckpointError(
+                f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
+                "(the most tokens a text is truncated to); fix the file"
+            )
         return cls(transformer, modes, "Normalize" in by_kind, max_length)
 
 
@@ -96,13 +125,7 @@ class SentenceEncoder:
         """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights)."""
         directory = Path(os.fspath(path))
         pipeline = Pipeline.read(directory)
-        tokenizer_file = pipeline.transformer / "tokenizer.json"
-        if not tokenizer_file.is_file():
-            raise CheckpointError(
-                f"{str(tokenizer_file)!r} is missing; SentenceEncoder tokenizes with the tokenizers library from "
-                "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
-            )
-        tokenizer = Tokenizer.from_file(str(tokenizer_file))
+        tokenizer = load_tokenizer(pipeline.transformer / "tokenizer.json")
         model = from_pretrained(pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress)
         positions = int(getattr(getattr(model, "config", None), "max_positions", 512))
         limit = min(pipeline.max_seq_length or positions, positions)

@@ -1,0 +1,494 @@
+"""What a family's config.json must hold, written as data and checked before any module is declared.
+
+Each model type has a :class:`Schema`: its :class:`Field` rows (kind, default, the values packrt
+implements and the ones transformers knows), which sizes the weight files must hold, which fields
+divide which, and whether it carries rotary settings. :func:`validate` checks a config against it
+(types: an int is never a bool, a float is finite; ranges: sizes positive, eps and ``rope_theta``
+finite and positive; heads that divide the width; complete rope dicts; token ids inside the
+vocabulary); :func:`check_capacity` then compares layer counts and widths with the checkpoint's
+headers, so a config asking for ``n_layer: 10**9`` is refused in microseconds, before anything is
+built. Every refusal is a :class:`ConfigError` naming the file, the field, the value and the fix; a
+valid setting packrt does not implement yet (``rope_type: yarn``) is an
+:class:`UnsupportedModelError` saying so and listing what is supported.
+
+Adding a family is one entry in :data:`SCHEMAS` per model type (see the ones below).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from packrt.errors import CheckpointError
+from packrt.models.keymap import template_of
+
+if TYPE_CHECKING:
+    import packrt_io
+    from packrt.models.hfconfig import HFConfig
+    from packrt.models.keymap import KeyMap
+
+
+class UnsupportedModelError(CheckpointError):
+    """config.json names a model type, architecture or setting that is valid but packrt does not build."""
+
+
+class ConfigError(CheckpointError):
+    """A config.json field is missing, of the wrong type, out of range, or disagrees with the weights."""
+
+
+Kind = Literal["size", "count", "eps", "number", "bool", "choice", "token_ids", "layer_types"]
+REQUIRED: Final = object()
+_FIX: Final = "config.json must describe the checkpoint beside it, as transformers' save_pretrained writes it"
+
+# Every activation name transformers' ACT2FN knows: a name here that a family does not implement is
+# "not implemented yet"; a name outside it is a mistake in the config.
+HF_ACTIVATIONS: Final = (
+    "gelu",
+    "gelu_10",
+    "gelu_accurate",
+    "gelu_fast",
+    "gelu_new",
+    "gelu_python",
+    "gelu_pytorch_tanh",
+    "laplace",
+    "leaky_relu",
+    "linear",
+    "mish",
+    "prelu",
+    "quick_gelu",
+    "relu",
+    "relu2",
+    "relu6",
+    "sigmoid",
+    "silu",
+    "swish",
+    "tanh",
+    "xielu",
+)
+HF_ROPE_TYPES: Final = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+ROPE_TYPES: Final = ("default", "linear", "llama3")
+HF_LAYER_TYPES: Final = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One config.json field: its kind, default (``REQUIRED`` when it must be present), and limits.
+
+    ``size``: a positive int (``null`` allowed when ``nullable``); ``count``: an int >= 0; ``eps``: a
+    finite positive number; ``number``: a finite number; ``choice``: one of ``implemented`` (a value
+    in ``known`` but not ``implemented`` is valid but not built by packrt); ``token_ids``: an id, a list
+    of ids, or null, each inside the vocabulary; ``layer_types``: one of ``implemented`` per layer.
+    ``held`` marks a width the weight files must hold: no larger than their largest tensor dimension.
+    """
+
+    name: str
+    kind: Kind
+    default: Any = REQUIRED
+    implemented: tuple[str, ...] = ()
+    known: tuple[str, ...] = ()
+    held: bool = False
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class Schema:
+    """A model type's fields and the checks across them (all data; see the module docstring).
+
+    ``layers``: the field counting the layers the weights hold; ``divides``: (divisor, dividend)
+    pairs; ``head_dim``: (width, heads, head_dim field) for rotary families, where an explicit
+    ``head_dim`` replaces ``width // heads`` (and must be even); ``vocab``: the field token ids must
+    stay below; ``rope``: whether ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` apply.
+    """
+
+    fields: tuple[Field, ...]
+    layers: str
+    vocab: str
+    divides: tuple[tuple[str, str], ...] = ()
+    head_dim: tuple[str, str, str] | None = None
+    rope: bool = False
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(shown) - limit} more characters)"
+
+
+def error(config: HFConfig, name: str, value: Any, problem: str, fix: str = _FIX) -> ConfigError:
+    """The ConfigError for field ``name`` of ``config``'s file holding ``value``."""
+    shown = "missing" if value is REQUIRED else _show(value)
+    return ConfigError(f"{str(config.path)!r}: field {name!r} is {shown}, {problem}; {fix}")
+
+
+def unsupported(config: HFConfig, name: str, value: Any, implemented: tuple[str, ...], model_type: str) -> Exception:
+    """The UnsupportedModelError for a valid setting packrt does not build yet."""
+    return UnsupportedModelError(
+        f"{str(config.path)!r}: field {name!r} is {_show(value)}: packrt does not implement {name} {_show(value)} "
+        f"for {model_type!r} yet; supported: "
+        f"{', '.join(implemented)} (the config is valid for transformers; serve it there, or re-export the "
+        "model with a supported setting)"
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_field(config: HFConfig, field: Field, value: Any, model_type: str) -> None:
+    kind, name = field.kind, field.name
+    if value is None and (field.nullable or kind == "token_ids"):
+        return
+    if kind == "size" and not (_is_int(value) and value > 0):
+        raise error(config, name, value, "expected a positive integer", f"set {name} to the model's size; {_FIX}")
+    if kind == "count" and not (_is_int(value) and value >= 0):
+        raise error(config, name, value, "expected an integer >= 0", f"set {name} to a whole number")
+    if kind == "eps" and not (_is_number(value) and value > 0):
+        raise error(
+            config,
+            name,
+            value,
+            "expected a finite positive number",
+            f"set {name} to the epsilon the model was trained with (such as 1e-6)",
+        )
+    if kind == "number" and not _is_number(value):
+        raise error(config, name, value, "expected a finite number")
+    if kind == "bool" and not isinstance(value, bool):
+        raise error(config, name, value, "expected true or false", f"write {name} as a JSON boolean")
+    if kind == "choice":
+        _check_choice(config, field, value, model_type, name)
+    if kind == "token_ids":
+        items = value if isinstance(value, list) else [value]
+        if not items or not all(_is_int(item) and item >= 0 for item in items):
+            raise error(
+                config,
+                name,
+                value,
+                "expected a token id (an integer >= 0), a list of them, or null",
+                f"set {name} to the tokenizer's id for it, or null",
+            )
+    if kind == "layer_types":
+        if not isinstance(value, list):
+            raise error(config, name, value, "expected a list with one attention type per layer")
+        for index, item in enumerate(value):
+            _check_choice(config, field, item, model_type, f"{name}[{index}]")
+
+
+def _check_choice(config: HFConfig, field: Field, value: Any, model_type: str, name: str) -> None:
+    if value in field.implemented:
+        return
+    if isinstance(value, str) and value in field.known:
+        raise unsupported(config, name, value, field.implemented, model_type)
+    raise error(
+        config,
+        name,
+        value,
+        f"not a value transformers knows for it (known: {', '.join(field.known or field.implemented)})",
+        f"use one of {', '.join(field.implemented)}",
+    )
+
+
+def schema_for(config: HFConfig) -> Schema:
+    """The schema of config.json's ``model_type`` (every family packrt builds has one)."""
+    model_type = config.get("model_type")
+    schema = SCHEMAS.get(model_type) if isinstance(model_type, str) else None
+    if schema is None:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: model_type {_show(model_type)} has no config schema in packrt; "
+            f"schemas exist for {', '.join(sorted(SCHEMAS))}"
+        )
+    return schema
+
+
+def value_of(config: HFConfig, field: Field) -> Any:
+    """The field's value in ``config``, its default when absent (ConfigError when required)."""
+    if field.name in config:
+        return config[field.name]
+    if field.default is REQUIRED:
+        raise error(config, field.name, REQUIRED, "and it is required", f"add {field.name}; {_FIX}")
+    return field.default
+
+
+def validate(config: HFConfig) -> Schema:
+    """Check ``config`` against its model type's schema (see the module docstring); return the schema."""
+    schema = schema_for(config)
+    model_type = str(config.get("model_type"))
+    values = {}
+    for field in schema.fields:
+        values[field.name] = value = value_of(config, field)
+        _check_field(config, field, value, model_type)
+    for divisor, dividend in schema.divides:
+        if values[divisor] is not None and values[dividend] % values[divisor]:
+            raise error(
+                config,
+                divisor,
+                values[divisor],
+                f"which does not divide {dividend}={values[dividend]}",
+                f"set {divisor} to a divisor of {dividend}; {_FIX}",
+            )
+    if schema.head_dim is not None:
+        _check_head_dim(config, schema.head_dim, values)
+    vocab = values[schema.vocab]
+    for field in schema.fields:
+        # A pad id is written into generated rows, so it must be a token; other ids only compare.
+        if field.name == "pad_token_id" and values[field.name] is not None:
+            ids = values[field.name] if isinstance(values[field.name], list) else [values[field.name]]
+            if any(item >= vocab for item in ids):
+                raise error(
+                    config, field.name, values[field.name], f"outside the vocabulary [0, {vocab}) ({schema.vocab})"
+                )
+        listed = values[field.name] if field.kind == "layer_types" else None
+        if listed is not None and len(listed) != values[schema.layers]:
+            raise error(
+                config,
+                field.name,
+                values[field.name],
+                f"listing {len(values[field.name])} layers, but {schema.layers} is {values[schema.layers]}",
+                "give one entry per layer",
+            )
+    if schema.rope:
+        check_rope(config, model_type)
+    return schema
+
+
+def _check_head_dim(config: HFConfig, names: tuple[str, str, str], values: Mapping[str, Any]) -> None:
+    width_name, heads_name, head_dim_name = names
+    width, heads, head_dim = values[width_name], values[heads_name], values[head_dim_name]
+    if head_dim is None:
+        if width % heads:
+            raise error(
+                config,
+                heads_name,
+                heads,
+                f"which does not divide {width_name}={width} (and {head_dim_name} is not given)",
+                f"set {head_dim_name} explicitly, or {heads_name} to a divisor of {width_name}",
+            )
+        head_dim, name = width // heads, f"{width_name} // {heads_name}"
+    else:
+        name = head_dim_name
+    if head_dim % 2:
+        raise error(
+            config,
+            head_dim_name,
+            head_dim,
+            f"but the head width ({name} = {head_dim}) must be even for rotary positions",
+        )
+
+
+def _rope_number(config: HFConfig, where: str, params: Mapping[str, Any], key: str, default: Any = REQUIRED) -> float:
+    value = params.get(key, default)
+    name = f"{where}.{key}" if where else key
+    if value is REQUIRED:
+        raise error(config, where, dict(params), f"which lacks {key!r}", f"add {name} (a finite positive number)")
+    if not (_is_number(value) and value > 0):
+        raise error(
+            config,
+            name,
+            value,
+            "expected a finite positive number",
+            f"set {name} to the value the model was trained with (rope_theta is often 10000.0; factor >= 1)",
+        )
+    return float(value)
+
+
+def check_rope(config: HFConfig, model_type: str) -> None:
+    """``rope_theta`` finite and positive; ``rope_parameters`` / ``rope_scaling`` a complete dict of a known type."""
+    where = next((key for key in ("rope_parameters", "rope_scaling") if config.get(key) is not None), "")
+    params = config.get(where) if where else {}
+    if not isinstance(params, dict):
+        raise error(config, where, params, "expected an object with rope_type and its parameters, or null")
+    if "rope_theta" in params:
+        _rope_number(config, where, params, "rope_theta")
+    else:
+        _rope_number(config, "", config, "rope_theta", 10000.0)
+    type_key = "rope_type" if "rope_type" in params else "type"
+    kind = params.get(type_key, "default")
+    if kind not in ROPE_TYPES:
+        if isinstance(kind, str) and kind in HF_ROPE_TYPES:
+            raise unsupported(config, "rope_type", kind, ROPE_TYPES, model_type)
+        raise error(
+            config,
+            f"{where}.{type_key}",
+            kind,
+            f"not a rope type transformers knows ({', '.join(HF_ROPE_TYPES)})",
+            f"use one of {', '.join(ROPE_TYPES)}",
+        )
+    if kind in ("linear", "llama3"):
+        _rope_number(config, where, params, "factor")
+    if kind == "llama3":
+        low = _rope_number(config, where, params, "low_freq_factor")
+        high = _rope_number(config, where, params, "high_freq_factor")
+        if not high > low:
+            raise error(
+                config, f"{where}.high_freq_factor", high, f"but llama3 scaling needs it above low_freq_factor={low}"
+            )
+        original = params.get("original_max_position_embeddings", config.get("max_position_embeddings", 8192))
+        if not (_is_int(original) and original > 0):
+            raise error(config, f"{where}.original_max_position_embeddings", original, "expected a positive integer")
+
+
+def check_capacity(config: HFConfig, schema: Schema, info: packrt_io.CheckpointInfo, keymap: KeyMap) -> None:
+    """Layer count and widths no larger than the weight files hold, read from the headers alone.
+
+    The layers are counted from the layer indices of the tensor names the family's key map knows;
+    each ``held`` width must fit within the largest tensor dimension. Run before the model is declared, so
+    a config asking for more than the files can hold costs no building.
+    """
+    indices = set()
+    largest = 0
+    for key, tensor in info.tensors.items():
+        largest = max(largest, *tensor.shape, 0)
+        found = keymap.lookup(key)
+        if found is not None and found != "ignored":
+            numbers = template_of(found.model)[1]
+            if numbers:
+                indices.add(int(numbers[0]))
+    held = max(indices) + 1 if indices else 0
+    layers = value_of(config, next(f for f in schema.fields if f.name == schema.layers))
+    where = str(info.path)
+    if layers > held:
+        raise error(
+            config,
+            schema.layers,
+            layers,
+            f"but the weight files ({where!r}) hold tensors for {held} layer(s)",
+            f"set {schema.layers} to {held}, or use the config.json saved with these weights",
+        )
+    for field in schema.fields:
+        value = value_of(config, field)
+        if field.held and value is not None and value > largest:
+            raise error(
+                config,
+                field.name,
+                value,
+                f"larger than any dimension of the tensors in the weight files ({where!r}; the largest is {largest})",
+                "use the config.json saved with these weights",
+            )
+
+
+# -- the families' schemas ---------------------------------------------------------------------------
+
+_BERT = Schema(
+    fields=(
+        Field("vocab_size", "size", held=True),
+        Field("hidden_size", "size", held=True),
+        Field("num_hidden_layers", "size"),
+        Field("num_attention_heads", "size"),
+        Field("intermediate_size", "size", held=True),
+        Field("max_position_embeddings", "size", 512, held=True),
+        Field("type_vocab_size", "size", 2, held=True),
+        Field("layer_norm_eps", "eps", 1e-12),
+        Field("hidden_act", "choice", "gelu", implemented=("gelu",), known=HF_ACTIVATIONS),
+        Field(
+            "position_embedding_type",
+            "choice",
+            "absolute",
+            implemented=("absolute",),
+            known=("absolute", "relative_key", "relative_key_query"),
+        ),
+        Field("pad_token_id", "token_ids", None),
+    ),
+    layers="num_hidden_layers",
+    vocab="vocab_size",
+    divides=(("num_attention_heads", "hidden_size"),),
+)
+
+_GPT2 = Schema(
+    fields=(
+        Field("vocab_size", "size", held=True),
+        Field("n_embd", "size", held=True),
+        Field("n_layer", "size"),
+        Field("n_head", "size"),
+        Field("n_positions", "size", 1024, held=True),
+        Field("n_inner", "size", None, held=True, nullable=True),
+        Field("layer_norm_epsilon", "eps", 1e-5),
+        Field(
+            "activation_function",
+            "choice",
+            "gelu_new",
+            implemented=("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu"),
+            known=HF_ACTIVATIONS,
+        ),
+        Field("scale_attn_weights", "bool", True),
+        Field("scale_attn_by_inverse_layer_idx", "bool", False),
+        Field("tie_word_embeddings", "bool", True),
+        Field("pad_token_id", "token_ids", None),
+        Field("bos_token_id", "token_ids", None),
+        Field("eos_token_id", "token_ids", None),
+    ),
+    layers="n_layer",
+    vocab="vocab_size",
+    divides=(("n_head", "n_embd"),),
+)
+
+
+def _decoder(*extra: Field) -> Schema:
+    """The llama-like decoders' schema (llama, qwen2, mistral), plus the fields one model type adds."""
+    return Schema(
+        fields=(
+            Field("vocab_size", "size", held=True),
+            Field("hidden_size", "size", held=True),
+            Field("num_hidden_layers", "size"),
+            Field("num_attention_heads", "size"),
+            Field("num_key_value_heads", "size", None, nullable=True),
+            Field("head_dim", "size", None, held=True, nullable=True),
+            Field("intermediate_size", "size", held=True),
+            Field("max_position_embeddings", "size", 2048),
+            Field("rms_norm_eps", "eps", 1e-6),
+            Field("hidden_act", "choice", "silu", implemented=("silu",), known=HF_ACTIVATIONS),
+            Field("attention_bias", "bool", False),
+            Field("mlp_bias", "bool", False),
+            Field("tie_word_embeddings", "bool", False),
+            Field("pad_token_id", "token_ids", None),
+            Field("bos_token_id", "token_ids", None),
+            Field("eos_token_id", "token_ids", None),
+            *extra,
+        ),
+        layers="num_hidden_layers",
+        vocab="vocab_size",
+        divides=(("num_key_value_heads", "num_attention_heads"),),
+        head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+        rope=True,
+    )
+
+
+_WINDOW = Field("sliding_window", "size", None, nullable=True)
+
+SCHEMAS: dict[str, Schema] = {
+    "bert": _BERT,
+    "gpt2": _GPT2,
+    "llama": _decoder(),
+    "mistral": _decoder(_WINDOW),
+    "qwen2": _decoder(
+        _WINDOW,
+        Field("use_sliding_window", "bool", False),
+        Field("max_window_layers", "count", 28),
+        Field(
+            "layer_types",
+            "layer_types",
+            None,
+            implemented=("full_attention", "sliding_attention"),
+            known=HF_LAYER_TYPES,
+            nullable=True,
+        ),
+    ),
+}
+
+__all__ = [
+    "HF_ACTIVATIONS",
+    "HF_ROPE_TYPES",
+    "ROPE_TYPES",
+    "SCHEMAS",
+    "ConfigError",
+    "Field",
+    "Schema",
+    "UnsupportedModelError",
+    "check_capacity",
+    "check_rope",
+    "schema_for",
+    "validate",
+]

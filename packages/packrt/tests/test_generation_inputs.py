@@ -1,0 +1,174 @@
+"""generate, the causal forward and KVCache check their inputs before using them.
+
+Token ids are integers inside ``[0, vocab)`` (float ids are refused, never truncated); eos and pad
+ids are tokens of the vocabulary; position ids are integers >= 0; a KVCache takes writes for its
+own batch, layers and positions only (a new batch size is refused, never broadcast).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import packrt
+import packrt_io
+from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
+from packrt.models import CausalLM, KVCache, from_pretrained, gpt2, llama
+from packrt.models.hfconfig import HFConfig
+
+VOCAB = 50
+CONFIGS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "vocab_size": VOCAB,
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+    },
+    "gpt2": {
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": VOCAB,
+        "n_embd": 16,
+        "n_layer": 2,
+        "n_head": 2,
+        "n_positions": 16,
+    },
+}
+
+
+@pytest.fixture(scope="module", params=list(CONFIGS))
+def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CausalLM:
+    family = request.param
+    config = HFConfig(CONFIGS[family])
+    built = llama.LlamaForCausalLM(config) if family == "llama" else gpt2.GPT2LMHeadModel(config)
+    keymap = (llama.llama_keymap if family == "llama" else gpt2.gpt2_keymap)(config)
+    prefix = "model." if family == "llama" else "transformer."
+    rng = np.random.default_rng(0)
+    tensors = {}
+    for key, value in built.state_dict().items():
+        name = keymap.checkpoint_name(key, prefix)
+        found = keymap.lookup(name)
+        array = rng.standard_normal(tuple(value.shape)).astype(np.float32)
+        tensors[name] = array.T.copy() if found not in (None, "ignored") and found.transform == "transpose" else array
+    directory = tmp_path_factory.mktemp(family)
+    (directory / "config.json").write_text(json.dumps(CONFIGS[family]))
+    packrt_io.save_file(tensors, directory / "model.safetensors")
+    loaded = from_pretrained(directory)
+    assert isinstance(loaded, CausalLM)
+    return loaded
+
+
+def ids(*rows: list[Any], dtype: Any = np.int64) -> packrt.Tensor:
+    return packrt.from_numpy(np.array(rows, dtype=dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.bool_])
+def test_token_ids_must_be_integers_never_truncated(model: CausalLM, dtype: Any) -> None:
+    prompt = ids([1.7, 2.2], dtype=dtype)
+    with pytest.raises(DTypeError, match=r"takes integer token ids .* got packrt\.\w+: token ids are never rounded"):
+        model.generate(prompt, 2)
+    with pytest.raises(DTypeError, match=r"takes integer token ids"):
+        model(prompt)
+
+
+@pytest.mark.parametrize("bad", [-1, VOCAB, VOCAB + 100, -(2**40)])
+def test_prompt_ids_must_lie_in_the_vocabulary(model: CausalLM, bad: int) -> None:
+    with pytest.raises(
+        IndexingError, match=rf"generate: token id {bad} at position \(0, 1\) is outside the vocabulary"
+    ):
+        model.generate(ids([3, bad, 4]), 2)
+
+
+@pytest.mark.parametrize("pad", [-1, VOCAB, 10**6, 1.0, True])
+def test_pad_token_id_must_be_a_token_of_the_vocabulary(model: CausalLM, pad: Any) -> None:
+    with pytest.raises(ValueError, match=rf"pad_token_id must be a token id in \[0, {VOCAB}\), got {pad!r}"):
+        model.generate(ids([1, 2]), 3, eos_token_id=0, pad_token_id=pad)
+
+
+@pytest.mark.parametrize("eos", [-1, VOCAB, [1, VOCAB], [True], 2.0])
+def test_eos_token_ids_must_be_tokens_of_the_vocabulary(model: CausalLM, eos: Any) -> None:
+    with pytest.raises(ValueError, match=rf"eos_token_id must be a token id in \[0, {VOCAB}\)"):
+        model.generate(ids([1, 2]), 3, eos_token_id=eos)
+
+
+def test_rows_that_end_are_padded_with_the_pad_id_given(model: CausalLM) -> None:
+    prompt = ids([1, 2])
+    first = int(np.asarray(model(prompt).numpy())[0, -1].argmax())
+    out = model.generate(prompt, 3, eos_token_id=first, pad_token_id=VOCAB - 1).tolist()
+    assert out[0][:3] == [1, 2, first]  # ended at once; the only row, so generation stops there
+
+
+@pytest.mark.parametrize("positions", [[[-1, 0]], [[0, -5]]])
+def test_position_ids_must_be_non_negative(model: CausalLM, positions: list[list[int]]) -> None:
+    with pytest.raises(IndexingError, match=r"position_ids hold -\d+; positions count from 0"):
+        model(ids([1, 2]), position_ids=packrt.from_numpy(np.array(positions)))
+
+
+def test_position_ids_must_be_integers(model: CausalLM) -> None:
+    with pytest.raises(DTypeError, match=r"position_ids must be integers, got packrt\.float32"):
+        model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0.0, 1.0]], dtype=np.float32)))
+
+
+# -- KVCache --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "batch", "capacity", "name"),
+    [(0, 1, 4, "layers"), (2, 0, 4, "batch"), (2, True, 4, "batch"), (2, 1, -3, "capacity"), (2, 1, 4.0, "capacity")],
+)
+def test_kv_cache_sizes_must_be_positive_ints(layers: Any, batch: Any, capacity: Any, name: str) -> None:
+    with pytest.raises(ValueError, match=rf"KVCache: {name} must be a positive int, got"):
+        KVCache(layers, batch, capacity)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_kv_cache_refuses_a_batch_other_than_its_own_never_broadcasts(batch: int) -> None:
+    cache = KVCache(2, 2, 8)
+    kv = packrt.ones(batch, 2, 3, 4)
+    with pytest.raises(
+        ShapeError, match=rf"keys for {batch} sequences written to a cache of 2; a cache never broadcasts"
+    ):
+        cache.write(0, kv, kv, 0)
+    assert cache.keys == [None, None]  # nothing was allocated for the wrong batch
+    cache.write(0, packrt.ones(2, 2, 3, 4), packrt.ones(2, 2, 3, 4), 0)  # its own batch still works
+
+
+def test_kv_cache_refuses_positions_layers_and_shapes_it_does_not_hold() -> None:
+    cache = KVCache(2, 1, 8)
+    kv = packrt.ones(1, 2, 3, 4)
+    with pytest.raises(ValueError, match=r"start position must be an int >= 0, got -2"):
+        cache.write(0, kv, kv, -2)
+    with pytest.raises(IndexingError, match=r"layer 5 is not one of the cache's 2 layers"):
+        cache.write(5, kv, kv, 0)
+    with pytest.raises(ShapeError, match=r"do not fit a cache of 8 positions"):
+        cache.write(0, kv, kv, 6)
+    with pytest.raises(ShapeError, match=r"must share one \(batch, kv_heads, seq, head_dim\) shape"):
+        cache.write(0, kv, packrt.ones(1, 2, 3, 5), 0)
+    cache.write(0, kv, kv, 0)
+    with pytest.raises(ShapeError, match=r"layer 0 holds 2 heads of width 4, got keys with 3 of width 4"):
+        cache.write(0, packrt.ones(1, 3, 1, 4), packrt.ones(1, 3, 1, 4), 3)
+    with pytest.raises(DTypeError, match=r"layer 0 holds packrt\.float32 keys, got packrt\.float64"):
+        cache.write(0, packrt.ones(1, 2, 1, 4, dtype=packrt.float64), packrt.ones(1, 2, 1, 4, dtype=packrt.float64), 3)
+    with pytest.raises(ShapeError, match=r"attention_mask has shape \(2, 3\), expected \(batch, prompt\)"):
+        cache.set_padding(np.ones((2, 3), dtype=bool))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=1, max_size=6))
+def test_any_prompt_is_generated_from_or_refused_with_a_packrt_error(model: CausalLM, values: list[int]) -> None:
+    inside = all(0 <= v < VOCAB for v in values)
+    if inside:
+        out = model.generate(packrt.from_numpy(np.array([values])), 1)
+        assert out.shape == (1, len(values) + 1) and 0 <= out.tolist()[0][-1] < VOCAB
+    else:
+        with pytest.raises(IndexingError, match=r"outside the vocabulary") as info:
+            model.generate(packrt.from_numpy(np.array([values])), 1)
+        assert isinstance(info.value, PackrtError)
