@@ -2,6 +2,7 @@
 
 - :class:`BertEncoder` / :class:`EncoderConfig`: a BERT-style post-LN encoder (token,
   position and token-type embeddings; multi-head attention with a padding mask; GELU MLP).
+- :class:`RobertaEncoder`: the same encoder with RoBERTa's position numbering (padding offset).
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
 
@@ -20,6 +21,7 @@ from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
+from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 from packrt.models.sentence import SentenceEncoder
 
@@ -30,6 +32,7 @@ __all__ = [
     "GPT2LMHeadModel",
     "KVCache",
     "LlamaForCausalLM",
+    "RobertaEncoder",
     "SentenceEncoder",
     "UnsupportedModelError",
     "from_pretrained",

@@ -27,11 +27,11 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models import bert, gpt2, llama
+from packrt.models import bert, gpt2, llama, roberta
 from packrt.models.hfconfig import HFConfig, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 
-FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
+FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
 
 
@@ -185,7 +185,8 @@ def from_pretrained(
 ) -> nn.Module:
     """The model of a Hugging Face directory (config.json + safetensors), loaded and in eval mode.
 
-    ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state);
+    ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state), ``roberta``
+    and ``xlm-roberta`` a :class:`~packrt.models.RobertaEncoder`;
     ``gpt2``, ``llama``, ``qwen2`` and ``mistral`` give causal LMs (logits, ``generate``).
     ``weight_residency`` applies to every packing layer (None keeps each layer's default);
     ``"borrowed"`` serves from the memory-mapped files. ``dtype`` casts floating weights
