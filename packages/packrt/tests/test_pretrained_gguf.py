@@ -115,11 +115,6 @@ KINDS = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"]  # the K-quants are check
 
 
 @pytest.fixture(scope="module")
-def gguf() -> ModuleType:
-    return pytest.importorskip("gguf", reason="the gguf extra is not installed (pip install 'packrt[gguf]')")
-
-
-@pytest.fixture(scope="module")
 def models(transformers: ModuleType, torch: ModuleType) -> dict[str, Any]:
     """A tiny llama (untied head) and a tiny qwen2 (tied, q/k/v biases), random and wide-initialised."""
     torch.manual_seed(0)
@@ -168,7 +163,13 @@ def test_an_f32_gguf_gives_the_original_models_logits_within_1e_4(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_ggml_type_gives_transformers_gguf_logits(
-    gguf: ModuleType, transformers: ModuleType, torch: ModuleType, models: dict[str, Any], tmp_path: Path, kind: str
+    accelerate: ModuleType,
+    gguf: ModuleType,
+    transformers: ModuleType,
+    torch: ModuleType,
+    models: dict[str, Any],
+    tmp_path: Path,
+    kind: str,
 ) -> None:
     path = write_model_gguf(gguf, models["llama"], tmp_path / f"{kind}.gguf", kind)
     reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)

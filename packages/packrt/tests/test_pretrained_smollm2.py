@@ -24,8 +24,7 @@ NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def reference(transformers: ModuleType, torch: ModuleType, smollm2_gguf: Path) -> Any:
-    pytest.importorskip("accelerate", reason="transformers needs accelerate to load a GGUF file (packrt[test])")
+def reference(transformers: ModuleType, accelerate: ModuleType, smollm2_gguf: Path, torch: ModuleType) -> Any:
     model = transformers.AutoModelForCausalLM.from_pretrained(
         smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
     )

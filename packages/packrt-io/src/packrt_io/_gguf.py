@@ -46,8 +46,10 @@ MAGIC: Final = b"GGUF"
 def is_gguf(path: str | os.PathLike[str]) -> bool:
     """True when ``path`` is a regular file that starts with the GGUF magic."""
     try:
+        if not Path(path).is_file():  # before opening: a FIFO or device would block the open
+            return False
         with open(path, "rb") as handle:
-            return Path(path).is_file() and handle.read(4) == MAGIC
+            return handle.read(4) == MAGIC
     except OSError:
         return False
 
