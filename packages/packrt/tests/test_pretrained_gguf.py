@@ -318,3 +318,18 @@ def test_a_byte_level_bpe_is_built_from_the_metadata(gguf: ModuleType, models: d
     w.close()
     with pytest.raises(CheckpointError, match=r"tokenizer.ggml.pre 'deepseek-coder' is a split packrt does not know"):
         load_tokenizer(writer_bad)
+
+
+def test_missing_metadata_is_named_by_its_gguf_key(gguf: ModuleType, tmp_path: Path) -> None:
+    path = tmp_path / "bare.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_uint32("llama.embedding_length", 32)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        CheckpointError, match=r"metadata 'llama\.attention\.head_count' .* is missing; the file's metadata"
+    ):
+        from_pretrained(path)

@@ -99,6 +99,20 @@ _NUMPY_DTYPES: Final[dict[str, Any]] = {
 }
 
 
+class GGUFConfig(HFConfig):
+    """The config a GGUF file's metadata describes; its errors name the metadata key, not config.json."""
+
+    def error(self, name: str, problem: str) -> CheckpointError:
+        arch = self._values.get("model_type", "")
+        keys = {field: f"{arch}.{key}" for key, field in CONFIG_KEYS}
+        keys.update({field: f"tokenizer.ggml.{key}" for key, field in TOKEN_KEYS})
+        where = keys.get(name, name)
+        return CheckpointError(
+            f"GGUF file {str(self.path)!r}: metadata {where!r} (packrt's {name!r}) {problem}; the file's metadata "
+            "is incomplete or damaged: convert the model again with llama.cpp's converter"
+        )
+
+
 def supported_architectures() -> tuple[str, ...]:
     """The ``general.architecture`` values ``from_pretrained`` serves from a GGUF file."""
     return tuple(ARCHITECTURES)
@@ -155,7 +169,7 @@ def gguf_config(file: packrt_io.GGUFFile) -> HFConfig:
     values["tie_word_embeddings"] = "output.weight" not in file.tensors
     values["attention_bias"] = arch == "llama" and "blk.0.attn_q.bias" in file.tensors
     values["mlp_bias"] = "blk.0.ffn_up.bias" in file.tensors
-    return HFConfig(values, file.path)
+    return GGUFConfig(values, file.path)
 
 
 def gguf_keymap(config: HFConfig) -> KeyMap:
