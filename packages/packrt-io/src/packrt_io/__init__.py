@@ -8,6 +8,8 @@
   metadata) to and from one file or Hugging Face style shards with an index.
 - :func:`inspect_checkpoint` reads a checkpoint's layout from its headers alone; :func:`check_checkpoint`
   compares it with a module's keys, shapes and dtypes without reading tensor data.
+- :func:`open_gguf` reads a GGUF file (llama.cpp's format; the ``gguf`` extra): metadata, layout, and
+  each tensor as a view of the file (F32/F16/BF16) or dequantised to float32 (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 
 Every malformed file raises :class:`packrt_core.errors.CheckpointError` naming the file and tensor.
 No load path unpickles anything.
@@ -33,6 +35,9 @@ from packrt_io._checkpoint import (
 )
 from packrt_io._dtypes import SUPPORTED_NAMES
 from packrt_io._fs import CheckpointWriteError
+from packrt_io._gguf import DEQUANTISED_TYPES as GGUF_DEQUANTISED_TYPES
+from packrt_io._gguf import STORED_TYPES as GGUF_STORED_TYPES
+from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, open_gguf
 from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
 from packrt_io._reader import LoadReport, load_arrays, read_metadata
 from packrt_io._sharding import parse_size
@@ -87,16 +92,22 @@ __all__ = [
     "CheckpointLeftoverWarning",
     "CheckpointWriteError",
     "CheckpointModule",
+    "GGUF_DEQUANTISED_TYPES",
+    "GGUF_STORED_TYPES",
+    "GGUFFile",
+    "GGUFTensor",
     "LoadReport",
     "Mismatch",
     "SupportsNumpy",
     "TensorInfo",
     "check_checkpoint",
     "inspect_checkpoint",
+    "is_gguf",
     "load_arrays",
     "load_checkpoint",
     "load_checkpoint_arrays",
     "load_file",
+    "open_gguf",
     "parse_size",
     "read_metadata",
     "save_arrays",

@@ -16,7 +16,7 @@ import importlib
 import json
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -223,6 +223,15 @@ def _prepare_guard(module: Any, files: tuple[MappedFile, ...]) -> tuple[FileGuar
         handle.remove()
         raise
     return file_guard, True
+
+
+def _guard_mapped_files(module: Any, files: Iterable[MappedFile]) -> None:
+    """Check, before each call of ``module``, that ``files`` (which it now serves from) are unchanged;
+    for a model built from them (a GGUF file's), where no load needs undoing."""
+    chosen = tuple(files)
+    file_guard, _ = _prepare_guard(module, chosen)
+    if file_guard is not None:
+        file_guard.files = chosen
 
 
 def _withdraw_guard(module: Any) -> None:

@@ -5,6 +5,11 @@ Besides raw, packed and borrowed bytes, a row says how many of its raw and borro
 memory), and which files they come from when the loader named them (:func:`name_mapped_file`,
 which packrt-io calls for every file it maps). A plain parameter such as a LayerNorm weight stays
 mapped even under ``packed`` residency: only layers with packs copy their weights out.
+
+A loader that has to make a weight rather than map it (a GGUF block-quantised tensor dequantised at
+load, rows reordered) names the array it made with :func:`name_converted_array`; a row then counts
+those bytes as ``converted`` and says what they were made from, so the report shows both what is
+served from the file's pages and what was built beside them.
 """
 
 from __future__ import annotations
@@ -17,11 +22,35 @@ from packrt_core.nn.module import Module
 from packrt_core.nn.residency import PackedLayer
 
 _FILES: weakref.WeakKeyDictionary[mmap.mmap, str] = weakref.WeakKeyDictionary()
+# id(array) -> (a weak reference to it, what it was made from); numpy arrays cannot be dict keys
+_CONVERTED: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
 def name_mapped_file(mapping: mmap.mmap, path: str) -> None:
     """Record that ``mapping`` maps the file at ``path`` (for the report's ``files``)."""
     _FILES[mapping] = path
+
+
+def name_converted_array(array: Any, origin: str) -> None:
+    """Record that the loader made ``array`` (and any view of it) from ``origin``, e.g.
+    ``"Q4_1 dequantised to float32 from model.gguf"``, for the report's ``converted`` bytes."""
+    key = id(array)
+    _CONVERTED[key] = (weakref.ref(array), origin)
+    weakref.finalize(array, _CONVERTED.pop, key, None)
+
+
+def _converted_from(array: Any) -> str | None:
+    """What the loader made ``array``'s storage from, if it named it (following views)."""
+    obj = array
+    for _ in range(64):
+        entry = _CONVERTED.get(id(obj))
+        if entry is not None and entry[0]() is obj:
+            return entry[1]
+        base = getattr(obj, "base", None)
+        if base is None:
+            return None
+        obj = base
+    return None
 
 
 def _mapping_of(array: Any) -> mmap.mmap | None:
@@ -42,7 +71,9 @@ def _mapping_of(array: Any) -> mmap.mmap | None:
 
 class MemoryRow(NamedTuple):
     """One module's resident bytes by kind; ``mapped`` counts the raw and borrowed bytes that are
-    pages of a mapped checkpoint file, ``files`` names those files (when their loader did)."""
+    pages of a mapped checkpoint file, ``files`` names those files (when their loader did);
+    ``converted`` counts the raw and borrowed bytes a loader made instead (dequantised, reordered),
+    ``origins`` says from what."""
 
     path: str
     kind: str
@@ -52,6 +83,8 @@ class MemoryRow(NamedTuple):
     borrowed: int
     mapped: int = 0
     files: tuple[str, ...] = ()
+    converted: int = 0
+    origins: tuple[str, ...] = ()
 
     @property
     def total(self) -> int:
@@ -69,6 +102,14 @@ class MemoryReport(list[MemoryRow]):
     def files(self) -> tuple[str, ...]:
         """Every mapped file the model's tensors are views of, in first-seen order."""
         return tuple(dict.fromkeys(f for r in self for f in r.files))
+
+    def converted(self) -> int:
+        """Raw and borrowed bytes, over every row, that a loader made rather than mapped."""
+        return sum(r.converted for r in self)
+
+    def origins(self) -> tuple[str, ...]:
+        """What the converted bytes were made from (``"Q4_1 dequantised to float32 from m.gguf"``)."""
+        return tuple(dict.fromkeys(o for r in self for o in r.origins))
 
     def __str__(self) -> str:
         header = ("module", "type", "residency", "raw", "packed", "borrowed", "mapped")
@@ -90,6 +131,11 @@ class MemoryReport(list[MemoryRow]):
                 "mapped: raw or borrowed bytes that are pages of the checkpoint file(s), shared with the page cache "
                 "(not anonymous memory): " + ", ".join(self.files() or ("unnamed mappings",))
             )
+        if self.converted():
+            lines.append(
+                f"converted: {_mib(self.converted())} of raw or borrowed bytes made at load (anonymous memory) from: "
+                + "; ".join(self.origins())
+            )
         return "\n".join(lines)
 
 
@@ -108,8 +154,9 @@ def memory_report(module: Module) -> MemoryReport:
         layer = mod if isinstance(mod, PackedLayer) else None
         mode = layer.serving_residency() if layer is not None else "-"
         served_in_place = set(layer.declared) if layer is not None and mode == "borrowed" else set()
-        raw = borrowed = mapped = 0
+        raw = borrowed = mapped = converted = 0
         files: dict[str, None] = {}
+        origins: dict[str, None] = {}
         for registry in (mod._parameters, mod._buffers):
             for name, t in registry.items():
                 if t is None or id(t) in seen:
@@ -120,11 +167,16 @@ def memory_report(module: Module) -> MemoryReport:
                 else:
                     raw += t.storage_nbytes
                 mapping = _mapping_of(t._data) if t._data is not None else None
+                origin = _converted_from(t._data) if t._data is not None and mapping is None else None
+                if origin is not None:
+                    converted += t.storage_nbytes
+                    origins[origin] = None
                 if mapping is not None:
                     mapped += t.storage_nbytes
                     if mapping in _FILES:
                         files[_FILES[mapping]] = None
         packed = layer.resident_pack_bytes if layer is not None else 0
         if raw or packed or borrowed or layer is not None:
-            report.append(MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed, mapped, tuple(files)))
+            row = MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed, mapped, tuple(files))
+            report.append(row._replace(converted=converted, origins=tuple(origins)))
     return report

@@ -2,8 +2,12 @@
 
 - :class:`BertEncoder` / :class:`EncoderConfig`: a BERT-style post-LN encoder (token,
   position and token-type embeddings; multi-head attention with a padding mask; GELU MLP).
+- :class:`RobertaEncoder`: the same encoder with RoBERTa's position numbering (padding offset).
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
+
+:func:`from_pretrained` serves a Hugging Face directory or a GGUF file; :func:`load_tokenizer` gives the
+``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
 to a checkpoint with ``packrt.io.load_checkpoint(model, path, assign=True)``, so the weights
@@ -17,10 +21,12 @@ from packrt.models.config_schema import ConfigError
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.generation import CausalLM
+from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
+from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 from packrt.models.sentence import SentenceEncoder
 
@@ -32,9 +38,11 @@ __all__ = [
     "GPT2LMHeadModel",
     "KVCache",
     "LlamaForCausalLM",
+    "RobertaEncoder",
     "SentenceEncoder",
     "UnsupportedModelError",
     "from_pretrained",
+    "load_tokenizer",
     "supported",
     "DecoderConfig",
     "EncoderConfig",

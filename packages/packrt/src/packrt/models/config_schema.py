@@ -22,16 +22,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from packrt.errors import CheckpointError
+from packrt.models.hfconfig import UnsupportedModelError
 from packrt.models.keymap import template_of
 
 if TYPE_CHECKING:
     import packrt_io
     from packrt.models.hfconfig import HFConfig
     from packrt.models.keymap import KeyMap
-
-
-class UnsupportedModelError(CheckpointError):
-    """config.json names a model type, architecture or setting that is valid but packrt does not build."""
 
 
 class ConfigError(CheckpointError):
@@ -460,6 +457,8 @@ _WINDOW = Field("sliding_window", "size", None, nullable=True)
 
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
+    "roberta": _BERT,  # BERT's fields; its position numbering (from pad_token_id + 1) is the family's
+    "xlm-roberta": _BERT,
     "gpt2": _GPT2,
     "llama": _decoder(),
     "mistral": _decoder(_WINDOW),

@@ -20,6 +20,11 @@ from packrt.errors import CheckpointError
 _MISSING = object()
 
 
+class UnsupportedModelError(CheckpointError):
+    """config.json (or a GGUF file's metadata) names a ``model_type`` or an architecture packrt has no family
+    for, or a setting packrt does not implement yet."""
+
+
 class HFConfig(Mapping[str, Any]):
     """config.json's object, read-only, with typed getters; ``path`` is the file it came from."""
 
@@ -174,4 +179,4 @@ def read_config(directory: Path) -> HFConfig:
     return HFConfig(values, path)
 
 
-__all__ = ["HFConfig", "read_config", "read_json", "read_regular"]
+__all__ = ["HFConfig", "UnsupportedModelError", "read_config", "read_json", "read_regular"]

@@ -32,12 +32,12 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models import bert, gpt2, llama
-from packrt.models.config_schema import UnsupportedModelError, check_capacity, validate
-from packrt.models.hfconfig import HFConfig, read_config
+from packrt.models import bert, gpt2, llama, roberta
+from packrt.models.config_schema import check_capacity, validate
+from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 
-FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
+FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
 
 
@@ -215,9 +215,10 @@ def from_pretrained(
     strict: bool = True,
     progress: bool | None = None,
 ) -> nn.Module:
-    """The model of a Hugging Face directory (config.json + safetensors), loaded and in eval mode.
+    """The model of a Hugging Face directory (config.json + safetensors), or of a GGUF file, loaded and in eval mode.
 
-    ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state);
+    ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state), ``roberta``
+    and ``xlm-roberta`` a :class:`~packrt.models.RobertaEncoder`;
     ``gpt2``, ``llama``, ``qwen2`` and ``mistral`` give causal LMs (logits, ``generate``).
     ``weight_residency`` applies to every packing layer (None keeps each layer's default);
     ``"borrowed"`` serves from the memory-mapped files. ``dtype`` casts floating weights
@@ -225,8 +226,17 @@ def from_pretrained(
     leaves missing ones unloaded. ``progress``: a bar for loads over ~1 s (None: only on a
     terminal; needs the ``progress`` extra). ``device`` other than ``"cpu"`` moves the loaded model
     there. Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
+
+    A path to a ``.gguf`` file (llama.cpp's format; the ``gguf`` extra) is read by
+    :func:`packrt.models.gguf.from_gguf`: ``general.architecture`` ``llama`` or ``qwen2``, F32/F16/BF16
+    tensors as stored (mapped), quantised ones dequantised to float32.
     """
     directory = Path(os.fspath(path))
+    if packrt_io.is_gguf(directory):
+        from packrt.models.gguf import from_gguf  # imported on use: GGUF needs the gguf extra
+
+        cast = _dtype(dtype)
+        return from_gguf(directory, dtype=cast, weight_residency=weight_residency, device=device, strict=strict)
     config = read_config(directory)
     family = find_family(config)
     schema = validate(config)

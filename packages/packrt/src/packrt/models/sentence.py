@@ -102,7 +102,7 @@ class Pipeline:
 
 
 class SentenceEncoder:
-    """A tokenizer, a BERT-family encoder and the pooling of a sentence-transformers model.
+    """A tokenizer, a BERT-family (bert, roberta, xlm-roberta) encoder and the pooling of a sentence-transformers model.
 
     Build it with :meth:`from_pretrained`; ``encode(texts)`` returns (len(texts), dimension)
     float32 vectors. ``model`` is the packrt encoder, ``tokenizer`` the ``tokenizers.Tokenizer``.
@@ -127,12 +127,19 @@ class SentenceEncoder:
         pipeline = Pipeline.read(directory)
         tokenizer = load_tokenizer(pipeline.transformer / "tokenizer.json")
         model = from_pretrained(pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress)
-        positions = int(getattr(getattr(model, "config", None), "max_positions", 512))
+        config = getattr(model, "config", None)
+        positions = int(getattr(config, "max_positions", 512))
+        reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows
+        if reserved is not None:
+            positions -= int(reserved) + 1
         limit = min(pipeline.max_seq_length or positions, positions)
         tokenizer.enable_truncation(max_length=limit)
         padding = tokenizer.padding or {}
         pad_token = str(padding.get("pad_token", "[PAD]"))
         pad_id = tokenizer.token_to_id(pad_token)
+        if reserved is not None and (pad_id is None or "pad_token" not in padding):
+            # the model numbers positions around its own pad id, so padding must use that id
+            pad_id, pad_token = int(reserved), tokenizer.id_to_token(int(reserved)) or pad_token
         tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)  # to the longest
         return cls(model, tokenizer, pipeline)
 

