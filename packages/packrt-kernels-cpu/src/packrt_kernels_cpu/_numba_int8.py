@@ -1,0 +1,177 @@
+"""The compiled loops of the int8 linear road (:mod:`packrt_kernels_cpu.int8`): quantize activations per
+row, multiply uint8 by int8 into int32 where MKL is absent, and turn the int32 product back into
+float32 with the scales and the bias in one pass.
+
+Each loop splits its work over numba's pool with ``prange`` (its size follows ``set_num_threads``)
+and writes a caller-given ``out``; every array is C-contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+Array = Any
+
+_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
+# A row's min and max, taken in any order; NaN and infinity are caught from the float bits (an
+# integer max of the exponent fields), which the float flags cannot reorder away.
+_reducing = numba.njit(cache=True, fastmath={"nnan", "ninf", "nsz", "reassoc"}, nogil=True, error_model="numpy")
+_serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
+
+_U8_MAX = np.float32(255.0)
+_ZERO = np.float32(0.0)
+_ONE = np.float32(1.0)
+_NAN = np.float32(np.nan)
+_EXPONENT = np.uint32(0x7F800000)  # all ones: the value is infinity or NaN
+# Columns of the weight one task of the GEMM owns: their int8 rows, transposed into a (K, 64)
+# scratch, stay in L1/L2 while every row of the activations streams past them.
+GEMM_COLUMNS = 64
+_GEMM_ROWS = 4  # activation rows multiplied together: four accumulator vectors per weight load
+
+
+@_reducing
+def _row_range(x: Array, bits: Array, i: int) -> tuple[Any, Any, Any]:
+    """(min(0, row), max(0, row), whether the row is all finite) of row ``i``."""
+    lo = np.float32(0.0)
+    hi = np.float32(0.0)
+    worst = np.uint32(0)
+    for j in range(x.shape[1]):
+        v = x[i, j]
+        lo = min(lo, v)
+        hi = max(hi, v)
+        worst = max(worst, bits[i, j] & _EXPONENT)
+    return lo, hi, worst != _EXPONENT
+
+
+@_parallel
+def quantize_rows(x: Array, bits: Array, q: Array, scale: Array, zero: Array) -> None:
+    """``q[i] = clip(rint(x[i] / scale[i]) + zero[i], 0, 255)`` as uint8, per row of float32 ``x``
+    (``bits``: ``x`` viewed as uint32).
+
+    The row's range is widened to hold 0 (so 0 is exact, as padding and ReLU zeros need), mapped
+    onto 0..255: ``scale = (max - min) / 255``, ``zero = rint(-min / scale)``. A row of zeros gets
+    scale 1; a row holding NaN or infinity gets scale NaN (its outputs come out NaN)."""
+    rows, cols = x.shape
+    for i in numba.prange(rows):
+        lo, hi, finite = _row_range(x, bits, i)
+        span = hi - lo
+        if not finite or not np.isfinite(span):  # a finite row whose span overflows float32 too
+            scale[i] = _NAN
+            zero[i] = 0
+            for j in range(cols):
+                q[i, j] = 0
+            continue
+        s = span / _U8_MAX if span > _ZERO else _ONE
+        inv = _ONE / s
+        if not np.isfinite(inv):  # a span so small that 1/scale overflows: the row rounds to zeros
+            s = _ONE
+            inv = _ONE
+        z = min(max(np.rint(-lo / s), _ZERO), _U8_MAX)
+        scale[i] = s
+        zero[i] = np.int32(z)
+        for j in range(cols):
+            v = np.rint(x[i, j] * inv) + z
+            q[i, j] = np.uint8(min(max(v, _ZERO), _U8_MAX))
+
+
+@_serial
+def _gemm_columns(a: Array, b: Array, out: Array, j0: int, j1: int) -> None:
+    """``out[:, j0:j1] = a @ b[j0:j1].T`` in int32 for ``a`` uint8 (M, K) and ``b`` int8 (N, K)."""
+    m, k = a.shape
+    width = j1 - j0
+    panel = np.empty((k, width), np.int8)  # b's rows j0:j1 as columns: the inner loop runs along j
+    for j in range(width):
+        for kk in range(k):
+            panel[kk, j] = b[j0 + j, kk]
+    acc0 = np.empty(width, np.int32)
+    acc1 = np.empty(width, np.int32)
+    acc2 = np.empty(width, np.int32)
+    acc3 = np.empty(width, np.int32)
+    i = 0
+    while i + _GEMM_ROWS <= m:
+        acc0[:] = 0
+        acc1[:] = 0
+        acc2[:] = 0
+        acc3[:] = 0
+        for kk in range(k):
+            x0 = np.int32(a[i, kk])
+            x1 = np.int32(a[i + 1, kk])
+            x2 = np.int32(a[i + 2, kk])
+            x3 = np.int32(a[i + 3, kk])
+            for j in range(width):
+                w = np.int32(panel[kk, j])
+                acc0[j] += x0 * w
+                acc1[j] += x1 * w
+                acc2[j] += x2 * w
+                acc3[j] += x3 * w
+        for j in range(width):
+            out[i, j0 + j] = acc0[j]
+            out[i + 1, j0 + j] = acc1[j]
+            out[i + 2, j0 + j] = acc2[j]
+            out[i + 3, j0 + j] = acc3[j]
+        i += _GEMM_ROWS
+    for r in range(i, m):  # the last rows, one at a time
+        acc0[:] = 0
+        for kk in range(k):
+            x0 = np.int32(a[r, kk])
+            for j in range(width):
+                acc0[j] += x0 * np.int32(panel[kk, j])
+        for j in range(width):
+            out[r, j0 + j] = acc0[j]
+
+
+@_parallel
+def gemm_u8s8s32(a: Array, b: Array, out: Array) -> None:
+    """``out = a @ b.T`` exactly in int32: ``a`` uint8 (M, K), ``b`` int8 (N, K), ``out`` int32 (M, N).
+
+    The caller keeps ``K * 255 * 128`` below 2**31 (every partial sum then fits)."""
+    n = b.shape[0]
+    tasks = (n + GEMM_COLUMNS - 1) // GEMM_COLUMNS
+    for t in numba.prange(tasks):
+        j0 = t * GEMM_COLUMNS
+        _gemm_columns(a, b, out, j0, min(j0 + GEMM_COLUMNS, n))
+
+
+@_parallel
+def row_sums(q: Array, out: Array) -> None:
+    """``out[n] = sum(q[n])`` in int32 for int8 ``q`` (N, K)."""
+    for n in numba.prange(q.shape[0]):
+        s = np.int32(0)
+        for kk in range(q.shape[1]):
+            s += np.int32(q[n, kk])
+        out[n] = s
+
+
+@_parallel
+def dequantize_product(
+    acc: Array,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    has_bias: bool,
+    accumulate: bool,
+    out: Array,
+) -> None:
+    """``out[i, n] (+)= (acc[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] (+ bias[n])``.
+
+    ``acc`` is the int32 product of the uint8 activations and the int8 weight; subtracting the zero
+    point's share (``x_zero * w_sum``, in int64 so it cannot wrap) leaves the product of the signed
+    activation levels. ``accumulate`` adds onto ``out`` (a later K chunk) and skips the bias."""
+    rows, cols = acc.shape
+    for i in numba.prange(rows):
+        zi = np.int64(x_zero[i])
+        si = x_scale[i]
+        for n in range(cols):
+            level = np.int64(acc[i, n]) - zi * np.int64(w_sum[n])
+            v = np.float32(level) * (si * w_scale[n])
+            if accumulate:
+                out[i, n] += v
+            elif has_bias:
+                out[i, n] = v + bias[n]
+            else:
+                out[i, n] = v
