@@ -16,49 +16,32 @@ import numpy as np
 Array = Any
 
 _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
-# A row's min and max, taken in any order; NaN and infinity are caught from the float bits (an
-# integer max of the exponent fields), which the float flags cannot reorder away.
-_reducing = numba.njit(cache=True, fastmath={"nnan", "ninf", "nsz", "reassoc"}, nogil=True, error_model="numpy")
 _serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 
 _U8_MAX = np.float32(255.0)
 _ZERO = np.float32(0.0)
+_HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 _NAN = np.float32(np.nan)
-_EXPONENT = np.uint32(0x7F800000)  # all ones: the value is infinity or NaN
 # Columns of the weight one task of the GEMM owns: their int8 rows, transposed into a (K, 64)
 # scratch, stay in L1/L2 while every row of the activations streams past them.
 GEMM_COLUMNS = 64
 _GEMM_ROWS = 4  # activation rows multiplied together: four accumulator vectors per weight load
 
 
-@_reducing
-def _row_range(x: Array, bits: Array, i: int) -> tuple[Any, Any, Any]:
-    """(min(0, row), max(0, row), whether the row is all finite) of row ``i``."""
-    lo = np.float32(0.0)
-    hi = np.float32(0.0)
-    worst = np.uint32(0)
-    for j in range(x.shape[1]):
-        v = x[i, j]
-        lo = min(lo, v)
-        hi = max(hi, v)
-        worst = max(worst, bits[i, j] & _EXPONENT)
-    return lo, hi, worst != _EXPONENT
-
-
 @_parallel
-def quantize_rows(x: Array, bits: Array, q: Array, scale: Array, zero: Array) -> None:
-    """``q[i] = clip(rint(x[i] / scale[i]) + zero[i], 0, 255)`` as uint8, per row of float32 ``x``
-    (``bits``: ``x`` viewed as uint32).
+def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+    """``q[i] = round(x[i] / scale[i]) + zero[i]`` clipped to 0..255, as uint8, per row of float32 ``x``,
+    given each row's ``lo = min(0, row)`` and ``hi = max(0, row)`` (NaN where the row holds NaN).
 
-    The row's range is widened to hold 0 (so 0 is exact, as padding and ReLU zeros need), mapped
-    onto 0..255: ``scale = (max - min) / 255``, ``zero = rint(-min / scale)``. A row of zeros gets
-    scale 1; a row holding NaN or infinity gets scale NaN (its outputs come out NaN)."""
+    The range maps onto 0..255: ``scale = (hi - lo) / 255``, ``zero = round(-lo / scale)``, so 0 is a
+    level of its own (padding and ReLU zeros stay exact). Rounding is half up (every level is >= 0
+    by then). A row of zeros gets scale 1; a row whose range is not finite (NaN, infinity) gets
+    scale NaN, which carries into every output of that row."""
     rows, cols = x.shape
     for i in numba.prange(rows):
-        lo, hi, finite = _row_range(x, bits, i)
-        span = hi - lo
-        if not finite or not np.isfinite(span):  # a finite row whose span overflows float32 too
+        span = hi[i] - lo[i]
+        if not np.isfinite(span):
             scale[i] = _NAN
             zero[i] = 0
             for j in range(cols):
@@ -69,12 +52,12 @@ def quantize_rows(x: Array, bits: Array, q: Array, scale: Array, zero: Array) ->
         if not np.isfinite(inv):  # a span so small that 1/scale overflows: the row rounds to zeros
             s = _ONE
             inv = _ONE
-        z = min(max(np.rint(-lo / s), _ZERO), _U8_MAX)
+        z = min(max(np.float32(np.int32(-lo[i] * inv + _HALF)), _ZERO), _U8_MAX)
         scale[i] = s
         zero[i] = np.int32(z)
         for j in range(cols):
-            v = np.rint(x[i, j] * inv) + z
-            q[i, j] = np.uint8(min(max(v, _ZERO), _U8_MAX))
+            v = min(max(x[i, j] * inv + z, _ZERO), _U8_MAX)
+            q[i, j] = np.uint8(np.int32(v + _HALF))
 
 
 @_serial
@@ -166,12 +149,13 @@ def dequantize_product(
     for i in numba.prange(rows):
         zi = np.int64(x_zero[i])
         si = x_scale[i]
-        for n in range(cols):
-            level = np.int64(acc[i, n]) - zi * np.int64(w_sum[n])
-            v = np.float32(level) * (si * w_scale[n])
-            if accumulate:
-                out[i, n] += v
-            elif has_bias:
-                out[i, n] = v + bias[n]
-            else:
-                out[i, n] = v
+        # One loop per case, so none branches per element (and each vectorises).
+        if accumulate:
+            for n in range(cols):
+                out[i, n] += np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
+        elif has_bias:
+            for n in range(cols):
+                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n]) + bias[n]
+        else:
+            for n in range(cols):
+                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])

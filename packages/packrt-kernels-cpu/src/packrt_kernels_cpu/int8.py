@@ -43,7 +43,7 @@ def _require(a: Array, dtype: np.dtype[Any], name: str, shape: str) -> None:
 
 def quantize_rows(x: Array) -> tuple[Array, Array, Array]:
     """``(u, scale, zero)``: float32 ``x`` (M, K) as uint8 levels, one float32 scale and one int32 zero
-    point per row, ``x[i] ~ (u[i] - zero[i]) * scale[i]`` within half a step (each row's range,
+    point per row, ``x[i] ~ (u[i] - zero[i]) * scale[i]`` within half a step (and float32 rounding) (each row's range,
     widened to hold 0, maps onto 0..255, so 0 is exact). A row of zeros gets scale 1; a row holding
     NaN or infinity gets scale NaN, which carries into every output of that row."""
     _require(x, _F32, "x", "(rows, in_features)")
@@ -53,7 +53,10 @@ def quantize_rows(x: Array) -> tuple[Array, Array, Array]:
     scale = np.empty(rows, _F32)
     zero = np.empty(rows, _I32)
     if x.size:
-        _numba_int8.quantize_rows(x, x.view(np.uint32), u, scale, zero)
+        # numpy's row reductions are vectorised (and carry NaN); the pass that writes u is numba's.
+        lo = np.minimum(x.min(axis=1), 0.0)
+        hi = np.maximum(x.max(axis=1), 0.0)
+        _numba_int8.quantize_rows(x, lo, hi, u, scale, zero)
     else:
         scale[:] = 1.0
         zero[:] = 0
