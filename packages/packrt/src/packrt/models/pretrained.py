@@ -30,6 +30,7 @@ from packrt.errors import CheckpointError
 from packrt.models import bert, gpt2, llama
 from packrt.models.hfconfig import HFConfig, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
+from packrt.models.quantization import check_quantize, quantize_linears
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
@@ -182,6 +183,7 @@ def from_pretrained(
     device: str = "cpu",
     strict: bool = True,
     progress: bool | None = None,
+    quantize: str | None = None,
 ) -> nn.Module:
     """The model of a Hugging Face directory (config.json + safetensors), loaded and in eval mode.
 
@@ -192,8 +194,12 @@ def from_pretrained(
     (default: served in the checkpoint's own dtype). ``strict=False`` skips unknown tensors and
     leaves missing ones unloaded. ``progress``: a bar for loads over ~1 s (None: only on a
     terminal; needs the ``progress`` extra). ``device`` other than ``"cpu"`` moves the loaded model
-    there. Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
+    there. ``quantize="int8"`` serves every untied Linear as an int8
+    :class:`~packrt.nn.QuantizedLinear` (weights per output channel at load, activations per row at
+    run time; embeddings and heads tied to them stay float: :mod:`packrt.models.quantization`).
+    Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
     """
+    check_quantize(quantize)
     directory = Path(os.fspath(path))
     config = read_config(directory)
     family = find_family(config)
@@ -207,6 +213,8 @@ def from_pretrained(
     state = load_tensors(info, plan, cast, progress)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
+    if quantize == "int8":
+        quantize_linears(model, weight_residency)
     if device != "cpu":
         model.to(device)
     return model

@@ -92,8 +92,10 @@ class SentenceEncoder:
         weight_residency: str | None = None,
         dtype: packrt.dtype | str | None = None,
         progress: bool | None = None,
+        quantize: str | None = None,
     ) -> SentenceEncoder:
-        """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights)."""
+        """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights);
+        ``quantize="int8"`` as :func:`~packrt.models.from_pretrained` takes it."""
         directory = Path(os.fspath(path))
         pipeline = Pipeline.read(directory)
         tokenizer_file = pipeline.transformer / "tokenizer.json"
@@ -103,7 +105,9 @@ class SentenceEncoder:
                 "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
             )
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
-        model = from_pretrained(pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress)
+        model = from_pretrained(
+            pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
+        )
         positions = int(getattr(getattr(model, "config", None), "max_positions", 512))
         limit = min(pipeline.max_seq_length or positions, positions)
         tokenizer.enable_truncation(max_length=limit)
