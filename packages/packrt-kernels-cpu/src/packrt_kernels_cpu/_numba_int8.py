@@ -1,6 +1,6 @@
 """The compiled loops of the int8 linear road (:mod:`packrt_kernels_cpu.int8`): quantize activations per
-row, multiply uint8 by int8 into int32 where MKL is absent, and turn the int32 product back into
-float32 with the scales and the bias in one pass.
+row, sum the weight's rows, and turn the int32 product back into float32 with the scales and the
+bias in one pass.
 
 Each loop splits its work over numba's pool with ``prange`` (its size follows ``set_num_threads``)
 and writes a caller-given ``out``; every array is C-contiguous.
@@ -16,17 +16,12 @@ import numpy as np
 Array = Any
 
 _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
-_serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 
 _U8_MAX = np.float32(255.0)
 _ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 _NAN = np.float32(np.nan)
-# Columns of the weight one task of the GEMM owns: their int8 rows, transposed into a (K, 64)
-# scratch, stay in L1/L2 while every row of the activations streams past them.
-GEMM_COLUMNS = 64
-_GEMM_ROWS = 4  # activation rows multiplied together: four accumulator vectors per weight load
 
 
 @_parallel
@@ -58,64 +53,6 @@ def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: 
         for j in range(cols):
             v = min(max(x[i, j] * inv + z, _ZERO), _U8_MAX)
             q[i, j] = np.uint8(np.int32(v + _HALF))
-
-
-@_serial
-def _gemm_columns(a: Array, b: Array, out: Array, j0: int, j1: int) -> None:
-    """``out[:, j0:j1] = a @ b[j0:j1].T`` in int32 for ``a`` uint8 (M, K) and ``b`` int8 (N, K)."""
-    m, k = a.shape
-    width = j1 - j0
-    panel = np.empty((k, width), np.int8)  # b's rows j0:j1 as columns: the inner loop runs along j
-    for j in range(width):
-        for kk in range(k):
-            panel[kk, j] = b[j0 + j, kk]
-    acc0 = np.empty(width, np.int32)
-    acc1 = np.empty(width, np.int32)
-    acc2 = np.empty(width, np.int32)
-    acc3 = np.empty(width, np.int32)
-    i = 0
-    while i + _GEMM_ROWS <= m:
-        acc0[:] = 0
-        acc1[:] = 0
-        acc2[:] = 0
-        acc3[:] = 0
-        for kk in range(k):
-            x0 = np.int32(a[i, kk])
-            x1 = np.int32(a[i + 1, kk])
-            x2 = np.int32(a[i + 2, kk])
-            x3 = np.int32(a[i + 3, kk])
-            for j in range(width):
-                w = np.int32(panel[kk, j])
-                acc0[j] += x0 * w
-                acc1[j] += x1 * w
-                acc2[j] += x2 * w
-                acc3[j] += x3 * w
-        for j in range(width):
-            out[i, j0 + j] = acc0[j]
-            out[i + 1, j0 + j] = acc1[j]
-            out[i + 2, j0 + j] = acc2[j]
-            out[i + 3, j0 + j] = acc3[j]
-        i += _GEMM_ROWS
-    for r in range(i, m):  # the last rows, one at a time
-        acc0[:] = 0
-        for kk in range(k):
-            x0 = np.int32(a[r, kk])
-            for j in range(width):
-                acc0[j] += x0 * np.int32(panel[kk, j])
-        for j in range(width):
-            out[r, j0 + j] = acc0[j]
-
-
-@_parallel
-def gemm_u8s8s32(a: Array, b: Array, out: Array) -> None:
-    """``out = a @ b.T`` exactly in int32: ``a`` uint8 (M, K), ``b`` int8 (N, K), ``out`` int32 (M, N).
-
-    The caller keeps ``K * 255 * 128`` below 2**31 (every partial sum then fits)."""
-    n = b.shape[0]
-    tasks = (n + GEMM_COLUMNS - 1) // GEMM_COLUMNS
-    for t in numba.prange(tasks):
-        j0 = t * GEMM_COLUMNS
-        _gemm_columns(a, b, out, j0, min(j0 + GEMM_COLUMNS, n))
 
 
 @_parallel

@@ -10,8 +10,9 @@ The first sum is the int32 GEMM (exact: ``K * 255 * 128 < 2**31`` for ``K <= 655
 are cut into chunks of 65536 whose float32 results add up); the second is the weight's row sums,
 computed once per pack. On MKL's road the GEMM is oneMKL's ``cblas_gemm_s8u8s32`` (VNNI or AMX
 where the CPU has them: 650-800 GOP/s on one Sapphire Rapids core at 1024x768x3072, against 80-110
-GFLOP/s for float32); elsewhere a numba loop (int32 accumulators vectorised along the output
-columns, 20-30 GOP/s on one core: correct everywhere, and slower than a float32 BLAS).
+GFLOP/s for float32). Elsewhere it is float32 GEMMs on numpy's BLAS over K chunks of 512, each
+exact in float32, so about float32's speed plus converting the int8 operands. Both roads give the
+same integers.
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ _U8, _S8, _I32, _F32 = (np.dtype(t) for t in (np.uint8, np.int8, np.int32, np.fl
 _COL_MAJOR, _NO_TRANS, _TRANS, _FIX_OFFSET = 102, 111, 112, 173  # CBLAS_LAYOUT / _TRANSPOSE / _OFFSET
 _INT32_MAX = 2**31 - 1
 _NO_OFFSET = np.zeros(1, np.int32)  # the C offset MKL reads with CblasFixOffset: none
+# Off MKL's road the GEMM runs as float32 GEMMs on numpy's BLAS over chunks of this many columns of
+# K, each exact (see _gemm_in_float). A numba int32 loop (4 rows x 64 columns of int32 vector
+# accumulators) measured 20-30 GOP/s on one core, slower than this at every batch from 1 to 1024.
+FLOAT_CHUNK = 512
 
 
 def _require(a: Array, dtype: np.dtype[Any], name: str, shape: str) -> None:
@@ -100,14 +105,29 @@ def gemm_u8s8s32(a: Array, b: Array, out: Array | None = None) -> Array:
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     gemm = blas.gemm_s8u8s32()
     if gemm is None or m * n > _INT32_MAX:
-        _numba_int8.gemm_u8s8s32(a, b, out)
-        return out
+        return _gemm_in_float(a, b, out)
     # Row-major out (M, N) is column-major (N, M): out^T = b @ a^T, with b (N, K) read transposed, as
     # MKL's signed operand A, and a (M, K) as its unsigned B.
     gemm(
         _COL_MAJOR, _TRANS, _NO_TRANS, _FIX_OFFSET, n, m, k, 1.0,
         b.ctypes.data, k, 0, a.ctypes.data, k, 0, 0.0, out.ctypes.data, n, _NO_OFFSET.ctypes.data,
     )  # fmt: skip
+    return out
+
+
+def _gemm_in_float(a: Array, b: Array, out: Array) -> Array:
+    """``a @ b.T`` exactly, by float32 GEMMs over chunks of ``FLOAT_CHUNK`` columns of K: every partial
+    sum is an integer below 2**24 in magnitude (512 * 255 * 128 < 2**24), which float32 holds exactly
+    whatever order the BLAS adds in, so each chunk's product converts to int32 without error."""
+    k = a.shape[1]
+    part = np.empty(out.shape, _F32)
+    for k0 in range(0, k, FLOAT_CHUNK):
+        k1 = min(k0 + FLOAT_CHUNK, k)
+        np.matmul(a[:, k0:k1].astype(_F32), b[:, k0:k1].astype(_F32).T, out=part)
+        if k0 == 0:
+            out[...] = part
+        else:
+            out += part.astype(_I32)
     return out
 
 
