@@ -222,8 +222,11 @@ def test_quantized_linear_takes_the_in_register_kernel_for_few_rows_and_row_bloc
     cpu = CPU_KERNELS.pack_quantized_linear(q, scale, b)
     pack = kernels.pack_quantized_linear(q, scale, b, scratch_bytes=7 * depth * 4)  # blocks of 7 rows, or fewer
     assert isinstance(pack, kernels.CudaPackedQuantizedLinear) and pack.nbytes == cpu.nbytes
-    _close(pack.forward(x), cpu.forward(x), dtype)
-    unbiased = CPU_KERNELS.borrow_quantized_linear(q, scale).forward(x[None])
+    # The GPU road is weight-only int8 (float activations): the CPU pack's float64 road is that math
+    # (its float32 road quantizes activations too, packrt_kernels_cpu.int8).
+    weight_only = cpu.forward(x.astype(np.float64)).astype(dtype)
+    _close(pack.forward(x), weight_only, dtype)
+    unbiased = CPU_KERNELS.borrow_quantized_linear(q, scale).forward(x[None].astype(np.float64)).astype(dtype)
     _close(kernels.borrow_quantized_linear(q, scale).forward(x[None]), unbiased, dtype)
     few = rows <= kernels.QGEMV_MAX_ROWS
     assert any(n.startswith("pk_qgemv_" if few else "pk_dequant_rows_") for n in launches)

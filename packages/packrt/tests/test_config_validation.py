@@ -26,9 +26,9 @@ import packrt_io
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models import SentenceEncoder, UnsupportedModelError, bert, from_pretrained, gpt2, llama
 from packrt.models.config_schema import SCHEMAS, ConfigError, validate
+from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.hfconfig import HFConfig
 from packrt.models.pretrained import supported
-from packrt.models.sentence import load_tokenizer
 
 SMALL = {"vocab_size": 50, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 32}
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -325,7 +325,7 @@ def test_a_tokenizer_json_the_tokenizers_library_cannot_read_is_a_checkpoint_err
     problem = "is a FIFO" if damage == "fifo" else "cannot be read by the tokenizers library"
     with pytest.raises(CheckpointError, match=rf"tokenizer\.json' {problem}"):
         SentenceEncoder.from_pretrained(directory)
-    assert load_tokenizer(minilm_dir / "tokenizer.json").get_vocab_size() > 0
+    assert read_tokenizer_json(minilm_dir / "tokenizer.json").get_vocab_size() > 0
 
 
 # -- weight dtypes -----------------------------------------------------------------------------------

@@ -72,6 +72,7 @@ class _Mkl:
     set_num_threads: Any
     set_local_threads: Any  # MKL_Set_Num_Threads_Local: this thread's count for the next calls (0: the global)
     vexp: Any | None  # vmsExp: the vector math library's float32 exp, with an accuracy mode
+    s8u8s32: Any | None = None  # cblas_gemm_s8u8s32: int8 x uint8 -> int32 (VNNI / AMX where the CPU has them)
 
     def gemm_for(self, dtype: np.dtype[Any]) -> Any | None:
         """The CBLAS GEMM that multiplies operands of ``dtype`` (None: none here)."""
@@ -153,7 +154,11 @@ def _load_mkl() -> _Mkl | str:
     vexp = getattr(lib, "vmsExp", None)
     if vexp is not None:
         vexp.argtypes, vexp.restype = [i, p, p, ctypes.c_longlong], None
-    return _Mkl(path, sgemm, dgemm, bf16, batch, set_threads, set_local, vexp)
+    s8u8s32 = getattr(lib, "cblas_gemm_s8u8s32", None)
+    if s8u8s32 is not None:  # layout, transa, transb, offsetc, m, n, k, alpha, a, lda, ao, b, ldb, bo, beta, c, ldc, co
+        s8u8s32.argtypes = [i] * 7 + [ctypes.c_float, p, i, ctypes.c_int8, p, i, ctypes.c_int8, ctypes.c_float, p, i, p]
+        s8u8s32.restype = None
+    return _Mkl(path, sgemm, dgemm, bf16, batch, set_threads, set_local, vexp, s8u8s32)
 
 
 def _mkl() -> _Mkl | None:
@@ -366,6 +371,13 @@ def sgemm_batch() -> Any | None:
     return None if mkl is None else mkl.sgemm_batch
 
 
+def gemm_s8u8s32() -> Any | None:
+    """MKL's ``cblas_gemm_s8u8s32`` as a ctypes function (the arguments as oneMKL documents them), or None
+    off MKL's road or where this MKL lacks it. :mod:`packrt_kernels_cpu.int8` calls it."""
+    mkl = _mkl()
+    return None if mkl is None else mkl.s8u8s32
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
     """Within it, every MKL GEMM this thread starts, from compiled code too, runs on one MKL thread
@@ -451,6 +463,7 @@ def exp(x: Array, out: Array) -> Array:
 __all__ = [
     "BlasUnavailableError",
     "exp",
+    "gemm_s8u8s32",
     "matmul",
     "multiplies",
     "prefer_short_openmp_spin",

@@ -6,12 +6,13 @@ which keeps the range symmetric and negation exact). A row of zeros gets scale 1
 nothing ever divides by zero.
 
 ``PackedQuantizedLinear`` keeps the int8 matrix resident (1 byte per weight, a quarter of
-float32) and keeps activations in floating point: ``x @ (q * s)^T == (x @ q^T) * s``, so the
-scale is applied to the (batch, out) product rather than to the (out, in) weight. The int8
-rows are converted to the compute dtype block by block during the forward, so the scratch
-never exceeds ``scratch_bytes`` however large the layer; that is the trade-off taken here:
-a per-call conversion (elementwise, memory-bound, about the cost of one matrix-vector
-product) instead of a resident float32 copy that would undo the 4x saving.
+float32). A float32, float16 or bfloat16 input takes the int8 road (:mod:`packrt_kernels_cpu.int8`):
+each row of activations is quantized onto uint8 at run time (dynamic quantization, as ONNX
+Runtime's and PyTorch's dynamic int8 linears do), multiplied by the int8 weight into int32, and
+turned back into float32 with the row's scale, the channel's scale and the bias in one pass.
+float64 inputs, and arrays that are not numpy's (cupy's, whose kernels live in packrt-kernels-cuda),
+keep activations in floating point: ``x @ (q * s)^T == (x @ q^T) * s``, the int8 rows converted
+block by block so the scratch never exceeds ``scratch_bytes``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu import int8
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.namespace import (
     FLOAT32,
@@ -88,7 +90,11 @@ def dequantize(q: Array, scale: Array) -> Array:
 
 
 class PackedQuantizedLinear:
-    """An int8 (out, in) weight with per-row float32 scales and an optional float bias."""
+    """An int8 (out, in) weight with per-row float32 scales and an optional float bias.
+
+    The int8 road also needs the weight's row sums (int32, 4 bytes per output) and the bias as
+    float32: both are derived once, at the first such forward, and kept beside the pack (they are
+    not counted in :attr:`nbytes`, which counts what the layer declares)."""
 
     def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int) -> None:
         self.q = q
@@ -96,6 +102,7 @@ class PackedQuantizedLinear:
         self.b = b
         self.out_features, self.in_features = (int(s) for s in q.shape)
         self.scratch_bytes = scratch_bytes
+        self._int8: tuple[Array, Array | None] | None = None  # (row sums, float32 bias), made on first use
 
     def block_rows(self, dtype: np.dtype[Any]) -> int:
         """Rows of q converted at a time so the converted block fits ``scratch_bytes``."""
@@ -103,8 +110,11 @@ class PackedQuantizedLinear:
         return max(1, min(self.out_features, self.scratch_bytes // per_row))
 
     def forward(self, x: Array) -> Array:
-        """``(x @ q^T) * scale + b`` for float ``x`` (..., in_features), returned in x's dtype."""
+        """``(x @ q^T) * scale + b`` for float ``x`` (..., in_features), returned in x's dtype: through
+        int8 activations for float32/float16/bfloat16 numpy inputs, in floating point otherwise."""
         dt = np.dtype(x.dtype)
+        if dt != FLOAT64 and type(x) is np.ndarray and type(self.q) is np.ndarray:
+            return self._forward_int8(x, dt)
         xp = array_namespace(x)
         cd = compute_dtype(dt)
         lead = tuple(x.shape[:-1])
@@ -117,6 +127,16 @@ class PackedQuantizedLinear:
         out *= astype(self.scale, cd)
         if self.b is not None:
             out += astype(self.b, cd)
+        return astype(out.reshape((*lead, self.out_features)), dt)
+
+    def _forward_int8(self, x: Array, dt: np.dtype[Any]) -> Array:
+        if self._int8 is None:
+            bias = None if self.b is None else np.ascontiguousarray(astype(self.b, FLOAT32))
+            self._int8 = (int8.weight_sums(self.q), bias)
+        sums, bias = self._int8
+        lead = tuple(x.shape[:-1])
+        x2 = np.ascontiguousarray(astype(x, FLOAT32).reshape(-1, self.in_features))
+        out = int8.linear(x2, np.ascontiguousarray(self.q), self.scale, sums, bias)
         return astype(out.reshape((*lead, self.out_features)), dt)
 
     @property

@@ -1,8 +1,9 @@
 """QuantizedLinear: a linear layer with an int8 weight and one float32 scale per output channel.
 
-Weight-only quantization: ``y = (x @ q^T) * scale + bias`` with activations kept in floating
-point. The scale multiplies the (batch, out) product rather than the weight, so no float copy
-of the weight is ever resident; the int8 rows are converted block by block during a forward.
+``y = (x @ (q * scale)^T) + bias`` computed through int8: each row of a float32 (or half) input is
+quantized onto uint8 at run time (dynamic quantization), multiplied by the int8 weight into int32,
+and dequantized with both scales and the bias in one pass. No float copy of the weight is ever
+resident. float64 inputs keep activations in floating point (weight-only).
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ class QuantizedLinear(PackedLayer):
     """``y = (x @ weight.T) * scale + bias`` with ``weight`` int8 (out_features, in_features),
     ``scale`` float32 (out_features,) and ``bias`` float32 (out_features,) or None.
 
-    Weight-only int8: the input stays floating point and the output has the input's dtype.
-    float32 and float64 inputs compute in their own precision; float16 and bfloat16 inputs
-    compute in float32 and round once at the end (numpy has no fast half GEMM).
+    Dynamic int8: a float32, float16 or bfloat16 input is quantized per row (asymmetric uint8,
+    its range widened to hold 0), multiplied in int32 and dequantized to float32, then rounded
+    once to the input's dtype. Each output differs from ``x @ (q * scale)^T + bias`` by at most
+    half its row's activation step (``(max(0, row) - min(0, row)) / 255``) times the L1 norm of
+    its dequantized weight row. float64 inputs keep activations in float64 (weight-only int8).
+    The output has the input's dtype.
 
     A fresh layer holds a PyTorch-style Linear initialization (uniform in
     ±1/sqrt(in_features)) quantized per output channel; :meth:`from_float` quantizes an

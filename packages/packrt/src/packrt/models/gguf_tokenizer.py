@@ -25,6 +25,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_token
 
 import packrt_io
 from packrt.errors import CheckpointError
+from packrt.models.hfconfig import read_regular
 
 _LLAMA3 = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
@@ -124,16 +125,34 @@ def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
     return tokenizer
 
 
+def read_tokenizer_json(path: Path) -> Tokenizer:
+    """``tokenizer.json`` through the tokenizers library; whatever it raises becomes a CheckpointError
+    naming the file (a truncated file raises a bare ``Exception`` there)."""
+    try:
+        text = read_regular(path).decode("utf-8")
+    except FileNotFoundError:
+        raise CheckpointError(
+            f"{str(path)!r} is missing; SentenceEncoder tokenizes with the tokenizers library from "
+            "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise CheckpointError(f"{str(path)!r} is not UTF-8 text ({err}); re-save the tokenizer") from err
+    try:
+        return Tokenizer.from_str(text)
+    except Exception as err:  # tokenizers raises plain Exception for malformed files
+        raise CheckpointError(
+            f"{str(path)!r} cannot be read by the tokenizers library ({err}); re-save the tokenizer "
+            "(tokenizer.save_pretrained with a fast tokenizer)"
+        ) from err
+
+
 def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     """The tokenizer for a model path: a directory's ``tokenizer.json``; for a GGUF file, the
     ``tokenizer.json`` beside it when there is one, else the one its metadata describes."""
     where = Path(os.fspath(path))
     beside = where / "tokenizer.json" if where.is_dir() else where.parent / "tokenizer.json"
     if beside.is_file():
-        try:
-            return Tokenizer.from_file(str(beside))
-        except Exception as err:  # the tokenizers library raises its own Exception type
-            raise CheckpointError(f"{str(beside)!r} cannot be read by the tokenizers library: {err}") from err
+        return read_tokenizer_json(beside)
     if where.is_dir():
         raise CheckpointError(
             f"{str(where)!r} has no tokenizer.json; save the tokenizer with a fast tokenizer to write one"
@@ -141,4 +160,11 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Tokenizer:
     return tokenizer_from_gguf(packrt_io.open_gguf(where))
 
 
-__all__ = ["SPLITS", "TOKENIZER_MODELS", "byte_alphabet", "load_tokenizer", "tokenizer_from_gguf"]
+__all__ = [
+    "SPLITS",
+    "TOKENIZER_MODELS",
+    "byte_alphabet",
+    "load_tokenizer",
+    "read_tokenizer_json",
+    "tokenizer_from_gguf",
+]

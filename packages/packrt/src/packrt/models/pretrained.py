@@ -36,6 +36,7 @@ from packrt.models import bert, gpt2, llama, roberta
 from packrt.models.config_schema import check_capacity, validate
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
+from packrt.models.quantization import check_quantize, quantize_linears
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
@@ -214,6 +215,7 @@ def from_pretrained(
     device: str = "cpu",
     strict: bool = True,
     progress: bool | None = None,
+    quantize: str | None = None,
 ) -> nn.Module:
     """The model of a Hugging Face directory (config.json + safetensors), or of a GGUF file, loaded and in eval mode.
 
@@ -225,18 +227,25 @@ def from_pretrained(
     (default: served in the checkpoint's own dtype). ``strict=False`` skips unknown tensors and
     leaves missing ones unloaded. ``progress``: a bar for loads over ~1 s (None: only on a
     terminal; needs the ``progress`` extra). ``device`` other than ``"cpu"`` moves the loaded model
-    there. Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
+    there. ``quantize="int8"`` serves every untied Linear as an int8
+    :class:`~packrt.nn.QuantizedLinear` (weights per output channel at load, activations per row at
+    run time; embeddings and heads tied to them stay float: :mod:`packrt.models.quantization`).
+    Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
 
     A path to a ``.gguf`` file (llama.cpp's format; the ``gguf`` extra) is read by
     :func:`packrt.models.gguf.from_gguf`: ``general.architecture`` ``llama`` or ``qwen2``, F32/F16/BF16
-    tensors as stored (mapped), quantised ones dequantised to float32.
+    tensors as stored (mapped), quantised ones dequantised to float32 (then to int8 with ``quantize``).
     """
+    check_quantize(quantize)
     directory = Path(os.fspath(path))
     if packrt_io.is_gguf(directory):
         from packrt.models.gguf import from_gguf  # imported on use: GGUF needs the gguf extra
 
         cast = _dtype(dtype)
-        return from_gguf(directory, dtype=cast, weight_residency=weight_residency, device=device, strict=strict)
+        served = from_gguf(directory, dtype=cast, weight_residency=weight_residency, device=device, strict=strict)
+        if quantize == "int8":
+            quantize_linears(served, weight_residency)
+        return served
     config = read_config(directory)
     family = find_family(config)
     schema = validate(config)
@@ -253,6 +262,8 @@ def from_pretrained(
     state = load_tensors(info, plan, cast, progress)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
+    if quantize == "int8":
+        quantize_linears(model, weight_residency)
     if device != "cpu":
         model.to(device)
     return model

@@ -24,7 +24,8 @@ from tokenizers import Tokenizer
 import packrt
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models.hfconfig import read_json, read_regular
+from packrt.models.gguf_tokenizer import read_tokenizer_json
+from packrt.models.hfconfig import read_json
 from packrt.models.pretrained import from_pretrained
 
 POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
@@ -35,27 +36,6 @@ def _json(path: Path, what: str) -> Any:
         return read_json(path)
     except FileNotFoundError:
         raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
-
-
-def load_tokenizer(path: Path) -> Tokenizer:
-    """``tokenizer.json`` through the tokenizers library; whatever it raises becomes a CheckpointError
-    naming the file (a truncated file raises a bare ``Exception`` there)."""
-    try:
-        text = read_regular(path).decode("utf-8")
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{str(path)!r} is missing; SentenceEncoder tokenizes with the tokenizers library from "
-            "tokenizer.json (save the tokenizer with a fast tokenizer to write one)"
-        ) from None
-    except UnicodeDecodeError as err:
-        raise CheckpointError(f"{str(path)!r} is not UTF-8 text ({err}); re-save the tokenizer") from err
-    try:
-        return Tokenizer.from_str(text)
-    except Exception as err:  # tokenizers raises plain Exception for malformed files
-        raise CheckpointError(
-            f"{str(path)!r} cannot be read by the tokenizers library ({err}); re-save the tokenizer "
-            "(tokenizer.save_pretrained with a fast tokenizer)"
-        ) from err
 
 
 @dataclass(frozen=True)
@@ -121,12 +101,16 @@ class SentenceEncoder:
         weight_residency: str | None = None,
         dtype: packrt.dtype | str | None = None,
         progress: bool | None = None,
+        quantize: str | None = None,
     ) -> SentenceEncoder:
-        """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights)."""
+        """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights);
+        ``quantize="int8"`` as :func:`~packrt.models.from_pretrained` takes it."""
         directory = Path(os.fspath(path))
         pipeline = Pipeline.read(directory)
-        tokenizer = load_tokenizer(pipeline.transformer / "tokenizer.json")
-        model = from_pretrained(pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress)
+        tokenizer = read_tokenizer_json(pipeline.transformer / "tokenizer.json")
+        model = from_pretrained(
+            pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
+        )
         config = getattr(model, "config", None)
         positions = int(getattr(config, "max_positions", 512))
         reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows

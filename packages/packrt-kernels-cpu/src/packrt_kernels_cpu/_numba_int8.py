@@ -1,0 +1,98 @@
+"""The compiled loops of the int8 linear road (:mod:`packrt_kernels_cpu.int8`): quantize activations per
+row, sum the weight's rows, and turn the int32 product back into float32 with the scales and the
+bias in one pass.
+
+Each loop splits its work over numba's pool with ``prange`` (its size follows ``set_num_threads``)
+and writes a caller-given ``out``; every array is C-contiguous.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+Array = Any
+
+_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
+
+_U8_MAX = np.float32(255.0)
+_ZERO = np.float32(0.0)
+_HALF = np.float32(0.5)
+_ONE = np.float32(1.0)
+_NAN = np.float32(np.nan)
+
+
+@_parallel
+def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+    """``q[i] = round(x[i] / scale[i]) + zero[i]`` clipped to 0..255, as uint8, per row of float32 ``x``,
+    given each row's ``lo = min(0, row)`` and ``hi = max(0, row)`` (NaN where the row holds NaN).
+
+    The range maps onto 0..255: ``scale = (hi - lo) / 255``, ``zero = round(-lo / scale)``, so 0 is a
+    level of its own (padding and ReLU zeros stay exact). Rounding is half up (every level is >= 0
+    by then). A row of zeros gets scale 1; a row whose range is not finite (NaN, infinity) gets
+    scale NaN, which carries into every output of that row."""
+    rows, cols = x.shape
+    for i in numba.prange(rows):
+        span = hi[i] - lo[i]
+        if not np.isfinite(span):
+            scale[i] = _NAN
+            zero[i] = 0
+            for j in range(cols):
+                q[i, j] = 0
+            continue
+        s = span / _U8_MAX if span > _ZERO else _ONE
+        inv = _ONE / s
+        if not np.isfinite(inv):  # a span so small that 1/scale overflows: the row rounds to zeros
+            s = _ONE
+            inv = _ONE
+        z = min(max(np.float32(np.int32(-lo[i] * inv + _HALF)), _ZERO), _U8_MAX)
+        scale[i] = s
+        zero[i] = np.int32(z)
+        for j in range(cols):
+            v = min(max(x[i, j] * inv + z, _ZERO), _U8_MAX)
+            q[i, j] = np.uint8(np.int32(v + _HALF))
+
+
+@_parallel
+def row_sums(q: Array, out: Array) -> None:
+    """``out[n] = sum(q[n])`` in int32 for int8 ``q`` (N, K)."""
+    for n in numba.prange(q.shape[0]):
+        s = np.int32(0)
+        for kk in range(q.shape[1]):
+            s += np.int32(q[n, kk])
+        out[n] = s
+
+
+@_parallel
+def dequantize_product(
+    acc: Array,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    has_bias: bool,
+    accumulate: bool,
+    out: Array,
+) -> None:
+    """``out[i, n] (+)= (acc[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] (+ bias[n])``.
+
+    ``acc`` is the int32 product of the uint8 activations and the int8 weight; subtracting the zero
+    point's share (``x_zero * w_sum``, in int64 so it cannot wrap) leaves the product of the signed
+    activation levels. ``accumulate`` adds onto ``out`` (a later K chunk) and skips the bias."""
+    rows, cols = acc.shape
+    for i in numba.prange(rows):
+        zi = np.int64(x_zero[i])
+        si = x_scale[i]
+        # One loop per case, so none branches per element (and each vectorises).
+        if accumulate:
+            for n in range(cols):
+                out[i, n] += np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
+        elif has_bias:
+            for n in range(cols):
+                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n]) + bias[n]
+        else:
+            for n in range(cols):
+                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
