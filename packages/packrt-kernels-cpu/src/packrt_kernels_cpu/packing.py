@@ -25,12 +25,7 @@ from typing import Any
 import numpy as np
 
 from packrt_kernels_cpu import blas, fused
-from packrt_kernels_cpu.conv import (
-    Conv2dGeometry,
-    check_conv2d_weight,
-    conv2d,
-    conv2d_gemm,
-)
+from packrt_kernels_cpu.conv import Conv2dGeometry, check_conv2d_weight, conv2d, convolve
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.functional import check_linear_args, embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
@@ -134,7 +129,7 @@ class PackedConv2d:
         """The convolution of ``x`` (N, C, H, W) or (C, H, W); same result as ``conv2d``."""
         xc = astype(x, self.w_groups.dtype)
         batched = x.ndim == 4
-        out = conv2d_gemm(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
+        out = convolve(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
         return astype(out if batched else out[0], self.dtype)
 
     @property
