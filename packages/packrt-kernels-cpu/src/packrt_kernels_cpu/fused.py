@@ -137,8 +137,8 @@ _scratch = threading.local()
 def scratch_f32(shape: tuple[int, ...]) -> Array:
     """An uninitialised float32 array of ``shape`` over this thread's scratch buffer, which grows to
     the largest request up to 256 MiB and is then reused. Only for temporaries that die before the
-    same thread asks again (conv2d's columns and Winograd tiles): glibc maps a block that large anew
-    on every allocation, and the page faults of a fresh one per call would cost more than the work."""
+    same thread asks again (conv2d's columns and Winograd tiles): glibc may map a large block anew on
+    every allocation, and a fresh one per call would then page-fault in on every call."""
     size = math.prod(shape)
     if size * 4 > _SCRATCH_MAX:
         return np.empty(shape, _F32)
