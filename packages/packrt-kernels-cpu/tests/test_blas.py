@@ -281,56 +281,6 @@ def test_a_short_openmp_spin_is_set_only_where_the_user_chose_nothing(
     assert os.environ.get("OMP_WAIT_POLICY") == preset.get("OMP_WAIT_POLICY")
 
 
-def _tap_sum_expected(taps: np.ndarray, src: np.ndarray, offsets: list[int], p: int) -> np.ndarray:
-    return sum(
-        t.astype(np.float64) @ src[:, off : off + p].astype(np.float64) for t, off in zip(taps, offsets, strict=True)
-    )
-
-
-@pytest.mark.usefixtures("blas_road")
-@settings(max_examples=40, deadline=None)
-@given(
-    count=st.integers(1, 9),
-    m=st.integers(1, 12),
-    k=st.integers(1, 12),
-    p=st.integers(1, 30),
-    spare=st.integers(0, 12),
-    dtype=st.sampled_from([np.float32, np.float64]),
-    data=st.data(),
-)
-def test_tap_sum_is_the_sum_of_each_taps_product_with_its_window(
-    count: int, m: int, k: int, p: int, spare: int, dtype: Any, data: st.DataObject
-) -> None:
-    rng = np.random.default_rng(count * 1000 + m * 100 + k * 10 + p)
-    taps = rng.standard_normal((count, m, k)).astype(dtype)
-    wide = rng.standard_normal((k, p + spare + 3)).astype(dtype)
-    src = wide[:, : p + spare]  # rows strided wider than they are long, as a band inside a larger buffer
-    offsets = data.draw(st.lists(st.integers(0, spare), min_size=count, max_size=count))
-    out = np.full((m, p), np.nan, dtype)  # nothing there before is read: the first tap overwrites
-    assert blas.tap_sum(taps, src, offsets, out) is out
-    np.testing.assert_allclose(out, _tap_sum_expected(taps, src, offsets, p), rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.usefixtures("blas_road")
-def test_tap_sum_with_accumulate_adds_onto_what_out_holds() -> None:
-    rng = np.random.default_rng(11)
-    taps, src = rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal((5, 20)).astype(np.float32)
-    start = rng.standard_normal((4, 16)).astype(np.float32)
-    out = start.copy()
-    blas.tap_sum(taps, src, [0, 2, 4], out, accumulate=True)
-    np.testing.assert_allclose(out, start + _tap_sum_expected(taps, src, [0, 2, 4], 16), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.usefixtures("blas_road")
-@pytest.mark.parametrize("offsets", [[0, 5], [0], [-1, 0, 1]], ids=["past-the-end", "too-few", "negative"])
-def test_tap_sum_refuses_a_window_outside_src_or_a_missing_offset(offsets: list[int]) -> None:
-    taps, src = np.ones((len(offsets) if len(offsets) != 1 else 2, 2, 3), np.float32), np.ones((3, 8), np.float32)
-    out = np.full((2, 4), 7.0, np.float32)
-    with pytest.raises(KernelError, match=r"taps need \d offsets, each window \[offset, offset \+ 4\) inside src's 8"):
-        blas.tap_sum(taps, src, offsets, out)
-    np.testing.assert_array_equal(out, 7.0)  # refused before anything was written
-
-
 @pytest.mark.usefixtures("blas_road")
 def test_matmul_with_accumulate_adds_the_product_onto_out() -> None:
     rng = np.random.default_rng(13)

@@ -1,4 +1,5 @@
-"""conv2d (im2col + GEMM) agrees with torch for any geometry and names the argument that is wrong."""
+"""conv2d agrees with torch for any geometry on every road, takes the road meant for each input, and
+names the argument that is wrong. (The Winograd road's own cases: test_winograd.py.)"""
 
 from __future__ import annotations
 
@@ -12,33 +13,26 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, conv
-from packrt_kernels_cpu.conv import Conv2dGeometry, conv2d, conv2d_geometry
+from packrt_kernels_cpu import CpuBackend, fused
+from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, im2col, road, roads, winograd
 from packrt_kernels_cpu.errors import KernelShapeError
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 
-# every comparison with torch on both kernel paths, both GEMM roads, banded and whole-batch
+# every comparison with torch on both kernel paths, both GEMM roads, banded and shared out over threads
 pytestmark = pytest.mark.usefixtures("kernel_path", "blas_road", "conv_layout")
 
 
-@pytest.fixture(params=["columns-banded", "columns-threads", "taps-banded", "taps-threads"])
+@pytest.fixture(params=["banded", "threads"])
 def conv_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every comparison on both of conv2d's roads: columns (im2col + one GEMM a band) and, for a
-    stride-1 convolution, shifted taps (one GEMM a kernel tap, here taken whatever the channel count
-    and GEMM road). "banded": one thread, a band is one output row, so every image has several;
+    """Every comparison on each of conv2d's banded roads as well as the whole-batch one: "banded": one
+    thread, a band is one output row (one tile row for Winograd), so every image has several;
     "threads": two threads sharing out the (image, band) tiles."""
     backend = CpuBackend()
-    road, layout = str(request.param).split("-")
-    if road == "taps":
-        monkeypatch.setattr(conv, "_SHIFT_MIN_CHANNELS", 1)
-        monkeypatch.setattr(conv, "_SHIFT_ROADS", ("mkl", "numpy"))
-    else:
-        monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
-    if layout == "banded":
-        monkeypatch.setattr(conv, "_BAND_BYTES", 1)
-        monkeypatch.setattr(conv, "_TAPS_BAND_BYTES", 1)
+    if request.param == "banded":
+        monkeypatch.setattr(columns, "_BAND_BYTES", 1)
+        monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
         backend.set_num_threads(1)
     else:
         backend.set_num_threads(2)
@@ -153,3 +147,47 @@ def test_geometry_arguments_are_validated_by_name(kwargs: dict[str, Any], messag
 def test_same_padding_puts_the_odd_pixel_at_the_bottom_right() -> None:
     assert conv2d_geometry((4, 3), padding="same").padding == (1, 2, 1, 1)
     assert conv2d_geometry((2, 2), padding="same", dilation=3).padding == (1, 2, 1, 2)
+
+
+def test_each_input_takes_the_road_meant_for_it(kernel_path: str, blas_road: str) -> None:
+    x32, x64 = np.zeros((1, 32, 8, 8), np.float32), np.zeros((1, 32, 8, 8), np.float64)
+    three_by_three = conv2d_geometry((3, 3), padding=1)
+    assert road(x64, three_by_three) == "columns", "float64 is numpy's road only"
+    assert road(x32[:, :, ::2], three_by_three) == "columns", "a strided input is numpy's road only"
+    if kernel_path == "numpy":
+        assert road(x32, three_by_three) == "columns", "PACKRT_NUMBA=0 leaves numpy's road only"
+        return
+    if not fused.enabled():
+        pytest.skip("numba does not load here: no compiled road")
+    if blas_road == "numpy":
+        assert road(x32, three_by_three) == "column-bands", "without MKL's batched GEMM, a GEMM a band from Python"
+        return
+    assert road(x32, three_by_three) == "winograd"
+    assert road(np.zeros((1, 4, 8, 8), np.float32), three_by_three) == "column-tiles", "too few channels"
+    for geometry in ({"stride": 2}, {"dilation": 2}, {"groups": 8}):
+        assert road(x32, conv2d_geometry((3, 3), padding=1, **geometry)) == "column-tiles", geometry
+    assert road(x32, conv2d_geometry((5, 5))) == "column-tiles"
+
+
+@pytest.mark.parametrize("first_row", [0, 3])
+def test_compiled_band_columns_are_numpys_columns_of_those_rows(first_row: int) -> None:
+    if not fused.enabled():
+        pytest.skip("numba does not load here (or PACKRT_NUMBA=0): no compiled columns")
+    x = np.random.default_rng(first_row).standard_normal((1, 5, 31, 29)).astype(np.float32)
+    geometry = conv2d_geometry((3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2))
+    want, oh, ow = im2col(x, geometry)
+    got = columns.band_columns(x, geometry, (first_row, oh), np.full(want.size, np.nan, np.float32))
+    np.testing.assert_array_equal(got.reshape(-1, oh - first_row, ow), want.reshape(-1, oh, ow)[:, first_row:])
+
+
+def test_winograd_is_taken_from_its_channel_threshold_on(
+    kernel_path: str, blas_road: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if kernel_path == "numpy" or blas_road == "numpy" or not fused.enabled():
+        pytest.skip("the Winograd road needs numba and MKL's batched GEMM")
+    x = np.zeros((1, 16, 8, 8), np.float32)
+    geometry = conv2d_geometry((3, 3), padding=1)
+    monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 17)
+    assert road(x, geometry) == "column-tiles"
+    monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 16)
+    assert road(x, geometry) == "winograd"

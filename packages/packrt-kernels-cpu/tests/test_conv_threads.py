@@ -1,6 +1,6 @@
-"""conv2d's banded roads (columns, shifted taps, Winograd) on a thread pool: the same bits on one thread as
-on several on MKL's road (within the road tolerance on numpy's), and a worker's failure raised to the
-caller (the compiled path: numba loaded)."""
+"""conv2d's banded roads (columns, Winograd) on a thread pool: the same bits on one thread as on several
+on MKL's road (within the road tolerance on numpy's), and a worker's failure raised to the caller (the
+compiled path: numba loaded)."""
 
 from __future__ import annotations
 
@@ -11,34 +11,28 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CpuBackend, blas, conv, fused, winograd
-from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+from packrt_kernels_cpu import CpuBackend, blas, fused
+from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, roads, winograd
 from packrt_kernels_cpu.tolerance import assert_same_result
 
 pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no banded road")
 
 
-def resolve(w: np.ndarray, **geometry: Any) -> conv.Conv2dGeometry:
+def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:
     return conv2d_geometry((int(w.shape[2]), int(w.shape[3])), **geometry)
 
 
-@pytest.fixture(params=["columns", "taps", "winograd"])
+@pytest.fixture(params=["columns", "winograd"])
 def road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """conv2d's banded roads, taps and Winograd taken whatever the channel count (Winograd only where
-    MKL loads: elsewhere that case is the columns one again)."""
-    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 1 if request.param == "winograd" else 10**9)
-    if request.param == "taps":
-        monkeypatch.setattr(conv, "_SHIFT_MIN_CHANNELS", 1)
-        monkeypatch.setattr(conv, "_SHIFT_ROADS", ("mkl", "numpy"))
-    else:
-        monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
+    """conv2d's banded roads, Winograd taken whatever the channel count (only where MKL loads:
+    elsewhere that case is the columns one again)."""
+    monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 1 if request.param == "winograd" else 10**9)
     return str(request.param)
 
 
 def _alone_and_shared(make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[np.ndarray, np.ndarray]:
     """conv2d of one input on one thread, then on two, with bands small enough to share out."""
-    monkeypatch.setattr(conv, "_BAND_BYTES", 4 * 18 * 9 * 3)  # three output rows a band: tiles to share out
-    monkeypatch.setattr(conv, "_TAPS_BAND_BYTES", 4 * 11 * 6 * 3)  # three rows of 11 padded pixels, 2 + 4 channels
+    monkeypatch.setattr(columns, "_BAND_BYTES", 4 * 18 * 9 * 3)  # three output rows a band: tiles to share out
     monkeypatch.setattr(winograd, "_BAND_BYTES", 1)  # one row of 2x2 tiles a band
     x, w, b = make(rng, (3, 2, 9, 9), np.float32), make(rng, (4, 2, 3, 3), np.float32), make(rng, (4,), np.float32)
     geometry = resolve(w, padding=1)
@@ -79,12 +73,17 @@ def test_banded_conv2d_on_numpys_road_agrees_on_one_and_two_threads_within_the_r
 def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
     road: str, make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    columns = "columns_tiles" if blas.provider() == "mkl" else "im2col"  # MKL's road: one compiled call a thread
-    roads = {"columns": (fused, columns), "taps": (blas, "tap_sum"), "winograd": (fused, "winograd_tiles")}
-    module, name = roads[road]
+    from packrt_kernels_cpu.conv import _numba  # numba loaded: the module is skipped otherwise
+
+    # MKL's road: one compiled call a thread; numpy's BLAS: the compiled columns of each band from Python
+    compiled = {
+        "columns": "columns_tiles" if blas.provider() == "mkl" else "im2col_planes",
+        "winograd": "winograd_tiles",
+    }
+    name = compiled[road]
     if road == "winograd" and blas.provider() != "mkl":
         pytest.skip("the Winograd road runs on MKL's GEMM only")
-    real = getattr(module, name)
+    real = getattr(_numba, name)
     calls: list[str] = []
 
     def failing_on_workers(*args: Any, **kwargs: Any) -> Any:
@@ -93,7 +92,7 @@ def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
             raise MemoryError("no room for the columns")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(module, name, failing_on_workers)
+    monkeypatch.setattr(_numba, name, failing_on_workers)
     x, w = make(rng, (4, 2, 6, 6), np.float32), make(rng, (3, 2, 3, 3), np.float32)
     backend = CpuBackend()
     try:

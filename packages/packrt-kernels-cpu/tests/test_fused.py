@@ -12,7 +12,6 @@ import pytest
 
 from packrt_kernels_cpu import functional as kernels
 from packrt_kernels_cpu import fused
-from packrt_kernels_cpu.conv import conv2d_geometry, im2col
 from packrt_kernels_cpu.tolerance import tolerance
 
 F32 = np.float32
@@ -121,16 +120,6 @@ def test_bfloat16_casts_give_ml_dtypes_bits_on_the_calling_thread_and_on_the_poo
     np.testing.assert_array_equal(fused.cast(values, bf16).view(np.uint16), values.astype(bf16).view(np.uint16))
 
 
-@pytest.mark.parametrize("n", [1, 8])  # 1: the calling thread's im2col; 8: the pool's
-def test_fused_im2col_gives_numpys_columns_with_padding_stride_and_dilation(n: int, monkeypatch: Any) -> None:
-    from packrt_kernels_cpu.conv import conv2d_geometry, im2col
-
-    x = np.random.default_rng(n).standard_normal((n, 32, 31, 29)).astype(F32)
-    geometry = conv2d_geometry((3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2))
-    fast, reference = _both(lambda a: im2col(a, geometry)[0], x, monkeypatch)
-    np.testing.assert_array_equal(fast, reference)
-
-
 def test_a_large_transpose_on_the_pool_equals_numpys() -> None:
     w = np.random.default_rng(9).standard_normal((700, 900)).astype(F32)
     np.testing.assert_array_equal(fused.transposed(w, np.dtype(F32)), w.T)
@@ -138,7 +127,7 @@ def test_a_large_transpose_on_the_pool_equals_numpys() -> None:
     np.testing.assert_array_equal(fused.transposed(bf16, np.dtype(F32)), bf16.T.astype(F32))
 
 
-def test_the_scratch_buffer_is_reused_per_thread_and_never_handed_to_callers_of_im2col() -> None:
+def test_the_scratch_buffer_is_reused_per_thread() -> None:
     first = fused.scratch_f32((4, 8))
     again = fused.scratch_f32((2, 3))
     assert np.shares_memory(first, again), "a smaller request reuses this thread's buffer"
@@ -147,12 +136,6 @@ def test_the_scratch_buffer_is_reused_per_thread_and_never_handed_to_callers_of_
     worker.start()
     worker.join()
     assert not np.shares_memory(seen[0], first), "each thread has its own buffer"
-    x = np.random.default_rng(5).standard_normal((2, 3, 8, 8)).astype(F32)
-    geometry = conv2d_geometry((3, 3), 1, 1, 1, 1)
-    held, _, _ = im2col(x, geometry)  # a caller's columns are its own array
-    before = held.copy()
-    im2col(x * 2, geometry, scratch=True)
-    np.testing.assert_array_equal(held, before)
 
 
 @pytest.mark.usefixtures("blas_road")  # MKL's road: one blocked pass with MKL's exp; numpy's: three steps

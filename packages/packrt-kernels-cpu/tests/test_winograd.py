@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, blas, conv, fused, winograd
-from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
+from packrt_kernels_cpu import CpuBackend, blas, fused
+from packrt_kernels_cpu.conv import conv2d, conv2d_geometry, road, roads, winograd
 
 pytestmark = [
     pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no Winograd road"),
@@ -34,7 +34,7 @@ def mkl_road(monkeypatch: pytest.MonkeyPatch) -> None:
 def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Any channel count takes the road; "banded": one thread, a band is one tile row (two output rows),
     so every image has several; "threads": two threads sharing the (image, band) tiles out."""
-    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 1)
+    monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 1)
     backend = CpuBackend()
     if request.param == "banded":
         monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
@@ -69,7 +69,7 @@ def test_winograd_conv2d_matches_torch_for_any_size_padding_and_groups(
     k = r.standard_normal((groups * cout_per, cin_per, 3, 3)).astype(np.float32)
     b = r.standard_normal(groups * cout_per).astype(np.float32) if bias else None
     geometry = conv2d_geometry((3, 3), padding=padding, groups=groups)
-    assert winograd.applies(x, geometry)
+    assert road(x, geometry) == "winograd"
     want = ref.F.conv2d(ref.t(x), ref.t(k), None if b is None else ref.t(b), padding=padding, groups=groups)
     ref.check(conv2d(x, k, b, geometry), want)
 
@@ -79,7 +79,7 @@ def test_a_layer_of_sixteen_channels_takes_the_road_and_matches_torch(ref: Any, 
     k = (rng.standard_normal((24, 16, 3, 3)) * 0.2).astype(np.float32)
     b = rng.standard_normal(24).astype(np.float32)
     geometry = conv2d_geometry((3, 3), padding=1)
-    assert winograd.applies(x, geometry)
+    assert road(x, geometry) == "winograd"
     ref.check(conv2d(x, k, b, geometry), ref.F.conv2d(ref.t(x), ref.t(k), ref.t(b), padding=1))
 
 
@@ -99,20 +99,20 @@ def test_the_road_is_not_taken_where_it_does_not_apply(
     kernel: tuple[int, int], keywords: dict[str, Any], channels: int, dtype: Any
 ) -> None:
     x = np.zeros((1, channels, 8, 8), dtype)
-    assert not winograd.applies(x, conv2d_geometry(kernel, **keywords))
+    assert road(x, conv2d_geometry(kernel, **keywords)) != "winograd"
 
 
 def test_the_road_is_not_taken_off_mkls_road(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PACKRT_BLAS", "numpy")
     monkeypatch.setattr(blas, "_state", {})
-    assert not winograd.applies(np.zeros((1, 32, 8, 8), np.float32), conv2d_geometry((3, 3), padding=1))
+    assert road(np.zeros((1, 32, 8, 8), np.float32), conv2d_geometry((3, 3), padding=1)) != "winograd"
 
 
 def test_the_transformed_weight_is_g_k_gt_in_float64_rounded_once(rng: Any) -> None:
     kernels = rng.standard_normal((2, 3, 5, 3, 3)).astype(np.float32)  # (groups, out, in, 3, 3)
     g = np.array([[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]])
     want = (g @ kernels.astype(np.float64) @ g.T).reshape(2, 3, 5, 16).transpose(0, 3, 1, 2).astype(np.float32)
-    np.testing.assert_array_equal(fused.winograd_weight(kernels.reshape(2, 3, 45)), want)
+    np.testing.assert_array_equal(winograd.transformed_weight(kernels.reshape(2, 3, 45)), want)
 
 
 def test_columns_and_winograd_agree_within_float32_rounding(rng: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -120,7 +120,6 @@ def test_columns_and_winograd_agree_within_float32_rounding(rng: Any, monkeypatc
     k = (rng.standard_normal((32, 32, 3, 3)) / 17).astype(np.float32)
     geometry = conv2d_geometry((3, 3), padding=1)
     by_winograd = conv2d(x, k, None, geometry)
-    monkeypatch.setattr(winograd, "_MIN_CHANNELS", 10**9)
-    monkeypatch.setattr(conv, "_SHIFT_ROADS", ())
+    monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 10**9)
     by_columns = conv2d(x, k, None, geometry)
     np.testing.assert_allclose(by_winograd, by_columns, rtol=1e-5, atol=2e-6)

@@ -1,5 +1,5 @@
-"""The compiled loops behind :mod:`packrt_kernels_cpu.fused` (with :mod:`._numba_conv`, conv2d's, the only
-modules that import numba).
+"""The compiled loops behind :mod:`packrt_kernels_cpu.fused` (with :mod:`packrt_kernels_cpu.conv._numba`,
+conv2d's, the only modules that import numba).
 
 Each kernel is written once as a compiled serial loop over a span of its work (``_*_span``:
 elements, rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over

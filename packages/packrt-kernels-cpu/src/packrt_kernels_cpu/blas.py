@@ -24,7 +24,7 @@ import ctypes
 import importlib.metadata
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -393,51 +393,6 @@ def one_thread() -> Iterator[None]:
         mkl.set_local_threads(0)
 
 
-def tap_sum(taps: Array, src: Array, offsets: Sequence[int], out: Array, *, accumulate: bool = False) -> Array:
-    """``out = sum over t of taps[t] @ src[:, offsets[t] : offsets[t] + P]`` for ``out`` (M, P), or ``out +=``
-    that sum with ``accumulate=True`` (onto a bias already there, say). Each product reads a window of
-    ``src``'s columns in place, and MKL adds it onto ``out`` inside its GEMM (``beta = 1``): no pass
-    over ``out`` but the GEMMs'. ``taps`` is (T, M, K), ``src`` (K, L) with unit column steps and every window
-    inside it, ``out`` C-contiguous; one float dtype (float32 or float64) throughout. A stride-1
-    convolution is this sum over its kernel taps (see ``conv``). numpy's road adds the products one by
-    one, with the same results up to float rounding."""
-    count, m, k = (int(s) for s in taps.shape)
-    p = int(out.shape[1])
-    width, step = int(src.shape[1]), int(src.strides[0]) // src.itemsize
-    if len(offsets) != count or not all(off >= 0 and off + p <= width for off in offsets):
-        raise KernelShapeError(
-            f"tap_sum: {count} taps need {count} offsets, each window [offset, offset + {p}) inside src's "
-            f"{width} columns; got {list(offsets)}"
-        )
-    mkl = _mkl()
-    gemm = None if mkl is None else mkl.gemm_for(taps.dtype)
-    laid_out = taps.flags.c_contiguous and out.flags.c_contiguous and src.strides[1] == src.itemsize
-    if mkl is None or gemm is None or not laid_out or max(m * k * count, step, p) > _INT32_MAX:
-        for t, off in enumerate(offsets):
-            product = np.matmul(taps[t], src[:, off : off + p])
-            if t == 0 and not accumulate:
-                out[...] = product
-            else:
-                out += product
-        return out
-    size = taps.itemsize
-    single = getattr(_local, "single", False)
-    if single:
-        mkl.set_local_threads(1)
-    try:
-        for t, off in enumerate(offsets):
-            a, b, beta = (
-                taps.ctypes.data + t * m * k * size,
-                src.ctypes.data + off * size,
-                1.0 if t or accumulate else 0.0,
-            )
-            gemm(_ROW_MAJOR, _NO_TRANS, _NO_TRANS, m, p, k, 1.0, a, k, b, step, beta, out.ctypes.data, p)
-    finally:
-        if single:
-            mkl.set_local_threads(0)
-    return out
-
-
 def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float, out: Array | None) -> Array:
     if a.dtype == _BF16:  # numpy's BLAS has no bfloat16 GEMM: multiply the float32 widening
         a, b = a.astype(_F32), b.astype(_F32)
@@ -472,5 +427,4 @@ __all__ = [
     "one_thread",
     "sgemm_batch",
     "single_threaded",
-    "tap_sum",
 ]

@@ -10,7 +10,8 @@ path for every other dtype and namespace, and for machines where numba cannot lo
 numba is imported, and the kernels compiled, on the first call only (``cache=True`` keeps the
 machine code on disk for the next process), so ``import packrt`` never pays for either.
 ``PACKRT_NUMBA=0`` in the environment turns the fused path off. The compiled loops live in
-:mod:`packrt_kernels_cpu._numba_kernels` and :mod:`packrt_kernels_cpu._numba_conv`, the only modules that import numba.
+:mod:`packrt_kernels_cpu._numba_kernels` (conv2d's in :mod:`packrt_kernels_cpu.conv._numba`),
+the only modules that import numba.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import contextlib
 import math
 import os
 import threading
-import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -137,8 +137,8 @@ _scratch = threading.local()
 def scratch_f32(shape: tuple[int, ...]) -> Array:
     """An uninitialised float32 array of ``shape`` over this thread's scratch buffer, which grows to
     the largest request up to 256 MiB and is then reused. Only for temporaries that die before the
-    same thread asks again (conv2d's columns): a 38 MB columns array fresh per call spent 12% of a
-    conv net's forward in page faults, since glibc maps anything over 32 MB anew each time."""
+    same thread asks again (conv2d's columns and Winograd tiles): glibc may map a large block anew on
+    every allocation, and a fresh one per call would then page-fault in on every call."""
     size = math.prod(shape)
     if size * 4 > _SCRATCH_MAX:
         return np.empty(shape, _F32)
@@ -210,64 +210,6 @@ def rotary(x: Array, cos: Array, sin: Array) -> Array:
     out = np.empty(x.shape, _F32)
     _launch("rotary", x.size, x, cos, sin, out)
     return out
-
-
-def im2col(
-    x: Array, geometry: Any, oh: int, ow: int, *, scratch: bool = False, rows: tuple[int, int] | None = None
-) -> Array:
-    """The (N, C, kh, kw, OH, OW) columns of a float32 (N, C, H, W) array for ``geometry``; with
-    ``scratch=True`` written into this thread's scratch buffer (:func:`scratch_f32`). ``rows=(r0, r1)``
-    makes only output rows r0..r1-1: (N, C, kh, kw, r1 - r0, OW), a band that fits a cache."""
-    n, c = int(x.shape[0]), int(x.shape[1])
-    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
-    top, _, left, _ = geometry.padding
-    if rows is not None:  # a band starting at output row r0 reads from input row r0 * sh - top on
-        top, oh = top - rows[0] * sh, rows[1] - rows[0]
-    shape = (n, c, kh, kw, oh, ow)
-    out = scratch_f32(shape) if scratch else np.empty(shape, _F32)
-    _launch("im2col", out.size, x, kh, kw, sh, sw, dh, dw, top, left, out)
-    return out
-
-
-def columns_tiles(
-    x: Array, w_groups: Array, bias: Array | None, tiles: Array, geometry: Any, out: Array, gemm: Any
-) -> None:
-    """conv2d's banded columns road for one thread's ``tiles`` (k, 3) int64 (image, first output row, one
-    past the last) of a float32 (N, C, H, W) ``x``, into ``out`` (N, G, O/G, OH * OW), in one compiled call
-    that runs ``gemm`` (MKL's batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_conv.columns_tiles``."""
-    (kh, kw), (sh, sw), (dh, dw) = geometry.kernel_size, geometry.stride, geometry.dilation
-    top, _, left, _ = geometry.padding
-    _, ow = geometry.output_size(int(x.shape[2]), int(x.shape[3]))
-    rows = int(np.max(tiles[:, 2] - tiles[:, 1]))
-    scratch = scratch_f32((int(x.shape[1]) * kh * kw * rows * ow,))
-    b = _NO_BIAS if bias is None else bias
-    k = _kernels()
-    k.columns_tiles(x, w_groups, b, tiles, (kh, kw, sh, sw, dh, dw, top, left), ow, out, scratch, gemm)
-
-
-_NO_BIAS = np.empty(0, _F32)
-
-
-def winograd_weight(w_groups: Array) -> Array:
-    """Winograd F(2x2, 3x3)'s transformed weight (G, 16, O/G, C/G) float32 of a float32 conv weight
-    ``w_groups`` (G, O/G, C/G * 9), each 3x3 kernel's ``G k G^T`` in float64 rounded once."""
-    g, og, k = (int(s) for s in w_groups.shape)
-    u = np.empty((g, og, k // 9, 16), _F32)
-    _kernels().winograd_weight(np.ascontiguousarray(w_groups, _F32), u)
-    return np.ascontiguousarray(u.transpose(0, 3, 1, 2))
-
-
-def winograd_tiles(
-    x: Array, u: Array, bias: Array, tiles: Array, padding: tuple[int, int], band: int, out: Array, gemm: Any
-) -> None:
-    """conv2d's Winograd F(2x2, 3x3) road for one thread's ``tiles`` (k, 3) int64 (image, first tile
-    row, one past the last) of a float32 (N, C, H, W) ``x`` padded ``(top, left)``, bands of at most
-    ``band`` tile rows, into ``out`` (N, O, OH, OW), in one compiled call that runs ``gemm`` (MKL's
-    batched GEMM, :func:`blas.sgemm_batch`) itself. See ``_numba_conv.winograd_tiles``."""
-    k = _kernels()
-    tw = (int(out.shape[3]) + 1) // 2
-    scratch = scratch_f32((k.winograd_scratch_size(int(x.shape[1]), int(out.shape[1]), band, tw),))
-    k.winograd_tiles(x, u, bias, tiles, padding[0], padding[1], out, scratch, gemm)
 
 
 def transposes(w: Array, dtype: np.dtype[Any]) -> bool:
@@ -409,6 +351,6 @@ def _compile() -> Any:
     # cores against OpenBLAS's workers and the caller (a MiniLM forward at 2 threads: 260 ms). A
     # short spin, then sleep (blas.prefer_short_openmp_spin); libgomp reads it when it loads, below.
     blas.prefer_short_openmp_spin()
-    from packrt_kernels_cpu import _numba_conv, _numba_kernels  # import numba: only now, on first use
+    from packrt_kernels_cpu import _numba_kernels  # import numba: only now, on first use
 
-    return types.SimpleNamespace(**{**vars(_numba_kernels), **vars(_numba_conv)})  # one namespace of kernels
+    return _numba_kernels

@@ -27,11 +27,7 @@ import numpy as np
 from packrt_base.arrays import check_linear_args
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
-from packrt_kernels_cpu.conv import (
-    check_conv2d_weight,
-    conv2d,
-    conv2d_gemm,
-)
+from packrt_kernels_cpu.conv import check_conv2d_weight, conv2d, convolve
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.functional import embedding, gemm_rows, linear
 from packrt_kernels_cpu.namespace import (
@@ -61,7 +57,7 @@ class PackedLinear:
 
     def forward(self, x: Array) -> Array:
         """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``."""
-        wt = self.wt  # the dtype checks inline: a batch-1 call is ~150 us, and every us of Python shows
+        wt = self.wt  # the dtype checks inline: at batch 1 the GEMM is short, and every call of Python shows
         out = gemm_rows(x if x.dtype == wt.dtype else astype(x, wt.dtype), wt, self.b)
         return out if out.dtype == self.dtype else astype(out, self.dtype)
 
@@ -135,7 +131,7 @@ class PackedConv2d:
         """The convolution of ``x`` (N, C, H, W) or (C, H, W); same result as ``conv2d``."""
         xc = astype(x, self.w_groups.dtype)
         batched = x.ndim == 4
-        out = conv2d_gemm(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
+        out = convolve(xc if batched else xc[None], self.w_groups, self.b, self.geometry)
         return astype(out if batched else out[0], self.dtype)
 
     @property

@@ -39,7 +39,10 @@ class Conv2d(PackedLayer):
     unbatched (C, H, W), in the weight's dtype and on its device.
 
     The pack holds the weight as (groups, out/groups, in/groups * kh * kw) in the compute dtype
-    (fp16/bf16 upcast once), so a forward is im2col plus one batched GEMM; ``weight_residency``
+    (fp16/bf16 upcast once), so no forward reshapes or converts it; a forward is the device's
+    ``conv2d`` kernel, which picks its own road (on the CPU: Winograd F(2x2, 3x3) for 3x3 stride-1
+    layers of 8 input channels a group or more with MKL, otherwise im2col columns and GEMMs, see
+    ``packrt_kernels_cpu.conv.roads``), with torch's results up to float rounding; ``weight_residency``
     picks how the weights stay resident (default ``"packed"``: one packed copy, the raw one dropped;
     ``"borrowed"`` convolves from the raw weight on every call).
     """

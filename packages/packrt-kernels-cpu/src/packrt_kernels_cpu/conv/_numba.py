@@ -1,18 +1,20 @@
-"""The compiled loops behind conv2d's banded roads (the columns, Winograd F(2x2, 3x3)), split from
-:mod:`packrt_kernels_cpu._numba_kernels`, whose decorators and constants they share, and loaded with
-it by :mod:`packrt_kernels_cpu.fused` on first use. The ``*_tiles`` kernels run one thread's whole
-share of (image, band) tiles in one call and call MKL's batched GEMM themselves, so the GIL is
-released once for all of it.
+"""The compiled loops behind conv2d's banded roads (the columns, Winograd F(2x2, 3x3)).
+
+They share :mod:`packrt_kernels_cpu._numba_kernels`' decorators and constants, and this module is
+imported only by the roads that :func:`packrt_kernels_cpu.conv.roads.road` takes once
+:func:`packrt_kernels_cpu.fused.handles` has loaded numba, so ``import packrt`` never compiles
+them. The ``*_tiles`` kernels run one thread's whole share of (image, band) tiles in one call and
+call MKL's batched GEMM themselves: the GIL is released once for all of it, where a call per band
+from Python would make the threads take turns at it between bands.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import numba
 import numpy as np
 
-from packrt_kernels_cpu._numba_kernels import _ONE, _parallel, _serial
+from packrt_kernels_cpu._numba_kernels import _ONE, _serial
 
 Array = Any
 _ZERO = np.float32(0.0)
@@ -21,12 +23,11 @@ _ROW_MAJOR, _NO_TRANS = 101, 111  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values, for t
 
 # -- conv2d's columns: (image, channel) planes lo:hi ------------------------------------------------
 @_serial
-def _im2col_planes(
+def im2col_planes(
     x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array, lo: int, hi: int
 ) -> None:
-    """Columns ``out`` (N, C, kh, kw, OH, OW) of ``x`` (N, C, H, W), zero where a tap reads padding:
-    no padded copy of the input is ever made. (Working out the valid column range per tap instead
-    of testing each column measured slower.)"""
+    """Columns ``out`` (N, C, kh, kw, OH, OW) of planes ``lo:hi`` (image * C + channel) of ``x``
+    (N, C, H, W), zero where a tap reads padding: no padded copy of the input is ever made."""
     c, h, w = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = out.shape[4], out.shape[5]
     for nc in range(lo, hi):
@@ -44,30 +45,16 @@ def _im2col_planes(
                         out[b, ch, i, j, r, q] = x[b, ch, src_r, src_q] if 0 <= src_q < w else 0
 
 
-@_parallel
-def im2col(x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array) -> None:
-    for nc in numba.prange(x.shape[0] * x.shape[1]):
-        _im2col_planes(x, kh, kw, sh, sw, dh, dw, top, left, out, nc, nc + 1)
-
-
-def im2col_serial(
-    x: Array, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, top: int, left: int, out: Array
-) -> None:
-    _im2col_planes(x, kh, kw, sh, sw, dh, dw, top, left, out, 0, x.shape[0] * x.shape[1])
-
-
 @_serial
 def columns_tiles(
     x: Array, w: Array, bias: Array, tiles: Array, geometry: Any, ow: int, out: Array, scratch: Array, gemm: Any
 ) -> None:
     """conv2d's banded columns road for one thread's (image, first output row, one past the last)
-    ``tiles``, in one call: each band's columns (``_im2col_planes``), then the bias and one GEMM a
+    ``tiles``, in one call: each band's columns (:func:`im2col_planes`), then the bias and one GEMM a
     group into the band's slice of ``out`` (N, G, O/G, OH * OW). ``gemm`` is MKL's
-    ``cblas_sgemm_batch_strided``, called from here, so the GIL is released once for all of it (a
-    plain ``cblas_sgemm`` called from compiled code left the next Winograd layer 20% slower, for
-    reasons not found). ``w`` (G, O/G, K) is the weight as columns take it, ``bias`` (O,) or empty,
-    ``geometry`` the (kh, kw, sh, sw, dh, dw, top, left) ints, ``scratch`` float32 of at least
-    C * kh * kw * (rows a band) * ``ow`` elements."""
+    ``cblas_sgemm_batch_strided`` (the groups are its batch), called from here. ``w`` (G, O/G, K) is
+    the weight as columns take it, ``bias`` (O,) or empty, ``geometry`` the (kh, kw, sh, sw, dh, dw,
+    top, left) ints, ``scratch`` float32 of at least C * kh * kw * (rows a band) * ``ow`` elements."""
     kh, kw, sh, sw, dh, dw, top, left = geometry
     channels, groups, og, k = x.shape[1], w.shape[0], w.shape[1], w.shape[2]
     plane = out.shape[3]
@@ -75,7 +62,7 @@ def columns_tiles(
         i, r0, r1 = tiles[n, 0], tiles[n, 1], tiles[n, 2]
         pixels = (r1 - r0) * ow
         cols = scratch[: channels * kh * kw * pixels]
-        _im2col_planes(
+        im2col_planes(
             x[i : i + 1], kh, kw, sh, sw, dh, dw, top - r0 * sh, left,
             cols.reshape(1, channels, kh, kw, r1 - r0, ow), 0, channels,
         )  # fmt: skip
@@ -92,8 +79,8 @@ def columns_tiles(
 
 # -- conv2d's Winograd F(2x2, 3x3) transforms: one band of 4x4 input tiles -----------------------
 # Called per (image, band) tile on conv2d's own threads, so serial only. Every loop writes one
-# output stream from two or three input streams: with four outputs a loop LLVM needed more runtime
-# overlap checks than it makes and kept the loop scalar (a band's input transform: 62 -> 29 us).
+# output stream from two or three input streams: a loop writing four needs more runtime overlap
+# checks than LLVM makes, and it stays scalar.
 @_serial
 def winograd_input(image: Array, first: int, left: int, v: Array, even: Array, odd: Array, h: Array) -> None:
     """``v[4i + j, c, t] = (B^T d B)[i, j]`` for every 4x4 tile ``d`` of a band of ``image`` (C, H, W)
@@ -188,8 +175,8 @@ def winograd_output(m: Array, bias: Array, tw: int, out: Array, partial: Array, 
 def winograd_weight(w: Array, u: Array) -> None:
     """``u[g, o, c, 4a + b] = (G k G^T)[a, b]`` for each 3x3 kernel ``k = w[g, o, 9c : 9c + 9]`` of ``w``
     (G, O/G, C/G * 9), computed in float64 and rounded once (``G`` = [[1, 0, 0], [1/2, 1/2, 1/2],
-    [1/2, -1/2, 1/2], [0, 0, 1]]). Each kernel's 16 values are adjacent: written as 16 planes of 4 KiB
-    apart they thrashed one cache set (50 us for 32x32 kernels)."""
+    [1/2, -1/2, 1/2], [0, 0, 1]]). Each kernel's 16 values are adjacent in ``u``: 16 planes a power of
+    two apart would all map to one cache set."""
     groups, outs, channels = u.shape[0], u.shape[1], u.shape[2]
     gk = np.empty((4, 3))  # G k
     for g in range(groups):
@@ -217,9 +204,8 @@ def winograd_tiles(
 ) -> None:
     """conv2d's Winograd road for the (image, first tile row, one past the last) ``tiles`` of one thread,
     in one call: per band the input transform, the 16 products of each group (``gemm`` is MKL's
-    ``cblas_sgemm_batch_strided``, called from here), the output transform. The GIL is released once
-    for all of it: called band by band from Python, two threads waited on each other's hand-offs (a
-    2-thread layer 4.7 ms, against 2.6 for its bands side by side). ``u`` (G, 16, O/G, C/G) is the
+    ``cblas_sgemm_batch_strided``, called from here), the output transform, with the GIL released
+    once for all of it. ``u`` (G, 16, O/G, C/G) is the
     transformed weight, ``out`` (N, O, OH, OW), ``scratch`` a float32 buffer of
     :func:`winograd_scratch_size` elements."""
     channels, groups, og, cg = x.shape[1], u.shape[0], u.shape[2], u.shape[3]

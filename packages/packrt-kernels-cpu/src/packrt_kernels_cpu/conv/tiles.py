@@ -1,8 +1,9 @@
 """conv2d's banded roads share out their work here: (image, band of output rows) tiles run on the
 calling thread or, with more threads allowed, as contiguous runs of tiles on a small pool of
-Python threads, each run single-threaded (its compiled kernels serial, its GEMMs on one MKL thread:
-two cores' worth of tiny parallel regions only wake pools to contend). The tiles of one call are
-the same computations whatever the thread count, so the bits are too.
+Python threads, each run single-threaded (its compiled kernels serial, its GEMMs on one MKL
+thread): a band is too little work for a parallel region of its own to pay for waking a pool, and
+two pools woken at once contend for the same cores. The tiles of one call are the same
+computations whatever the thread count, so the bits are too.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any
 
 from packrt_kernels_cpu import blas, fused
 
-Array = Any
 Tile = tuple[int, int, int]  # a banded road's unit of work: (image, first output row, one past the last)
 
 
@@ -34,22 +34,6 @@ def even_band(rows: int, most: int) -> int:
     of near-equal height (64 rows at most 62: two bands of 32, not 62 and 2)."""
     band = max(1, min(rows, most))
     return -(-rows // -(-rows // band))
-
-
-def padded_band(image: Array, src: Array, rows: int, wp: int, first: int, left: int) -> None:
-    """Write rows ``first .. first + rows - 1`` of ``image`` (C, H, W), zero-padded (rows outside the
-    image, ``left`` columns before it, the rest of ``wp`` after it), flat into ``src`` (C, rows * wp + extra),
-    whose ``extra`` tail (read only for dropped columns) is zeroed too."""
-    h, w = int(image.shape[1]), int(image.shape[2])
-    plane = src[:, : rows * wp].reshape(-1, rows, wp)
-    lo = min(rows, max(0, -first))  # the band's rows that hold image rows: lo .. hi - 1 (maybe none)
-    hi = max(lo, min(rows, h - first))
-    plane[:, :lo] = 0
-    plane[:, hi:] = 0
-    plane[:, lo:hi, :left] = 0
-    plane[:, lo:hi, left + w :] = 0
-    plane[:, lo:hi, left : left + w] = image[:, first + lo : first + hi]
-    src[:, rows * wp :] = 0
 
 
 def _share_out(run: Any, parts: list[Any]) -> None:
