@@ -153,6 +153,17 @@ def test_a_module_that_is_nowhere_prints_where_it_was_looked_for_and_the_fix(
     assert "not_here_at_all.py" in err and "PYTHONPATH" in err
 
 
+def test_a_hint_prints_on_its_own_line_not_as_a_literal_backslash_n(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "m.safetensors", "--model", "not_here_at_all:build"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("packrt check: error: --model 'not_here_at_all:build': cannot import module")
+    assert lines[1].startswith("hint: 'not_here_at_all' is imported as `python -m` would")
+    assert "\\n" not in "".join(lines)
+
+
 def test_a_module_whose_own_import_fails_names_the_missing_dependency(
     workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

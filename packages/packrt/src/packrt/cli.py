@@ -74,6 +74,12 @@ def _safe(text: str) -> str:
     )
 
 
+def _message(err: BaseException) -> str:
+    """An error's text for stderr: each line escaped as :func:`_safe` does, the line breaks kept, so a
+    hint the message puts on its own line prints there (names inside are quoted by ``!r`` already)."""
+    return "\n".join(_safe(line) for line in str(err).split("\n"))
+
+
 def _shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(dim) for dim in shape) + "]"
 
@@ -312,11 +318,11 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise  # an OSError, but not a failure of the command: main handles it
     except (UsageError, PackrtError, OSError) as err:
-        print(f"packrt {args.command}: error: {_safe(str(err))}", file=sys.stderr)
+        print(f"packrt {args.command}: error: {_message(err)}", file=sys.stderr)
         return _EXIT_ERROR
     except Exception as err:  # a defect of packrt, not of the input: still no traceback, never "mismatch"
         print(
-            f"packrt {args.command}: internal error ({type(err).__name__}): {_safe(str(err))}; please report it "
+            f"packrt {args.command}: internal error ({type(err).__name__}): {_message(err)}; please report it "
             "with the command line",
             file=sys.stderr,
         )
