@@ -21,9 +21,10 @@ from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
-from packrt.models.sentence import SentenceEncoder
+from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeError
 
 __all__ = [
+    "BatchSizeError",
     "BertEncoder",
     "CausalDecoder",
     "CausalLM",
@@ -31,6 +32,7 @@ __all__ = [
     "KVCache",
     "LlamaForCausalLM",
     "SentenceEncoder",
+    "TextTypeError",
     "UnsupportedModelError",
     "from_pretrained",
     "supported",

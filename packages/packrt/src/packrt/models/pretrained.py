@@ -27,10 +27,11 @@ from typing import Any
 import packrt
 import packrt_io
 from packrt import nn
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, DTypeError
 from packrt.models import bert, gpt2, llama
 from packrt.models.hfconfig import HFConfig, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
+from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
@@ -175,13 +176,35 @@ def _progress_bar(progress: bool | None, total: int, description: str) -> Any:
     return tqdm.tqdm(total=total, desc=description, unit="B", unit_scale=True, delay=1.0, leave=False)
 
 
+class PretrainedDTypeError(DTypeError, ValueError):
+    """``dtype`` for a load names no floating packrt dtype (also a ValueError: the value is wrong)."""
+
+
+def _accepted_dtype_names() -> str:
+    """The floating dtypes a load casts to, each with the aliases it is also read by."""
+    listed = []
+    for floating in FLOATING_DTYPES:
+        name, *aliases = names_of(floating)
+        listed.append(f"{name} ({', '.join(aliases)})" if aliases else name)
+    return ", ".join(listed)
+
+
 def _dtype(dtype: packrt.dtype | str | None) -> packrt.dtype | None:
-    if dtype is None or isinstance(dtype, packrt.dtype):
-        return dtype
-    found = getattr(packrt, str(dtype), None)
-    if isinstance(found, packrt.dtype) and found.is_floating_point:
-        return found
-    raise ValueError(f"from_pretrained: dtype {dtype!r} is not a floating packrt dtype (e.g. packrt.bfloat16)")
+    if dtype is None:
+        return None
+    try:
+        found = as_dtype(dtype)
+    except DTypeError as err:
+        raise PretrainedDTypeError(
+            f"from_pretrained: dtype {dtype!r} is not a floating packrt dtype; accepted: {_accepted_dtype_names()}, "
+            "or a dtype object such as packrt.bfloat16"
+        ) from err
+    if not found.is_floating_point:
+        raise PretrainedDTypeError(
+            f"from_pretrained: dtype {dtype!r} is {found.name}, not a floating packrt dtype; weights are cast to a "
+            f"floating dtype: {_accepted_dtype_names()}"
+        )
+    return found
 
 
 def load_tensors(
@@ -289,6 +312,7 @@ def check_pretrained(
 __all__ = [
     "FAMILIES",
     "KeyMatch",
+    "PretrainedDTypeError",
     "UnsupportedModelError",
     "check_pretrained",
     "find_family",
