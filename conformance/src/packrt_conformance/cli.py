@@ -24,7 +24,7 @@ import pytest
 
 from packrt_conformance import isolation
 
-__all__ = ["import_hint", "main", "suite_dir"]
+__all__ = ["help_text", "import_hint", "main", "suite_dir"]
 
 _EXIT_USAGE = int(pytest.ExitCode.USAGE_ERROR)
 
