@@ -16,6 +16,12 @@ unset, so nothing from the checkout can stand in for an installed package. Pages
 with another page's steps share one venv: the shorter page runs first, before the venv holds anything
 more than its own steps.
 
+``--unpacked REQUIREMENT=DIR`` (what ``nox -s docs_snippets`` passes for torch and transformers) names a
+folder holding that exact requirement already unpacked (``pip install --no-deps --target DIR``, done
+once a CI run); a step that asks for it gets those files hard-linked into the venv first, and pip, run
+as written, finds it installed and adds only what it depends on. The venv ends up as the step makes it,
+without unpacking 750 MB of torch again.
+
 A failure names the page, the block number and the page's own line (tracebacks point into the page),
 and the script exits 1. Usage: ``python docs/_run_snippets.py [--dist dist] [PAGE ...]`` (default: every
 marked page among README.md and docs/**/*.md).
@@ -28,6 +34,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -106,7 +113,8 @@ def read_page(path: str) -> Page:
 def marked_pages() -> list[str]:
     """README.md and every docs/ page that marks its install steps, in path order."""
     candidates = ["README.md", *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))]
-    return [page for page in candidates if INSTALL_MARK in (ROOT / page).read_text(encoding="utf-8")]
+    marked = f"{INSTALL_MARK}\n```bash"  # the mark before a fence (a page may name the mark in its text)
+    return [page for page in candidates if marked in (ROOT / page).read_text(encoding="utf-8")]
 
 
 # The program a page runs as: each block compiled under the page's name, padded so its line numbers are the
@@ -139,6 +147,27 @@ def _run(command: list[str], what: str, cwd: Path) -> None:
     print(f"     {what} ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
+def _link_unpacked(python: Path, folder: Path) -> None:
+    """Hard-link the unpacked files in ``folder`` (package folders and dist-info) into the venv of ``python``."""
+    query = [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
+    site = Path(subprocess.run(query, capture_output=True, text=True, check=True, env=_env()).stdout.strip())
+    for entry in folder.iterdir():
+        target = site / entry.name
+        if entry.name in {".complete", "bin"} or target.exists():
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(str(entry), str(target))
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another file system (--scratch elsewhere): a copy, slower but the same files
+        shutil.copy2(source, target)
+
+
 def run_page(page: Page, python: Path, work: Path) -> None:
     """Run the page's blocks with ``python`` in ``work`` (an empty directory); SnippetError on a failure."""
     program = work / "_blocks.json"
@@ -150,26 +179,33 @@ def run_page(page: Page, python: Path, work: Path) -> None:
     _run([str(python), str(driver), page.path, str(program)], f"{page.path}'s python blocks", run_dir)
 
 
-def run_all(paths: list[str], dist: Path) -> int:
+def run_all(paths: list[str], dist: Path, unpacked: dict[str, Path] | None = None, scratch: Path | None = None) -> int:
     """Install and run every page (pages sharing a prefix of steps share a venv); 0 when all ran."""
     pages = sorted((read_page(path) for path in paths), key=lambda p: len(p.installs))
     for page in pages:
         if not page.installs or not page.blocks:
             raise SnippetError(f"{page.path}: marked pages need install steps and at least one python block to run")
+    shared = unpacked or {}
     failures: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="packrt-snippets-") as scratch:
+    if scratch is not None:
+        scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="packrt-snippets-", dir=scratch) as base:
         venvs: list[tuple[tuple[tuple[str, ...], ...], Path]] = []  # (steps installed, venv), one per distinct road
         for index, page in enumerate(pages):
             started = time.perf_counter()
             reuse = [(steps, venv) for steps, venv in venvs if page.installs[: len(steps)] == steps]
-            steps, venv = max(reuse, key=lambda pair: len(pair[0])) if reuse else ((), Path(scratch) / f"venv{index}")
+            steps, venv = max(reuse, key=lambda pair: len(pair[0])) if reuse else ((), Path(base) / f"venv{index}")
             if not reuse:
-                _run([sys.executable, "-m", "venv", str(venv)], f"python -m venv {venv}", Path(scratch))
+                _run([sys.executable, "-m", "venv", str(venv)], f"python -m venv {venv}", Path(base))
             else:
                 venvs.remove((steps, venv))
             python = venv / "bin" / "python"
             try:
                 for arguments in page.installs[len(steps) :]:
+                    for requirement in arguments:
+                        if requirement in shared:
+                            _link_unpacked(python, shared[requirement])
+                            print(f"     {requirement}: hard-linked from {shared[requirement]}")
                     command = [
                         str(python),
                         "-m",
@@ -181,9 +217,9 @@ def run_all(paths: list[str], dist: Path) -> int:
                         str(dist),
                         *arguments,
                     ]
-                    _run(command, f"{page.path}: pip install {shlex.join(arguments)}", Path(scratch))
+                    _run(command, f"{page.path}: pip install {shlex.join(arguments)}", Path(base))
                 venvs.append((page.installs, venv))
-                work = Path(scratch) / f"page{index}"
+                work = Path(base) / f"page{index}"
                 work.mkdir()
                 run_page(page, python, work)
             except (SnippetError, subprocess.TimeoutExpired) as err:
@@ -204,6 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dist", type=Path, default=ROOT / "dist", help="the wheels packrt installs from (nox -s build)"
     )
+    parser.add_argument(
+        "--unpacked",
+        action="append",
+        default=[],
+        metavar="REQUIREMENT=DIR",
+        help="a requirement already unpacked in DIR (pip install --no-deps --target DIR), hard-linked when a step asks",
+    )
+    parser.add_argument(
+        "--scratch", type=Path, help="where the venvs are made (default: the system's temporary folder)"
+    )
     parser.add_argument("pages", nargs="*", help="pages relative to the repository root (default: every marked page)")
     args = parser.parse_args(argv)
     if not any(args.dist.glob("packrt-*.whl")):
@@ -213,8 +259,15 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print(f"error: no page marks its install steps with {INSTALL_MARK}", file=sys.stderr)
         return 2
+    unpacked: dict[str, Path] = {}
+    for item in args.unpacked:
+        requirement, equals, folder = item.rpartition("=")  # "torch==2.13.0=DIR": the last "=" ends the requirement
+        if not equals or not Path(folder).is_dir():
+            print(f"error: --unpacked {item!r} must be REQUIREMENT=DIR with DIR an existing folder", file=sys.stderr)
+            return 2
+        unpacked[requirement] = Path(folder).resolve()
     try:
-        return run_all(paths, args.dist.resolve())
+        return run_all(paths, args.dist.resolve(), unpacked, args.scratch and args.scratch.resolve())
     except SnippetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
