@@ -523,6 +523,19 @@ def gpu(session: nox.Session) -> None:
     session.run("python", str(cuda_package / "benchmarks" / "gpu_bench.py"), "--out", str(REPORTS))
 
 
+@ci_session(requires=["build"])
+def docs_snippets(session: nox.Session) -> None:
+    """README's and the docs' examples as a newcomer meets them: each page that marks its install steps
+    (``<!-- snippet-install -->``) gets a fresh venv built only from those pip commands, packrt's wheels
+    from dist/, and its python blocks run there in order (docs/_run_snippets.py; one venv per distinct install).
+    torch and transformers are hard-linked from the run's once-unpacked copies when a page's step asks for them."""
+    unpacked = [f"--unpacked={requirement}={_unpacked_once(session, requirement)}" for requirement in SHARED_UNPACKED]
+    scratch = f"--scratch={SHARED.parent}"  # beside SHARED: one file system, so hard links work
+    session.run(
+        "python", str(ROOT / "docs" / "_run_snippets.py"), "--dist", str(DIST), scratch, *unpacked, *session.posargs
+    )
+
+
 DOCS_REQUIREMENTS = ["mkdocs==1.6.1", "mkdocs-material==9.8.2", "mkdocstrings==1.0.8", "mkdocstrings-python==2.0.11"]
 
 

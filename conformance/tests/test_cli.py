@@ -65,3 +65,26 @@ def test_an_adapter_module_in_the_current_directory_is_found_as_python_m_finds_i
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
+
+
+def test_help_prints_the_commands_own_usage_and_options_first(capsys: pytest.CaptureFixture[str]) -> None:
+    for flag in ("--help", "-h"):
+        assert main([flag]) == 0
+        out = capsys.readouterr().out
+        lines = out.splitlines()
+        assert lines[0].startswith("usage: packrt-conformance [--impl SPEC]")
+        assert len(lines) < 60 and "pytest.main()" not in out
+        for option in ("--impl SPEC", "--revision {1,2}", "--expectations FILE", "--report-json PATH"):
+            assert any(line.strip().startswith(option) for line in lines), option
+        assert "--pytest-help" in out  # where pytest's own options are
+
+
+def test_help_stays_the_commands_own_beside_other_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--impl", "torch", "-q", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: packrt-conformance")
+
+
+def test_pytest_help_prints_pytests_options_with_the_suites_group(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--pytest-help"]) == 0
+    out = capsys.readouterr().out
+    assert "-k EXPRESSION" in out and "--impl=SPEC" in out

@@ -1,5 +1,7 @@
 """``packrt-conformance``: run the installed suite; every argument goes to pytest.
 
+``--help`` prints the command's own options; ``--pytest-help`` prints pytest's.
+
 Example: ``packrt-conformance --impl torch --expectations torch.txt --report-json out.json``.
 
 ``--impl mymodule:Adapter`` imports ``mymodule`` the way ``python -m`` does: from the current
@@ -10,6 +12,7 @@ otherwise the exit status is pytest's.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib
 import os
@@ -21,7 +24,7 @@ import pytest
 
 from packrt_conformance import isolation
 
-__all__ = ["import_hint", "main", "suite_dir"]
+__all__ = ["help_text", "import_hint", "main", "suite_dir"]
 
 _EXIT_USAGE = int(pytest.ExitCode.USAGE_ERROR)
 
@@ -89,9 +92,42 @@ def _cwd_importable() -> Iterator[None]:
             sys.path.remove(cwd)
 
 
+_HELP = ("-h", "--help")
+_PYTEST_HELP = "--pytest-help"
+
+
+def help_text() -> str:
+    """``packrt-conformance --help``: the command's own usage and options, and where pytest's are."""
+    from packrt_conformance import plugin  # the options are declared once, for pytest and for this text
+
+    parser = argparse.ArgumentParser(
+        prog="packrt-conformance",
+        usage="%(prog)s [--impl SPEC] [options] [pytest options and arguments]",
+        description="Run the Module contract conformance suite against an implementation (its adapter). "
+        "Every argument this command does not know is handed to pytest (-k, -x, -q, --lf, ...).",
+        epilog=f"pytest's own options: {_PYTEST_HELP} (pytest's full --help, with these options in its "
+        "'packrt-conformance' group). The exit status is pytest's; 4 for a bad --impl.",
+        add_help=False,
+    )
+    parser.add_argument("-h", "--help", action="store_true", help="show this message and exit")
+    parser.add_argument(_PYTEST_HELP, action="store_true", help="show pytest's help (every pytest option) and exit")
+    group = parser.add_argument_group(*plugin.OPTION_GROUP)
+    plugin.add_options(group.add_argument)
+    return parser.format_help()
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run pytest over the shipped suite with the conformance plugin loaded; return its exit code."""
+    """Run pytest over the shipped suite with the conformance plugin loaded; return its exit code.
+
+    ``-h`` / ``--help`` prints the command's own options (:func:`help_text`) and returns 0;
+    ``--pytest-help`` prints pytest's full help instead.
+    """
     args = sys.argv[1:] if argv is None else argv
+    if _PYTEST_HELP in args:
+        args = [arg for arg in args if arg != _PYTEST_HELP and arg not in _HELP] + ["--help"]
+    elif any(arg in _HELP for arg in args):
+        print(help_text(), end="")
+        return 0
     with _cwd_importable():
         problem = _adapter_module_error(_impl_spec(args))
         if problem is not None:

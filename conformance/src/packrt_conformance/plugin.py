@@ -18,6 +18,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -112,24 +113,33 @@ ITEM_CLAUSES = pytest.StashKey[list[Clause]]()
 ITEM_SUPERSEDED = pytest.StashKey[bool]()
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("packrt-conformance", "Module contract conformance")
-    group.addoption("--impl", help="adapter to test: module:object or an entry-point name (e.g. torch)")
-    group.addoption("--revision", type=int, choices=(1, 2), help="contract revision (default: the adapter's)")
-    group.addoption("--device", help="device the adapter places tensors on, e.g. cpu or cuda (default: the adapter's)")
-    group.addoption(
+OPTION_GROUP = ("packrt-conformance", "Module contract conformance")
+
+
+def add_options(add: Callable[..., object]) -> None:
+    """Declare the suite's own options through ``add``: pytest's ``group.addoption`` for a run, or
+    argparse's ``add_argument`` for ``packrt-conformance --help`` (the two take the same arguments)."""
+    add("--impl", metavar="SPEC", help="adapter to test: module:object or an entry-point name (e.g. torch)")
+    add("--revision", type=int, choices=(1, 2), help="contract revision (default: the adapter's)")
+    add("--device", help="device the adapter places tensors on, e.g. cpu or cuda (default: the adapter's)")
+    add(
         "--expectations",
         type=Path,
+        metavar="FILE",
         help="file of '<clause id> <reason>' expected failures (default: the file shipped for an entry-point name)",
     )
-    group.addoption(
+    add(
         "--no-shipped-expectations",
         action="store_true",
         help="do not use the expectation file the suite ships for --impl <name>",
     )
-    group.addoption("--report-json", type=Path, help="write the per-clause JSON report here")
-    group.addoption("--report-md", type=Path, help="write a markdown summary here")
-    group.addoption("--max-examples", type=int, help="hypothesis examples per property test")
+    add("--report-json", type=Path, metavar="PATH", help="write the per-clause JSON report here")
+    add("--report-md", type=Path, metavar="PATH", help="write a markdown summary here")
+    add("--max-examples", type=int, metavar="N", help="hypothesis examples per property test")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    add_options(parser.getgroup(*OPTION_GROUP).addoption)
 
 
 def pytest_configure(config: pytest.Config) -> None:

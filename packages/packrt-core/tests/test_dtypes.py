@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import packrt_core as prt
-from packrt_core.dtypes import ALL_DTYPES, as_dtype, promote_types, promote_with_scalar
+from packrt_core.dtypes import ALL_DTYPES, as_dtype, names_of, promote_types, promote_with_scalar
 from packrt_core.errors import DTypeError, PackrtError
 
 NAMES = ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool"]
@@ -31,6 +31,21 @@ def test_each_dtype_is_exported_under_its_name_and_reads_back_from_it(name: str)
 def test_aliases_are_the_same_objects_as_their_targets(alias: str, target: str) -> None:
     assert getattr(prt, alias) is getattr(prt, target)
     assert as_dtype(alias) is getattr(prt, target)
+
+
+@pytest.mark.parametrize(("alias", "target"), [("fp16", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")])
+def test_the_short_floating_names_read_as_their_dtypes(alias: str, target: str) -> None:
+    assert as_dtype(alias) is getattr(prt, target)
+
+
+@pytest.mark.parametrize("obj", ALL_DTYPES, ids=lambda d: d.name)
+def test_names_of_lists_exactly_the_names_as_dtype_reads_canonical_first(obj: prt.dtype) -> None:
+    names = names_of(obj)
+    assert names[0] == obj.name and len(set(names)) == len(names)
+    assert all(as_dtype(name) is obj for name in names)
+    others = [d for d in ALL_DTYPES if d is not obj]
+    assert not any(name in names_of(other) for other in others for name in names)
+    assert names_of(prt.float16) == ("float16", "half", "fp16")
 
 
 def test_bfloat16_is_ml_dtypes_bfloat16() -> None:

@@ -1,5 +1,5 @@
 """``packrt --version``, and where ``packrt check --model`` finds its model: a factory with ``--config``,
-a config dataclass, a model directory, the current directory; the hint when the import fails."""
+a config dataclass, the current directory; the hint when the import fails (model directories: test_cli_pretrained)."""
 
 from __future__ import annotations
 
@@ -117,31 +117,6 @@ def test_a_config_that_cannot_be_used_exits_2_with_the_reason(
     assert err.startswith("packrt check: error: ") and pattern in err
 
 
-def test_a_model_directory_is_read_with_from_pretrained(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (workdir / "hf").mkdir()
-    read: list[str] = []
-
-    def fake_from_pretrained(directory: str) -> Any:
-        read.append(directory)
-        return __import__(_factory_name(workdir)).build(width=5)
-
-    monkeypatch.syspath_prepend(str(workdir))
-    monkeypatch.setattr(packrt.models, "from_pretrained", fake_from_pretrained)
-    assert main(["check", "m.safetensors", "--model", "hf"]) == 0
-    assert read == ["hf"] and "result: match" in capsys.readouterr().out
-
-
-def test_a_model_directory_without_from_pretrained_is_a_clear_usage_error(
-    workdir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    (workdir / "hf").mkdir()
-    monkeypatch.delattr(packrt.models, "from_pretrained", raising=False)
-    assert main(["check", "m.safetensors", "--model", "hf"]) == 2
-    assert "this packrt has no packrt.models.from_pretrained to read it" in capsys.readouterr().err
-
-
 def test_a_model_directory_takes_no_config(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (workdir / "hf").mkdir()
     assert main(["check", "m.safetensors", "--model", "hf", "--config", "c.json"]) == 2
@@ -156,6 +131,17 @@ def test_a_module_that_is_nowhere_prints_where_it_was_looked_for_and_the_fix(
     assert "cannot import module 'not_here_at_all'" in err
     assert f"from the current directory ({workdir})" in err
     assert "not_here_at_all.py" in err and "PYTHONPATH" in err
+
+
+def test_a_hint_prints_on_its_own_line_not_as_a_literal_backslash_n(
+    workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check", "m.safetensors", "--model", "not_here_at_all:build"]) == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith("packrt check: error: --model 'not_here_at_all:build': cannot import module")
+    assert lines[1].startswith("hint: 'not_here_at_all' is imported as `python -m` would")
+    assert "\\n" not in "".join(lines)
 
 
 def test_a_module_whose_own_import_fails_names_the_missing_dependency(

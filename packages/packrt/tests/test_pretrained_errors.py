@@ -15,7 +15,7 @@ import pytest
 
 import packrt
 import packrt_io
-from packrt.errors import CheckpointError, PackrtError
+from packrt.errors import CheckpointError, DTypeError, PackrtError
 from packrt.models import UnsupportedModelError, from_pretrained, supported
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import KeyMap, Rule, template_of
@@ -128,9 +128,19 @@ def test_an_unimplemented_rope_type_is_refused_by_name(tmp_path: Path) -> None:
         from_pretrained(directory)
 
 
-def test_a_dtype_that_is_not_floating_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="not a floating packrt dtype"):
-        from_pretrained(_write(tmp_path, CONFIG), dtype="int8")
+def test_a_dtype_that_is_not_floating_is_refused_listing_the_accepted_names(tmp_path: Path) -> None:
+    directory = _write(tmp_path, CONFIG)
+    accepted = r"float16 \(half, fp16\), bfloat16 \(bf16\), float32 \(float, fp32\), float64 \(double\)"
+    with pytest.raises(ValueError, match=f"dtype 'int8' is int8, not a floating packrt dtype.*{accepted}"):
+        from_pretrained(directory, dtype="int8")
+    with pytest.raises(DTypeError, match=f"dtype 'fp8' is not a floating packrt dtype; accepted: {accepted}"):
+        from_pretrained(directory, dtype="fp8")
+
+
+@pytest.mark.parametrize(("name", "expected"), [("fp16", "float16"), ("bf16", "bfloat16"), ("fp32", "float32")])
+def test_the_short_dtype_names_cast_as_their_long_names_do(tmp_path: Path, name: str, expected: str) -> None:
+    model = from_pretrained(_write(tmp_path, CONFIG), dtype=name)
+    assert {value.dtype for value in model.state_dict().values()} == {getattr(packrt, expected)}
 
 
 def test_key_map_templates_stand_for_layer_numbers() -> None:

@@ -21,8 +21,12 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from packrt.errors import PackrtError
 from packrt.models import SentenceEncoder
+from packrt.models.sentence import TextTypeError, as_texts
 
 TEXTS = [
     "A man is eating food.",
@@ -70,12 +74,62 @@ def test_encode_keeps_the_order_given_and_batching_changes_nothing(minilm_dir: P
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
 
 
-def test_encode_refuses_a_bare_string(minilm_dir: Path) -> None:
-    encoder = SentenceEncoder.from_pretrained(minilm_dir)
-    with pytest.raises(TypeError, match="takes a list of texts"):
-        encoder.encode("one text")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="batch_size must be a positive int"):
-        encoder.encode(["a"], batch_size=0)
+@pytest.fixture(scope="module")
+def encoder(minilm_dir: Path) -> SentenceEncoder:
+    return SentenceEncoder.from_pretrained(minilm_dir, weight_residency="borrowed")
+
+
+def test_encode_takes_a_generator_or_a_tuple_as_it_takes_a_list(encoder: SentenceEncoder) -> None:
+    expected = encoder.encode(TEXTS[:3])
+    np.testing.assert_array_equal(encoder.encode(text for text in TEXTS[:3]), expected)
+    np.testing.assert_array_equal(encoder.encode(tuple(TEXTS[:3])), expected)
+
+
+@pytest.mark.parametrize(
+    ("texts", "pattern"),
+    [
+        ("one text", r"takes a list of texts, got a single str; wrap a single text as \[text\]"),
+        (b"raw", r"takes a list of str, got bytes; decode it first"),
+        (42, r"takes a list of str, got int 42"),
+        ([1, 2], r"texts\[0\] is int 1, not a str; pass every text as a str"),
+        (["ok", None], r"texts\[1\] is NoneType None, not a str; drop the missing entries or pass ''"),
+        ([b"bytes"], r"texts\[0\] is bytes b'bytes', not a str; decode bytes first"),
+        ((t for t in ["a", "b", 3.5]), r"texts\[2\] is float 3\.5, not a str"),
+    ],
+    ids=["str", "bytes", "int", "ints", "none", "bytes-item", "generator"],
+)
+def test_encode_refuses_what_is_not_texts_naming_the_index_and_the_type(
+    encoder: SentenceEncoder, texts: object, pattern: str
+) -> None:
+    with pytest.raises(TextTypeError, match=f"^SentenceEncoder.encode.*{pattern}"):
+        encoder.encode(texts)  # type: ignore[arg-type]
+
+
+def test_a_refused_text_is_a_packrt_error_and_a_type_error(encoder: SentenceEncoder) -> None:
+    with pytest.raises(PackrtError, match=r"texts\[1\]"):
+        encoder.encode(["ok", None])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match=r"texts\[0\]"):
+        encoder.tokenize([7])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, 2.0, True])
+def test_encode_refuses_a_batch_size_that_is_not_a_positive_int(encoder: SentenceEncoder, batch_size: object) -> None:
+    with pytest.raises(ValueError, match="batch_size must be a positive int") as raised:
+        encoder.encode(["a"], batch_size=batch_size)  # type: ignore[arg-type]
+    assert isinstance(raised.value, PackrtError)
+
+
+_ITEMS = st.one_of(st.text(max_size=5), st.none(), st.integers(), st.binary(max_size=3), st.floats())
+
+
+@given(st.lists(_ITEMS, max_size=8))
+def test_as_texts_keeps_every_str_list_and_names_the_first_entry_that_is_not_one(items: list[object]) -> None:
+    first_bad = next((i for i, item in enumerate(items) if not isinstance(item, str)), None)
+    if first_bad is None:
+        assert as_texts(iter(items), "f") == items
+    else:
+        with pytest.raises(TextTypeError, match=rf"^f: texts\[{first_bad}\] is {type(items[first_bad]).__name__} "):
+            as_texts(items, "f")
 
 
 # Run in a fresh interpreter: memory that earlier tests freed stays in the allocator's arenas, and a load

@@ -140,6 +140,12 @@ def as_dtype(value: Any) -> dtype:
     return from_numpy_dtype(np_dtype)
 
 
+def names_of(value: dtype) -> tuple[str, ...]:
+    """Every name :func:`as_dtype` reads as ``value``: the canonical name first, then its aliases in the
+    table's order (``names_of(float16) == ("float16", "half", "fp16")``), for messages that list them."""
+    return (value.name, *(name for name, found in _BY_NAME.items() if found is value and name != value.name))
+
+
 def from_numpy_dtype(np_dtype: np.dtype[Any]) -> dtype:
     """The packrt dtype of a numpy dtype; a dtype packrt has no counterpart for is a DTypeError."""
     found = _BY_NUMPY.get(np_dtype)

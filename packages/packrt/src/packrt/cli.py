@@ -11,8 +11,12 @@ the model would not take, and the tensors whose shape or dtype differ. Neither r
 ``--config config.json`` hands the callable the JSON object: as keyword arguments
 (``build(**config)``), or, when the callable's first parameter is annotated with a dataclass (as
 ``packrt.models:BertEncoder`` takes ``config: EncoderConfig``), as that dataclass built from the
-object (``BertEncoder(EncoderConfig(**config))``). A directory is read with
-``packrt.models.from_pretrained(directory)`` (its own config.json; ``--config`` is refused there).
+object (``BertEncoder(EncoderConfig(**config))``). A directory is checked as
+``packrt.models.from_pretrained(directory)`` would load it (:func:`packrt.models.pretrained.check_pretrained`):
+the model its own config.json declares (``--config`` is refused there), the checkpoint's Hugging Face
+names read through the family's key map (names it leaves unused by design, such as a BERT pooler, are
+fine), keys printed by their checkpoint names. A checkpoint written by ``packrt.io.save_checkpoint``
+(packrt's names) is compared key for key instead.
 
 Exit codes: 0 when all is well (``check``: the checkpoint fits the model), 1 when ``check`` finds a
 difference, 2 for a usage error or a file that cannot be read, with the reason on stderr. When the
@@ -72,6 +76,12 @@ def _safe(text: str) -> str:
     return "".join(
         c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii") for c in text
     )
+
+
+def _message(err: BaseException) -> str:
+    """An error's text for stderr: each line escaped as :func:`_safe` does, the line breaks kept, so a
+    hint the message puts on its own line prints there (names inside are quoted by ``!r`` already)."""
+    return "\n".join(_safe(line) for line in str(err).split("\n"))
 
 
 def _shape(shape: Sequence[int]) -> str:
@@ -198,18 +208,11 @@ def _build(factory: Callable[..., Any], spec: str, config: dict[str, Any] | None
         raise UsageError(f"--model {spec!r}: building the model failed: {err!r}") from err
 
 
-def _pretrained(directory: str) -> Any:
-    try:
-        models = importlib.import_module("packrt.models")
-    except ImportError as err:
-        raise UsageError(f"--model {directory!r}: packrt.models cannot be imported ({err})") from err
-    from_pretrained = getattr(models, "from_pretrained", None)
-    if from_pretrained is None:
-        raise UsageError(
-            f"--model {directory!r} is a directory, but this packrt has no packrt.models.from_pretrained to read "
-            "it: pass --model module:factory instead, or upgrade packrt"
-        )
-    return from_pretrained(directory)
+def _check_pretrained(directory: str, path: str) -> packrt_io.CheckReport:
+    # Imported here: packrt.models (and its tokenizers dependency) only for a --model directory.
+    from packrt.models.pretrained import check_pretrained
+
+    return check_pretrained(directory, path)
 
 
 def _check(args: argparse.Namespace, out: TextIO) -> int:
@@ -221,11 +224,11 @@ def _check(args: argparse.Namespace, out: TextIO) -> int:
     # Headers first: a bad checkpoint path is reported before any model is built.
     packrt_io.inspect_checkpoint(args.path)
     if factory is None:
-        model = _pretrained(args.model)
+        report = _check_pretrained(args.model, args.path)
     else:
         with meta_init():
             model = _build(factory, args.model, config)
-    report = packrt_io.check_checkpoint(model, args.path)
+        report = packrt_io.check_checkpoint(model, args.path)
     print(f"checkpoint: {_safe(str(report.info.path))}", file=out)
     print(f"model: {_safe(args.model)}", file=out)
     sections = [
@@ -279,7 +282,7 @@ def _parser() -> argparse.ArgumentParser:
         "--model",
         required=True,
         help="'module:factory' returning the model (imported from the current directory first), or a Hugging Face "
-        "model directory (read with packrt.models.from_pretrained)",
+        "model directory (checked as packrt.models.from_pretrained reads it: through the family's key map)",
     )
     check.add_argument(
         "--config",
@@ -317,11 +320,11 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     except BrokenPipeError:
         raise  # an OSError, but not a failure of the command: main handles it
     except (UsageError, PackrtError, OSError) as err:
-        print(f"packrt {args.command}: error: {_safe(str(err))}", file=sys.stderr)
+        print(f"packrt {args.command}: error: {_message(err)}", file=sys.stderr)
         return _EXIT_ERROR
     except Exception as err:  # a defect of packrt, not of the input: still no traceback, never "mismatch"
         print(
-            f"packrt {args.command}: internal error ({type(err).__name__}): {_safe(str(err))}; please report it "
+            f"packrt {args.command}: internal error ({type(err).__name__}): {_message(err)}; please report it "
             "with the command line",
             file=sys.stderr,
         )

@@ -28,9 +28,10 @@ from packrt.models.llama import LlamaForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
-from packrt.models.sentence import SentenceEncoder
+from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeError
 
 __all__ = [
+    "BatchSizeError",
     "BertEncoder",
     "CausalDecoder",
     "CausalLM",
@@ -40,6 +41,7 @@ __all__ = [
     "LlamaForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",
+    "TextTypeError",
     "UnsupportedModelError",
     "from_pretrained",
     "load_tokenizer",

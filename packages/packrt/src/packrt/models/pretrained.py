@@ -25,18 +25,20 @@ import importlib
 import os
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import packrt
 import packrt_io
 from packrt import nn
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, DTypeError
 from packrt.models import bert, gpt2, llama, roberta
 from packrt.models.config_schema import check_capacity, validate
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.quantization import check_quantize, quantize_linears
+from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
@@ -82,6 +84,47 @@ def _problems(kind: str, lines: list[str], fix: str) -> CheckpointError:
     return CheckpointError(f"{len(lines)} {kind}:\n  {shown}{more}\n{fix}")
 
 
+@dataclass(frozen=True)
+class KeyMatch:
+    """A checkpoint's header names read through a family's key map, against the model's parameters.
+
+    ``plan``: model key -> where its tensor comes from (names and shapes fit); ``missing``: model keys
+    no tensor maps to; ``unexpected``: checkpoint keys the key map neither maps to a parameter nor
+    ignores by design; ``misfits``: (checkpoint key, its shape after the key map's transform, model
+    key) whose shape differs from the model's; ``prefix``: the name prefix the checkpoint carries.
+    """
+
+    plan: dict[str, Mapped]
+    missing: tuple[str, ...]
+    unexpected: tuple[str, ...]
+    misfits: tuple[tuple[str, tuple[int, ...], str], ...]
+    prefix: str
+
+
+def match_keys(info: packrt_io.CheckpointInfo, keymap: KeyMap, expected: dict[str, tuple[int, ...]]) -> KeyMatch:
+    """How ``info``'s tensors map onto the parameters ``expected`` (model key -> shape); headers only."""
+    plan: dict[str, Mapped] = {}
+    unexpected: list[str] = []
+    misfits: list[tuple[str, tuple[int, ...], str]] = []
+    prefix = ""
+    for key, tensor in info.tensors.items():
+        found = keymap.lookup(key)
+        if found == "ignored":
+            continue
+        if found is None or found.model not in expected:
+            unexpected.append(key)
+            continue
+        prefix = prefix or keymap.strip(key)[0]
+        shape = tensor.shape[::-1] if found.transform == "transpose" else tensor.shape
+        if shape != expected[found.model]:
+            misfits.append((key, shape, found.model))
+            continue
+        plan[found.model] = found
+    misfit_models = {model_key for _, _, model_key in misfits}
+    missing = tuple(key for key in expected if key not in plan and key not in misfit_models)
+    return KeyMatch(plan, missing, tuple(unexpected), tuple(misfits), prefix)
+
+
 # Weight dtypes the families serve: a whole model in one of them runs; kernels do not mix them.
 SERVED_DTYPES = ("F32", "BF16", "F16", "F64")
 
@@ -112,31 +155,20 @@ def plan_load(
 ) -> dict[str, Mapped]:
     """model key -> where its tensor comes from, after checking names and shapes against the headers."""
     where = str(info.path)
-    plan: dict[str, Mapped] = {}
-    unexpected: list[str] = []
-    prefix = ""
-    for key, tensor in info.tensors.items():
+    match = match_keys(info, keymap, expected)
+    for key, shape, model_key in match.misfits:
+        tensor = info.tensors[key]
         found = keymap.lookup(key)
-        if found == "ignored":
-            continue
-        if found is None or found.model not in expected:
-            target = "" if found is None else f" (packrt name {found.model!r})"
-            unexpected.append(f"tensor {key!r} in {tensor.file!r}{target} is not a parameter of {name}")
-            continue
-        prefix = prefix or keymap.strip(key)[0]
-        shape = tensor.shape[::-1] if found.transform == "transpose" else tensor.shape
-        if shape != expected[found.model]:
-            stored = f"{tensor.shape}, transposed to {shape}" if found.transform == "transpose" else f"{shape}"
-            raise CheckpointError(
-                f"checkpoint {where!r}: tensor {key!r} in {tensor.file!r} has shape {stored}, but {name} built from "
-                f"config.json needs {expected[found.model]} for {found.model!r}; config.json and the weights "
-                "disagree: use the config.json saved with these weights"
-            )
-        plan[found.model] = found
+        transposed = isinstance(found, Mapped) and found.transform == "transpose"
+        stored = f"{tensor.shape}, transposed to {shape}" if transposed else f"{shape}"
+        raise CheckpointError(
+            f"checkpoint {where!r}: tensor {key!r} in {tensor.file!r} has shape {stored}, but {name} built from "
+            f"config.json needs {expected[model_key]} for {model_key!r}; config.json and the weights "
+            "disagree: use the config.json saved with these weights"
+        )
     missing = [
-        f"{keymap.checkpoint_name(model_key, prefix)!r} (packrt {model_key!r}, shape {shape})"
-        for model_key, shape in expected.items()
-        if model_key not in plan
+        f"{keymap.checkpoint_name(model_key, match.prefix)!r} (packrt {model_key!r}, shape {expected[model_key]})"
+        for model_key in match.missing
     ]
     if strict and missing:
         raise _problems(
@@ -145,6 +177,11 @@ def plan_load(
             f"{name} built from config.json needs them: check that every shard is present and config.json "
             "belongs to these weights, or pass strict=False to leave them unloaded",
         )
+    unexpected = []
+    for key in match.unexpected:
+        found = keymap.lookup(key)
+        target = f" (packrt name {found.model!r})" if isinstance(found, Mapped) else ""
+        unexpected.append(f"tensor {key!r} in {info.tensors[key].file!r}{target} is not a parameter of {name}")
     if strict and unexpected:
         raise _problems(
             f"unexpected tensors in checkpoint {where!r}",
@@ -152,7 +189,7 @@ def plan_load(
             "they are neither in the family's key map nor ignored by design; check config.json, or pass "
             "strict=False to skip them",
         )
-    return plan
+    return match.plan
 
 
 def _progress_bar(progress: bool | None, total: int, description: str) -> Any:
@@ -172,13 +209,35 @@ def _progress_bar(progress: bool | None, total: int, description: str) -> Any:
     return tqdm.tqdm(total=total, desc=description, unit="B", unit_scale=True, delay=1.0, leave=False)
 
 
+class PretrainedDTypeError(DTypeError, ValueError):
+    """``dtype`` for a load names no floating packrt dtype (also a ValueError: the value is wrong)."""
+
+
+def _accepted_dtype_names() -> str:
+    """The floating dtypes a load casts to, each with the aliases it is also read by."""
+    listed = []
+    for floating in FLOATING_DTYPES:
+        name, *aliases = names_of(floating)
+        listed.append(f"{name} ({', '.join(aliases)})" if aliases else name)
+    return ", ".join(listed)
+
+
 def _dtype(dtype: packrt.dtype | str | None) -> packrt.dtype | None:
-    if dtype is None or isinstance(dtype, packrt.dtype):
-        return dtype
-    found = getattr(packrt, str(dtype), None)
-    if isinstance(found, packrt.dtype) and found.is_floating_point:
-        return found
-    raise ValueError(f"from_pretrained: dtype {dtype!r} is not a floating packrt dtype (e.g. packrt.bfloat16)")
+    if dtype is None:
+        return None
+    try:
+        found = as_dtype(dtype)
+    except DTypeError as err:
+        raise PretrainedDTypeError(
+            f"from_pretrained: dtype {dtype!r} is not a floating packrt dtype; accepted: {_accepted_dtype_names()}, "
+            "or a dtype object such as packrt.bfloat16"
+        ) from err
+    if not found.is_floating_point:
+        raise PretrainedDTypeError(
+            f"from_pretrained: dtype {dtype!r} is {found.name}, not a floating packrt dtype; weights are cast to a "
+            f"floating dtype: {_accepted_dtype_names()}"
+        )
+    return found
 
 
 def load_tensors(
@@ -269,13 +328,56 @@ def from_pretrained(
     return model
 
 
+def check_pretrained(
+    directory: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None = None
+) -> packrt_io.CheckReport:
+    """Whether :func:`from_pretrained` of ``directory`` would take ``checkpoint`` (default: the directory's
+    own weights), from headers alone: no tensor data is read and no weight memory is spent.
+
+    The model is declared from the directory's config.json under :func:`packrt.meta_init`. A checkpoint
+    with Hugging Face names is read through the family's key map, as ``from_pretrained`` reads it: the
+    names the family leaves unused by design (a BERT pooler, ``position_ids``) are neither missing nor
+    unexpected, every key is reported by its checkpoint name, and shapes are compared after the map's
+    transform; dtypes are not compared, since ``from_pretrained`` serves a checkpoint in its own dtype.
+    A checkpoint with packrt's names (as ``packrt.io.save_checkpoint`` writes the model) is compared
+    by :func:`packrt.io.check_checkpoint` (keys, shapes, dtypes), as ``packrt.io.load_checkpoint``
+    would read it. Which of the two namings applies is the one more of the checkpoint's keys follow.
+    """
+    config = read_config(Path(os.fspath(directory)))
+    family = find_family(config)
+    validate(config)  # the schema first: nothing is declared from a config it refuses
+    with packrt.meta_init():
+        model = family.build(config, None)
+    state = model.state_dict(keep_vars=True)
+    expected = {key: tuple(value.shape) for key, value in state.items()}
+    path = directory if checkpoint is None else checkpoint
+    info = packrt_io.inspect_checkpoint(path)
+    keymap = family.keymap(config)
+    match = match_keys(info, keymap, expected)
+    if sum(key in state for key in info.tensors) > len(match.plan) + len(match.misfits):
+        return packrt_io.check_checkpoint(model, path)
+    mismatched = []
+    for key, _, model_key in match.misfits:
+        held = info.tensors[key]
+        found = keymap.lookup(key)
+        transposed = isinstance(found, Mapped) and found.transform == "transpose"
+        needed = expected[model_key][::-1] if transposed else expected[model_key]  # in the file's layout
+        mismatched.append(packrt_io.Mismatch(key, held.dtype, needed, held.dtype, held.shape))
+    missing = tuple(keymap.checkpoint_name(model_key, match.prefix) for model_key in match.missing)
+    return packrt_io.CheckReport(info, missing, tuple(sorted(match.unexpected)), tuple(mismatched))
+
+
 __all__ = [
     "FAMILIES",
+    "KeyMatch",
+    "PretrainedDTypeError",
     "SERVED_DTYPES",
     "UnsupportedModelError",
     "check_dtypes",
+    "check_pretrained",
     "find_family",
     "from_pretrained",
+    "match_keys",
     "plan_load",
     "supported",
 ]

@@ -13,7 +13,7 @@ masked mean pooling (or the configured modes, concatenated in its order), L2-nor
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,10 +23,56 @@ from tokenizers import Tokenizer
 
 import packrt
 from packrt import nn
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, PackrtError
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.hfconfig import read_json
 from packrt.models.pretrained import from_pretrained
+
+
+class TextTypeError(PackrtError, TypeError):
+    """``texts`` for :meth:`SentenceEncoder.encode` / ``tokenize`` is not a list (or iterable) of str."""
+
+
+class BatchSizeError(PackrtError, ValueError):
+    """``batch_size`` for :meth:`SentenceEncoder.encode` is not a positive int."""
+
+
+def as_texts(texts: object, where: str) -> list[str]:
+    """``texts`` as a list of str, or a :class:`TextTypeError` naming what was found and where.
+
+    Any iterable of str is taken (a list, a tuple, a generator: read once, into a list); a single str or
+    bytes is refused, since iterating it would encode one character or byte per "text".
+    """
+    if isinstance(texts, str):
+        raise TextTypeError(f"{where} takes a list of texts, got a single str; wrap a single text as [text]")
+    if isinstance(texts, (bytes, bytearray, memoryview)):
+        raise TextTypeError(
+            f"{where} takes a list of str, got {type(texts).__name__}; decode it first: [data.decode()]"
+        )
+    if not isinstance(texts, Iterable):
+        raise TextTypeError(f"{where} takes a list of str, got {type(texts).__name__} {_shown(texts)}")
+    items: list[str] = []
+    for index, item in enumerate(texts):
+        if not isinstance(item, str):
+            raise TextTypeError(
+                f"{where}: texts[{index}] is {type(item).__name__} {_shown(item)}, not a str; {_fix(item)}"
+            )
+        items.append(item)
+    return items
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _fix(item: object) -> str:
+    if isinstance(item, (bytes, bytearray)):
+        return "decode bytes first (data.decode('utf-8'))"
+    if item is None:
+        return "drop the missing entries or pass '' for an empty text"
+    return "pass every text as a str (str(value) for a number)"
+
 
 POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
 
@@ -133,9 +179,10 @@ class SentenceEncoder:
         hidden = int(getattr(getattr(self.model, "config", None), "hidden", 0))
         return hidden * len(self.pipeline.pooling)
 
-    def tokenize(self, texts: Sequence[str]) -> dict[str, packrt.Tensor]:
-        """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``."""
-        encodings = self.tokenizer.encode_batch(list(texts))
+    def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
+        """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``
+        (an iterable of str; anything else is a :class:`TextTypeError`, as for :meth:`encode`)."""
+        encodings = self.tokenizer.encode_batch(as_texts(texts, "SentenceEncoder.tokenize"))
         fields = {
             "input_ids": [e.ids for e in encodings],
             "attention_mask": [e.attention_mask for e in encodings],
@@ -158,22 +205,23 @@ class SentenceEncoder:
                 parts.append((hidden * weights).sum(axis=1) / np.sqrt(counts))
         return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
 
-    def encode(self, texts: Sequence[str], batch_size: int = 32, normalize: bool = True) -> np.ndarray:
+    def encode(self, texts: Iterable[str], batch_size: int = 32, normalize: bool = True) -> np.ndarray:
         """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``.
 
-        Texts are batched longest first (less padding), ``batch_size`` at a time, and returned in
-        the order given. Padding never changes a text's vector: it is masked out of attention and
-        pooling.
+        ``texts`` is any iterable of str (a generator is read once); a single str, bytes, or an entry
+        that is not a str (None, a number, bytes) is a :class:`TextTypeError` (a ``TypeError``) naming
+        its index and type, raised before any text is encoded. Texts are batched longest first (less
+        padding), ``batch_size`` at a time, and returned in the order given. Padding never changes a
+        text's vector: it is masked out of attention and pooling.
         """
-        if isinstance(texts, str):
-            raise TypeError("SentenceEncoder.encode takes a list of texts; wrap a single text as [text]")
+        items = as_texts(texts, "SentenceEncoder.encode")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+            raise BatchSizeError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
+        order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+        out = np.empty((len(items), self.dimension), dtype=np.float32)
         for begin in range(0, len(order), batch_size):
             chosen = order[begin : begin + batch_size]
-            batch = self.tokenize([texts[i] for i in chosen])
+            batch = self.tokenize([items[i] for i in chosen])
             hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
             pooled = self._pool(np.asarray(hidden.numpy(), dtype=np.float32), batch["attention_mask"].numpy())
             if normalize:
@@ -182,4 +230,4 @@ class SentenceEncoder:
         return out
 
 
-__all__ = ["POOLING_MODES", "Pipeline", "SentenceEncoder"]
+__all__ = ["POOLING_MODES", "BatchSizeError", "Pipeline", "SentenceEncoder", "TextTypeError", "as_texts"]

@@ -1,0 +1,23 @@
+"""The hook errors' places in packrt's hierarchy, as the README states them."""
+
+from __future__ import annotations
+
+import pytest
+
+from packrt_hooks import errors
+
+
+@pytest.mark.parametrize(
+    ("error", "builtin"),
+    [
+        (errors.HookResultError, TypeError),
+        (errors.UnknownModuleError, LookupError),
+        (errors.NonFiniteError, ArithmeticError),
+    ],
+)
+def test_every_hook_error_is_a_packrt_error_and_the_builtin_a_user_catches(
+    error: type[Exception], builtin: type[Exception]
+) -> None:
+    assert issubclass(error, errors.HookError)
+    assert issubclass(error, errors.PackrtError)  # what `except packrt.errors.PackrtError` catches
+    assert issubclass(error, builtin)
