@@ -63,6 +63,7 @@ class SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLo
         self._cache_path = str(kernel_cache_dir() / f"{stem}-{_content_hash(py_file)}")
 
     def get_cache_path(self) -> str:
+        """``<kernel_cache_dir()>/<module>-<content hash>``: one folder per version of a kernel source file."""
         return self._cache_path
 
     def get_source_stamp(self) -> str:
