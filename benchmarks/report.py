@@ -34,6 +34,11 @@ from typing import Any
 BASELINES = Path(__file__).parent / "baselines"
 MARGINS = Path(__file__).parent / "margins.json"
 REFERENCES = ("numpy", "torch")
+# The peer engines of the "peer-*" cases (benchmarks/peers.py), by precision: packrt (fp32) is divided by
+# the faster fp32 peer, packrt-int8 by the faster int8 peer; that ratio is tracked as reference "best-peer".
+PEERS_BY_PRECISION = {"packrt": ("ort-fp32", "ct2-fp32"), "packrt-int8": ("ort-int8", "ct2-int8")}
+PEERS = tuple(peer for group in PEERS_BY_PRECISION.values() for peer in group)
+BEST_PEER = "best-peer"
 # Kernel cases tracked next to every whole-model case ("model-*", packrt / torch): one per kind of
 # kernel, each against the reference it is meant to match, all fp32 (half precision adds ml_dtypes noise).
 _KERNEL_AGAINST: dict[str, tuple[str, str]] = {  # case -> (implementation, reference)
@@ -76,18 +81,29 @@ def medians(data: dict[str, Any], stat: str = "min") -> dict[str, dict[str, floa
     cases: dict[str, dict[str, float]] = defaultdict(dict)
     for bench in data["benchmarks"]:
         extra = bench.get("extra_info", {})
-        if "impl" in extra:
+        if "impl" in extra and "missing" not in extra:  # a missing engine has a reason, not a time
             cases[extra.get("case") or bench["group"]][extra["impl"]] = float(bench["stats"][stat])
     return cases
 
 
+def best_peer(impls: dict[str, float], impl: str) -> str | None:
+    """The fastest peer of ``impl``'s precision that ran in this case (None when none did)."""
+    ran = [peer for peer in PEERS_BY_PRECISION.get(impl, ()) if peer in impls]
+    return min(ran, key=lambda peer: impls[peer]) if ran else None
+
+
 def ratios(cases: dict[str, dict[str, float]]) -> Ratios:
-    """(case, packrt impl) -> reference -> packrt time / reference time."""
+    """(case, packrt impl) -> reference -> packrt time / reference time. References: numpy, torch, each
+    peer engine that ran, and ``best-peer`` (the fastest peer of the packrt variant's precision)."""
     out: Ratios = {}
     for case, impls in cases.items():
         for impl, seconds in impls.items():
             if impl.startswith("packrt"):
-                out[case, impl] = {ref: seconds / impls[ref] for ref in REFERENCES if ref in impls}
+                refs = REFERENCES + PEERS
+                out[case, impl] = {ref: seconds / impls[ref] for ref in refs if ref in impls}
+                best = best_peer(impls, impl)
+                if best is not None:
+                    out[case, impl][BEST_PEER] = seconds / impls[best]
     return out
 
 
@@ -161,6 +177,65 @@ def ratio_table(data: dict[str, Any], baseline: dict[str, Any] | None, stat: str
     return rows
 
 
+def _engine_rows(data: dict[str, Any], case: str) -> list[dict[str, Any]]:
+    return [b for b in data["benchmarks"] if (b.get("extra_info", {}).get("case") or b.get("group")) == case]
+
+
+def peers_table(data: dict[str, Any], stat: str = "min") -> list[str]:
+    """Per peer case: every engine's time (tokens/s for a decode), its max abs diff to transformers (or how
+    many greedy tokens agree), packrt over it; engines that did not run, with the reason; then packrt /
+    torch and packrt / best peer of each precision."""
+    cases = medians(data, stat)
+    names = sorted(
+        {c for c in cases if c.startswith("peer-")}
+        | {
+            b["extra_info"]["case"]
+            for b in data["benchmarks"]
+            if str(b.get("extra_info", {}).get("case", "")).startswith("peer-")
+        }
+    )
+    if not names:
+        return []
+    rows = [
+        "| case | engine | "
+        + stat
+        + " | tokens/s | max abs diff / tokens agreeing | packrt / engine | packrt-int8 / engine |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    summary = [
+        "",
+        "| case | packrt / torch | packrt / best fp32 peer | packrt-int8 / best int8 peer |",
+        "| --- | ---: | --- | --- |",
+    ]
+    for case in names:
+        impls = cases.get(case, {})
+        for bench in sorted(_engine_rows(data, case), key=lambda b: b["extra_info"]["impl"]):
+            extra = bench["extra_info"]
+            impl = extra["impl"]
+            if "missing" in extra:
+                rows.append(f"| {case} | {impl} | missing: {extra['missing']} | | | | |")
+                continue
+            seconds = impls[impl]
+            tokens = extra.get("tokens")
+            rate = f"{tokens / seconds:.1f}" if tokens else "-"
+            if "tokens_agreeing" in extra:
+                check = f"{extra['tokens_agreeing']}/{tokens}"
+            else:
+                check = f"{extra['max_abs_diff']:.2g}" if "max_abs_diff" in extra else "(reference)"
+            over = [
+                f"{impls[packrt] / seconds:.2f}" if packrt in impls and packrt != impl else "-"
+                for packrt in ("packrt", "packrt-int8")
+            ]
+            rows.append(f"| {case} | {impl} | {_time(seconds)} | {rate} | {check} | {over[0]} | {over[1]} |")
+        cells = []
+        for impl in ("packrt", "packrt-int8"):
+            best = best_peer(impls, impl)
+            cells.append(f"{impls[impl] / impls[best]:.2f} ({best})" if impl in impls and best else "-")
+        torch_ratio = f"{impls['packrt'] / impls['torch']:.2f}" if {"packrt", "torch"} <= impls.keys() else "-"
+        summary.append(f"| {case} | {torch_ratio} | {cells[0]} | {cells[1]} |")
+    return rows + summary
+
+
 def memory_table(data: dict[str, Any]) -> list[str]:
     """Markdown rows for every benchmark that recorded ``extra_info["memory"]``."""
     rows = [
@@ -199,19 +274,36 @@ def flops_table(data: dict[str, Any], stat: str = "min") -> list[str]:
     return rows if found else []
 
 
-def _targets(data: dict[str, Any]) -> dict[str, float]:
+def _targets(data: dict[str, Any], key: str = "target_ratio_vs_torch") -> dict[str, float]:
     return {
-        b["extra_info"].get("case") or b["group"]: float(b["extra_info"]["target_ratio_vs_torch"])
+        b["extra_info"].get("case") or b["group"]: float(b["extra_info"][key])
         for b in data["benchmarks"]
-        if "target_ratio_vs_torch" in b.get("extra_info", {})
+        if key in b.get("extra_info", {})
+    }
+
+
+def _peer_targets(data: dict[str, Any]) -> dict[tuple[str, str], float]:
+    """(case, packrt impl) -> the issue's packrt / best-peer target, where one is set."""
+    return {
+        (b["extra_info"]["case"], b["extra_info"]["impl"]): float(b["extra_info"]["target_ratio_vs_peer"])
+        for b in data["benchmarks"]
+        if "target_ratio_vs_peer" in b.get("extra_info", {})
     }
 
 
 def default_tracked(now: Ratios) -> list[Tracked]:
-    """What a run tracks: every whole-model case against torch, plus KERNEL_TRACKED where the run has it."""
+    """What a run tracks: every whole-model case against torch, every peer case against torch and its best
+    peer (``best-peer``), plus KERNEL_TRACKED where the run has it."""
     models = [(case, impl, "torch") for (case, impl), r in now.items() if case.startswith("model-") and "torch" in r]
+    peer_cases = [
+        (case, impl, ref)
+        for (case, impl), r in now.items()
+        if case.startswith("peer-")
+        for ref in ("torch", BEST_PEER)
+        if ref in r and not (ref == "torch" and impl != "packrt")
+    ]
     kernels = [t for t in KERNEL_TRACKED if t[2] in now.get((t[0], t[1]), {})]
-    return sorted(models) + list(kernels)
+    return sorted(models) + sorted(peer_cases) + list(kernels)
 
 
 def load_margins(path: Path = MARGINS) -> dict[Tracked, float]:
@@ -262,6 +354,7 @@ def compare(
     now = ratios(medians(data, stat))
     before = ratios(medians(baseline, stat)) if baseline else {}
     targets = _targets(data)
+    peer_targets = _peer_targets(data)
     rows = []
     for key, margin in sorted(margins.items()):
         case, impl, ref = key
@@ -278,7 +371,7 @@ def compare(
             flag = "improved"
         else:
             flag = "ok"
-        target = targets.get(case) if ref == "torch" else None
+        target = targets.get(case) if ref == "torch" else peer_targets.get((case, impl)) if ref == BEST_PEER else None
         rows.append(
             {"case": case, "impl": impl, "ref": ref, "ratio": ratio, "baseline": base, "change": change}
             | {"margin": margin, "flag": flag, "target": target}
@@ -319,8 +412,9 @@ def plot(history: list[tuple[str, dict[str, Any]]], tracked: list[Tracked], path
 
     series = [ratios(medians(run, stat)) for _, run in history]
     labels = [label for label, _ in history]
-    panels = [("whole models (packrt / torch)", [t for t in tracked if t[0].startswith("model-")])]
-    panels.append(("kernel cases", [t for t in tracked if not t[0].startswith("model-")]))
+    whole = ("model-", "peer-")
+    panels = [("whole models (packrt / torch, / best peer)", [t for t in tracked if t[0].startswith(whole)])]
+    panels.append(("kernel cases", [t for t in tracked if not t[0].startswith(whole)]))
     fig, axes = plt.subplots(1, 2, figsize=(16, 7), sharey=True)
     for ax, (title, keys) in zip(axes, panels, strict=True):
         for case, impl, ref in keys:
@@ -365,6 +459,9 @@ def render(
         if ran != then:
             parts.append(f"WARNING: this run used {ran} threads, the baseline {then}; ratios may not compare.")
     parts += ["", *ratio_table(data, baseline, stat)]
+    peer_rows = peers_table(data, stat)
+    if peer_rows:
+        parts += ["", "## Peers: ONNX Runtime and CTranslate2 (benchmarks/test_peers.py)", "", *peer_rows]
     flops = flops_table(data, stat)
     if flops:
         parts += ["", "## Achieved GFLOP/s (and process CPU time over wall time)", "", *flops]

@@ -191,3 +191,65 @@ def test_the_newest_baseline_is_the_last_run_not_the_last_name(tmp_path: Path, m
     monkeypatch.setattr(report, "BASELINES", tmp_path)
     assert [p.name for p in report.stored_baselines()] == ["z-oldest.json", "m.json", "a-newest.json"]
     assert report.newest_baseline() == tmp_path / "a-newest.json"
+
+
+def _missing(case: str, impl: str, reason: str) -> dict[str, Any]:
+    return {"group": case, "name": f"test[{impl}]", "extra_info": {"impl": impl, "case": case, "missing": reason}}
+
+
+PEER_RUN = _run(
+    _bench("peer-enc", "packrt", 3.0, max_abs_diff=1e-6),
+    _bench("peer-enc", "packrt-int8", 1.0, max_abs_diff=0.03),
+    _bench("peer-enc", "torch", 4.0),
+    _bench("peer-enc", "ort-fp32", 2.0, max_abs_diff=5e-7),
+    _bench("peer-enc", "ct2-fp32", 6.0, max_abs_diff=6e-7),
+    _bench("peer-enc", "ct2-int8", 0.5, max_abs_diff=0.05),
+    _missing("peer-enc", "ort-int8", "quantize_dynamic failed: boom"),
+    _bench("peer-dec", "packrt", 1.0, tokens=32, tokens_agreeing=32, target_ratio_vs_peer=1.0),
+    _bench("peer-dec", "torch", 2.0, tokens=32, tokens_agreeing=32),
+    _bench("peer-dec", "ct2-fp32", 0.8, tokens=32, tokens_agreeing=32),
+    _missing("peer-dec", "packrt-int8", "not available in this build: from_pretrained takes no quantize="),
+)
+
+
+def test_packrt_is_divided_by_the_fastest_peer_of_its_own_precision() -> None:
+    now = report.ratios(report.medians(PEER_RUN))
+    assert now["peer-enc", "packrt"]["best-peer"] == pytest.approx(1.5)  # 3 / ORT fp32's 2, not CT2 int8's 0.5
+    assert now["peer-enc", "packrt-int8"]["best-peer"] == pytest.approx(2.0)  # 1 / CT2 int8's 0.5
+    assert now["peer-enc", "packrt"]["ct2-fp32"] == pytest.approx(0.5)
+    assert now["peer-dec", "packrt"] == {"torch": 0.5, "ct2-fp32": 1.25, "best-peer": 1.25}
+
+
+def test_a_missing_engine_has_no_ratio_but_its_reason_is_in_the_peer_table() -> None:
+    assert "ort-int8" not in report.medians(PEER_RUN)["peer-enc"]
+    rows = report.peers_table(PEER_RUN)
+    assert "| peer-enc | ort-int8 | missing: quantize_dynamic failed: boom | | | | |" in rows
+    assert any(r.startswith("| peer-dec | packrt-int8 | missing: not available in this build") for r in rows)
+    assert "| peer-dec | packrt | 1 s | 32.0 | 32/32 | - | - |" in rows
+    assert "| peer-enc | 0.75 | 1.50 (ort-fp32) | 2.00 (ct2-int8) |" in rows
+
+
+def test_peer_cases_are_tracked_against_torch_and_the_best_peer_with_their_targets() -> None:
+    tracked = report.default_tracked(report.ratios(report.medians(PEER_RUN)))
+    assert ("peer-dec", "packrt", "best-peer") in tracked and ("peer-dec", "packrt", "torch") in tracked
+    assert ("peer-enc", "packrt-int8", "best-peer") in tracked
+    assert ("peer-enc", "packrt-int8", "torch") not in tracked  # int8 is compared with int8 peers only
+    rows = report.compare(PEER_RUN, None, dict.fromkeys(tracked, 0.2))
+    dec = next(r for r in rows if (r["case"], r["ref"]) == ("peer-dec", "best-peer"))
+    assert (dec["ratio"], dec["target"], dec["flag"]) == (1.25, 1.0, "new")
+
+
+def test_a_peer_ratio_that_worsened_past_its_margin_fails_compare(tmp_path: Path) -> None:
+    worse = json.loads(json.dumps(PEER_RUN))
+    for bench in worse["benchmarks"]:
+        if bench["extra_info"]["impl"] == "packrt" and bench["group"] == "peer-dec":
+            bench["stats"] = {"min": 2.0, "median": 4.0}
+    margins = tmp_path / "margins.json"
+    entry = {"case": "peer-dec", "impl": "packrt", "ref": "best-peer", "margin": 0.2}
+    margins.write_text(json.dumps({"tracked": [entry]}))
+    base, same, run = tmp_path / "base.json", tmp_path / "same.json", tmp_path / "run.json"
+    base.write_text(json.dumps(PEER_RUN))
+    same.write_text(json.dumps(PEER_RUN))
+    run.write_text(json.dumps(worse))
+    assert report.main([str(run), "--baseline", str(base), "--margins", str(margins), "--compare"]) == 1
+    assert report.main([str(same), "--baseline", str(base), "--margins", str(margins), "--compare"]) == 0

@@ -8,7 +8,8 @@ of a chain of numpy temporaries. They take C-contiguous float32 arrays; the nump
 path for every other dtype and namespace, and for machines where numba cannot load.
 
 numba is imported, and the kernels compiled, on the first call only (``cache=True`` keeps the
-machine code on disk for the next process), so ``import packrt`` never pays for either.
+machine code on disk for the next process, in the per-user directory :mod:`.kernel_cache` names,
+shared by every venv with the same kernel sources), so ``import packrt`` never pays for either.
 ``PACKRT_NUMBA=0`` in the environment turns the fused path off. The compiled loops live in
 :mod:`packrt_kernels_cpu._numba_kernels` (conv2d's in :mod:`packrt_kernels_cpu.conv._numba`),
 the only modules that import numba.
@@ -17,14 +18,17 @@ the only modules that import numba.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import os
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
 import numpy as np
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from packrt_kernels_cpu import blas
 
@@ -60,24 +64,71 @@ def _bits(a: Array) -> Array:
 
 
 def set_num_threads(n: int) -> None:
-    """Cap numba's thread pool (a no-op until numba has loaded; the cap then applies on load)."""
+    """Cap numba's thread pool at ``n`` for every thread that launches a kernel (a no-op until numba has
+    loaded; the cap then applies on load). numba keeps the count per calling thread, and a thread that
+    never set one runs on the whole pool, so each thread takes the cap at its next kernel call
+    (:func:`_kernels` compares a generation number: one attribute read per call)."""
     _state["threads"] = n
+    _state["generation"] = _state.get("generation", 0) + 1
     kernels = _state.get("kernels")
     if kernels is not None:
-        kernels.set_num_threads(n)
-        _state["pool"] = kernels.num_threads()
+        _follow_cap(kernels)
+
+
+def _follow_cap(kernels: Any) -> None:
+    """Give the calling thread the cap :func:`set_num_threads` last set (numba's count is per thread)."""
+    kernels.set_num_threads(_state["threads"])
+    _local.generation = _state["generation"]
+    _state["pool"] = kernels.num_threads()
 
 
 def _kernels() -> Any:
-    if "kernels" not in _state:
+    kernels = _state.get("kernels", _UNLOADED)
+    if kernels is _UNLOADED:
+        kernels = _load()
+    if kernels is not None and getattr(_local, "generation", None) != _state.get("generation"):
+        _follow_cap(kernels)
+    return kernels
+
+
+_UNLOADED = object()
+_load_lock = threading.Lock()
+
+
+def _load() -> Any:
+    """Import numba and the kernels (no compilation: each kernel compiles, or loads from the cache, on
+    its first call) and start numba's pool, keeping the OpenMP thread counts as they were."""
+    with _load_lock:
+        if "kernels" in _state:
+            return _state["kernels"]
         try:
-            _state["kernels"] = _compile()
+            kernels = _compile()
         except (ImportError, OSError):  # no numba here (or its LLVM cannot load): numpy path only
-            _state["kernels"] = None
-        if _state["kernels"] is not None and "threads" in _state:
-            _state["kernels"].set_num_threads(_state["threads"])
-        _state["pool"] = 1 if _state["kernels"] is None else _state["kernels"].num_threads()
-    return _state["kernels"]
+            kernels = None
+        if kernels is not None:
+            with _openmp_counts_kept():
+                kernels.num_threads()  # starts numba's pool now, inside the guard
+        _state["pool"] = 1 if kernels is None else kernels.num_threads()
+        _state["kernels"] = kernels
+        return kernels
+
+
+@contextlib.contextmanager
+def _openmp_counts_kept() -> Iterator[None]:
+    """Put every loaded OpenMP runtime's thread count for the calling thread back as it was before the
+    block. numba starts its pool with ``omp_set_num_threads(NUMBA_NUM_THREADS)``, the core count by
+    default, which overwrote the count torch (sharing libgomp) or ``OMP_NUM_THREADS=1`` had set: torch's
+    MiniLM 1x16 went from 29 to 109-182 ms on a loaded two-core machine. A runtime the block loaded
+    itself takes ``OMP_NUM_THREADS`` where that is set (what it would have read), else stays as is."""
+    before = {lib.filepath: lib.num_threads for lib in ThreadpoolController().select(user_api="openmp").lib_controllers}
+    try:
+        yield
+    finally:
+        env = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+        for lib in ThreadpoolController().select(user_api="openmp").lib_controllers:
+            want = before.get(lib.filepath, int(env) if env.isdigit() and int(env) > 0 else None)
+            if want is not None and lib.num_threads != want:
+                lib.set_num_threads(want)
 
 
 def _launch(name: str, work: int, *args: Any) -> None:
@@ -90,7 +141,9 @@ def _launch(name: str, work: int, *args: Any) -> None:
     getattr(kernels, name if parallel else name + "_serial")(*args)
 
 
-_local = threading.local()  # .serial: this thread's kernels stay on it (single_threaded)
+_local = (
+    threading.local()
+)  # .serial: this thread's kernels stay on it (single_threaded); .generation: the cap it follows
 
 
 @contextlib.contextmanager
@@ -351,6 +404,25 @@ def _compile() -> Any:
     # cores against OpenBLAS's workers and the caller (a MiniLM forward at 2 threads: 260 ms). A
     # short spin, then sleep (blas.prefer_short_openmp_spin); libgomp reads it when it loads, below.
     blas.prefer_short_openmp_spin()
-    from packrt_kernels_cpu import _numba_kernels  # import numba: only now, on first use
+    from packrt_kernels_cpu import kernel_cache  # import numba: only now, on first use
+
+    with kernel_cache.shared_cache():  # the kernels' cache=True keys on their source's content (kernel_cache)
+        from packrt_kernels_cpu import _numba_kernels
 
     return _numba_kernels
+
+
+def compiled_module(name: str) -> Any:
+    """Another module of compiled loops (``packrt_kernels_cpu.conv._numba``, ``._numba_int8``), imported
+    once numba is loaded and set up as this module's kernels are (OpenMP spin, pool started, the
+    calling thread on the thread cap) and under the shared kernel cache. ImportError where numba
+    cannot load: those roads have no numpy twin, and the callers choose them only where it does."""
+    if _kernels() is None:
+        raise ImportError(f"{name} needs numba, which cannot load here")
+    module = sys.modules.get(name)
+    if module is None:
+        from packrt_kernels_cpu import kernel_cache
+
+        with kernel_cache.shared_cache():
+            module = importlib.import_module(name)
+    return module

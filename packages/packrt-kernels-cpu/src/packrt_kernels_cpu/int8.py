@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import _numba_int8, blas
+from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 Array = Any
@@ -35,6 +35,11 @@ _NO_OFFSET = np.zeros(1, np.int32)  # the C offset MKL reads with CblasFixOffset
 # K, each exact (see _gemm_in_float). A numba int32 loop (4 rows x 64 columns of int32 vector
 # accumulators) measured 20-30 GOP/s on one core, slower than this at every batch from 1 to 1024.
 FLOAT_CHUNK = 512
+
+
+def _compiled() -> Any:
+    """The road's compiled loops (:mod:`._numba_int8`), loaded on first use: ``import packrt`` loads no numba."""
+    return fused.compiled_module("packrt_kernels_cpu._numba_int8")
 
 
 def _require(a: Array, dtype: np.dtype[Any], name: str, shape: str) -> None:
@@ -61,7 +66,7 @@ def quantize_rows(x: Array) -> tuple[Array, Array, Array]:
         # numpy's row reductions are vectorised (and carry NaN); the pass that writes u is numba's.
         lo = np.minimum(x.min(axis=1), 0.0)
         hi = np.maximum(x.max(axis=1), 0.0)
-        _numba_int8.quantize_rows(x, lo, hi, u, scale, zero)
+        _compiled().quantize_rows(x, lo, hi, u, scale, zero)
     else:
         scale[:] = 1.0
         zero[:] = 0
@@ -72,7 +77,7 @@ def weight_sums(q: Array) -> Array:
     """Each row's sum of the int8 weight ``q`` (N, K), int32: the zero points' share of the product."""
     _require(q, _S8, "q", "(out_features, in_features)")
     out = np.empty(q.shape[0], _I32)
-    _numba_int8.row_sums(np.ascontiguousarray(q), out)
+    _compiled().row_sums(np.ascontiguousarray(q), out)
     return out
 
 
@@ -153,7 +158,7 @@ def linear(x: Array, q: Array, w_scale: Array, w_sum: Array, bias: Array | None)
         sums = w_sum if k1 - k0 == k else weight_sums(qs)
         u, x_scale, x_zero = quantize_rows(xs)
         gemm_u8s8s32(u, qs, acc)
-        _numba_int8.dequantize_product(acc, x_scale, x_zero, w_scale, sums, b, bias is not None, k0 > 0, out)
+        _compiled().dequantize_product(acc, x_scale, x_zero, w_scale, sums, b, bias is not None, k0 > 0, out)
     return out
 
 

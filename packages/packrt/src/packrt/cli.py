@@ -4,7 +4,10 @@
 sharded checkpoint the shard map. ``packrt check PATH --model module:factory`` builds the model under
 ``packrt.meta_init()`` (so no weight memory is spent) and lists the keys the checkpoint lacks, the keys
 the model would not take, and the tensors whose shape or dtype differ. Neither reads tensor data.
-``packrt --version`` prints the version of every installed packrt distribution.
+``packrt --version`` prints the version of every installed packrt distribution. ``packrt warmup DIR...``
+runs each model directory at a few input shapes so that every CPU kernel signature it serves with is
+compiled into the kernel cache (``PACKRT_CACHE_DIR``, default ``~/.cache/packrt``) before serving starts
+(see :mod:`packrt.warmup`).
 
 ``--model`` takes ``module:callable`` or a Hugging Face directory. The module is imported the way
 ``python -m`` imports one: from the current directory first, then ``sys.path`` (``PYTHONPATH``).
@@ -269,7 +272,8 @@ class _Version(argparse.Action):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="packrt", description="Inspect safetensors checkpoints and check them against models."
+        prog="packrt",
+        description="Inspect safetensors checkpoints, check them against models, warm the kernel cache.",
     )
     parser.add_argument("--version", action=_Version, help="print every packrt distribution's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -291,7 +295,38 @@ def _parser() -> argparse.ArgumentParser:
         "parameter is annotated with one",
     )
     check.set_defaults(run=_check)
+    warm = commands.add_parser(
+        "warmup", help="compile the CPU kernels the given models serve with into the kernel cache, ahead of serving"
+    )
+    warm.add_argument(
+        "paths", nargs="+", metavar="DIR", help="model directories (Hugging Face or sentence-transformers)"
+    )
+    warm.add_argument(
+        "--shape",
+        action="append",
+        metavar="BATCHxSEQ",
+        help="input shapes to run (repeatable; default 1x16 and 8x128: the small-input and the pooled roads)",
+    )
+    warm.add_argument("--dtype", help="serve the weights in this dtype (as from_pretrained's dtype=)")
+    warm.set_defaults(run=_warmup)
     return parser
+
+
+def _warmup(args: argparse.Namespace, out: TextIO) -> int:
+    from packrt import warmup  # imports numba and compiles: only for this command
+
+    try:
+        shapes = [warmup.parse_shape(text) for text in args.shape] if args.shape else list(warmup.DEFAULT_SHAPES)
+    except ValueError as err:
+        raise UsageError(f"--shape: {err}") from err
+    result = warmup.warmup(args.paths, shapes, args.dtype)
+    print(
+        f"warmed {len(result.models)} model(s) in {result.seconds:.1f} s: {result.compiled} kernel signatures "
+        f"compiled and cached, {result.loaded} loaded from the cache",
+        file=out,
+    )
+    print(f"kernel cache: {result.cache_dir or '(numba unavailable: numpy kernels, nothing to compile)'}", file=out)
+    return _EXIT_OK
 
 
 def _silence_stdout() -> None:

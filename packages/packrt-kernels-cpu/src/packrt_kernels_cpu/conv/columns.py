@@ -29,9 +29,7 @@ _NO_BIAS = np.empty(0, np.float32)
 
 def _compiled() -> Any:
     """The compiled loops (numba is loaded by then: these roads are taken behind ``fused.handles``)."""
-    from packrt_kernels_cpu.conv import _numba
-
-    return _numba
+    return fused.compiled_module("packrt_kernels_cpu.conv._numba")
 
 
 def im2col(x: Array, geometry: Conv2dGeometry) -> tuple[Array, int, int]:

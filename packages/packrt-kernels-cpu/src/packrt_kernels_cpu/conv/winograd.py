@@ -26,9 +26,7 @@ _BAND_BYTES = 1 << 20  # a band's transformed input and products, 16 * (C + O) f
 
 def _compiled() -> Any:
     """The compiled loops (numba is loaded by then: this road is taken behind ``fused.handles``)."""
-    from packrt_kernels_cpu.conv import _numba
-
-    return _numba
+    return fused.compiled_module("packrt_kernels_cpu.conv._numba")
 
 
 def transformed_weight(w_groups: Array) -> Array:
