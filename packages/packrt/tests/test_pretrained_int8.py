@@ -14,6 +14,7 @@ import pytest
 import packrt
 from packrt import nn
 from packrt.models import SentenceEncoder, from_pretrained
+from packrt.models.quantization import QuantizeError
 
 TEXTS = [
     "A man is eating food.",
@@ -147,5 +148,5 @@ def test_int8_bert_and_gpt2_serve_every_linear_in_int8(
 
 
 def test_an_unknown_quantize_scheme_is_refused_before_anything_loads(llama_dirs: dict[str, Path]) -> None:
-    with pytest.raises(ValueError, match=r"quantize='int4' is not a scheme packrt has; expected one of 'int8'"):
+    with pytest.raises(QuantizeError, match=r"quantize='int4' is not a scheme packrt has; expected one of 'int8'"):
         from_pretrained(llama_dirs["tied"], quantize="int4")

@@ -19,15 +19,19 @@ from __future__ import annotations
 from collections import Counter
 
 from packrt import nn
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, PackrtError
 
 QUANTIZE = ("int8",)
 
 
+class QuantizeError(PackrtError, ValueError):
+    """``quantize=`` names no scheme packrt has (also a ValueError: the value is wrong)."""
+
+
 def check_quantize(quantize: str | None) -> None:
-    """ValueError unless ``quantize`` is None or one of :data:`QUANTIZE`."""
+    """:class:`QuantizeError` unless ``quantize`` is None or one of :data:`QUANTIZE`."""
     if quantize is not None and quantize not in QUANTIZE:
-        raise ValueError(
+        raise QuantizeError(
             f"from_pretrained: quantize={quantize!r} is not a scheme packrt has; expected one of "
             f"{', '.join(repr(q) for q in QUANTIZE)}, or None to keep the checkpoint's floats"
         )
@@ -55,4 +59,4 @@ def quantize_linears(model: nn.Module, weight_residency: str | None = None) -> l
     return targets
 
 
-__all__ = ["QUANTIZE", "check_quantize", "quantize_linears"]
+__all__ = ["QUANTIZE", "QuantizeError", "check_quantize", "quantize_linears"]
