@@ -49,7 +49,10 @@ def test_a_lone_surrogate_in_a_key_or_metadata_is_refused_where_safetensors_refu
     tmp_path: Path, name: str, header: str, reader: str
 ) -> None:
     path = raw_file(tmp_path / f"{name}.safetensors", header)
-    with pytest.raises(safetensors.SafetensorError, match=r"invalid JSON in header: .*(surrogate|hex escape)"):
+    # safetensors' own words changed across the versions packrt-io admits (0.4.2 says only that the
+    # header did not deserialize); that it refuses the file is what packrt matches.
+    refused = r"invalid JSON in header: .*(surrogate|hex escape)|Error while deserializing header"
+    with pytest.raises(safetensors.SafetensorError, match=refused):
         safetensors.safe_open(str(path), framework="numpy")
     with pytest.raises(
         CheckpointError, match=r"header holds the string '.*\\\\u[dD][89a-fA-F][0-9a-fA-F]{2}.*lone surrogate"
