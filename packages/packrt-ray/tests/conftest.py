@@ -32,6 +32,11 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report leaves 
 # loopback address and every Ray server listens on 127.0.0.1 only. Read when ray is first imported.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_DATA_DISABLE_PROGRESS_BARS", "1")
+# Serve's controller kills a proxy not ready within 5 s (and after missed health checks): on a loaded
+# machine the proxy took longer to start and `serve.start` failed. Hang guards here too, not speed limits.
+os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "120")
+os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "120")
+os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_PERIOD_S", "30")
 
 # Hang guards, not speed limits: several times what a test and the session take on a quiet 2-core machine
 # (the slowest test ~25 s, the session ~3 min), so a loaded machine (load average ~10) stays inside them.

@@ -91,6 +91,9 @@ def _warmup(directory: Path, cache: Path, *extra: str) -> tuple[int, int, str]:
     return int(found[1]), int(found[2]), done.stdout
 
 
+@pytest.mark.skipif(
+    os.environ.get("PACKRT_NUMBA") == "0", reason="PACKRT_NUMBA=0: the numpy kernels, nothing to compile or cache"
+)
 def test_warmup_compiles_into_the_cache_and_a_second_process_only_loads(tiny_bert: Path, tmp_path: Path) -> None:
     """The first warmup compiles and writes packrt's kernel cache (PACKRT_CACHE_DIR); a fresh process
     running the same model then compiles nothing and loads every signature from that cache."""

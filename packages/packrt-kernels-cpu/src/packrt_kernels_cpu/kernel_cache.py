@@ -76,16 +76,16 @@ def shared_cache() -> Iterator[None]:
     """While kernels are defined (their modules imported) in the block, their ``cache=True`` uses
     :class:`SharedCacheLocator`, falling back to numba's own places; other numba code is unaffected
     (numba picks a function's locator when it is decorated). A user's ``NUMBA_CACHE_DIR`` is left to numba."""
-    if config.CACHE_DIR:  # type: ignore[attr-defined]
-        yield
+    if config.CACHE_DIR or not hasattr(config, "CACHE_LOCATOR_CLASSES"):  # type: ignore[attr-defined]
+        yield  # the user's directory, or a numba without the setting: numba's own places
         return
-    previous = config.CACHE_LOCATOR_CLASSES  # type: ignore[attr-defined]
+    previous = config.CACHE_LOCATOR_CLASSES
     ours = f"{__name__}.{SharedCacheLocator.__name__}"
-    config.CACHE_LOCATOR_CLASSES = ",".join((ours, *_NUMBA_FALLBACKS))  # type: ignore[attr-defined]
+    config.CACHE_LOCATOR_CLASSES = ",".join((ours, *_NUMBA_FALLBACKS))
     try:
         yield
     finally:
-        config.CACHE_LOCATOR_CLASSES = previous  # type: ignore[attr-defined]
+        config.CACHE_LOCATOR_CLASSES = previous
 
 
 def cache_counts(namespace: Any) -> tuple[int, int]:
