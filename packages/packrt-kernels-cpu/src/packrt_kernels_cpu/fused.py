@@ -21,7 +21,6 @@ import contextlib
 import importlib
 import math
 import os
-import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -416,13 +415,23 @@ def compiled_module(name: str) -> Any:
     """Another module of compiled loops (``packrt_kernels_cpu.conv._numba``, ``._numba_int8``), imported
     once numba is loaded and set up as this module's kernels are (OpenMP spin, pool started, the
     calling thread on the thread cap) and under the shared kernel cache. ImportError where numba
-    cannot load: those roads have no numpy twin, and the callers choose them only where it does."""
+    cannot load: those roads have no numpy twin, and the callers choose them only where it does.
+
+    Threads of a pool may ask at once on first use: the import runs once, under a lock, and no
+    caller sees the module before it has finished importing."""
     if _kernels() is None:
         raise ImportError(f"{name} needs numba, which cannot load here")
-    module = sys.modules.get(name)
+    module = _compiled_modules.get(name)
     if module is None:
-        from packrt_kernels_cpu import kernel_cache
+        with _load_lock:
+            module = _compiled_modules.get(name)
+            if module is None:
+                from packrt_kernels_cpu import kernel_cache
 
-        with kernel_cache.shared_cache():
-            module = importlib.import_module(name)
+                with kernel_cache.shared_cache():
+                    module = importlib.import_module(name)
+                _compiled_modules[name] = module
     return module
+
+
+_compiled_modules: dict[str, Any] = {}  # compiled_module's imports, each complete
