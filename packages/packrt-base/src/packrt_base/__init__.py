@@ -15,35 +15,14 @@ there): the contract cannot live in core without a cycle, nor in one backend wit
 depending on it.
 """
 
-from packrt_base.arrays import (
-    BFLOAT16,
-    FLOAT16,
-    FLOAT32,
-    FLOAT64,
-    FLOAT_DTYPES,
-    HALF_DTYPES,
-    array_namespace,
-    astype,
-    check_linear_args,
-    compute_dtype,
-    dtype_name,
-    require_float,
-    require_ndim,
-    require_same_dtype,
-    require_shape,
-)
+from packrt_base import arrays
+from packrt_base.arrays import *  # noqa: F403  (arrays.__all__ is the list, added below)
 from packrt_base.backend import ArrayBackend, DeviceBackend
 from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError, PackrtError
 from packrt_base.geometry import Conv2dGeometry
 from packrt_base.kernels import Kernels, OwnedPack, Pack
 
 __all__ = [
-    "BFLOAT16",
-    "FLOAT16",
-    "FLOAT32",
-    "FLOAT64",
-    "FLOAT_DTYPES",
-    "HALF_DTYPES",
     "ArrayBackend",
     "Conv2dGeometry",
     "DeviceBackend",
@@ -55,14 +34,6 @@ __all__ = [
     "OwnedPack",
     "Pack",
     "PackrtError",
-    "array_namespace",
-    "astype",
-    "check_linear_args",
-    "compute_dtype",
-    "dtype_name",
-    "require_float",
-    "require_ndim",
-    "require_same_dtype",
-    "require_shape",
 ]
+__all__ += arrays.__all__
 __version__ = "0.1.0.dev0"

@@ -7,6 +7,7 @@ package's table of the kernels contract (:class:`Kernels`, from packrt-base, as 
 :class:`ArrayBackend` and the ``Kernel*Error`` classes, re-exported here).
 """
 
+from packrt_base.arrays import FLOAT_DTYPES, HALF_DTYPES, array_namespace, compute_dtype
 from packrt_base.backend import ArrayBackend
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
@@ -32,7 +33,6 @@ from packrt_kernels_cpu.functional import (
     softmax,
 )
 from packrt_kernels_cpu.kernel_set import CPU_KERNELS, Kernels
-from packrt_kernels_cpu.namespace import FLOAT_DTYPES, HALF_DTYPES, array_namespace, compute_dtype
 from packrt_kernels_cpu.packing import (
     Conv2dView,
     LinearView,

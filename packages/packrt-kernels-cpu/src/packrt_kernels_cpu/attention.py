@@ -14,14 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import Array, array_namespace, compute_dtype
 from packrt_kernels_cpu import blas, fused
-from packrt_kernels_cpu.namespace import (
-    Array,
-    array_namespace,
-    astype,
-    compute_dtype,
-    quiet,
-)
+from packrt_kernels_cpu.namespace import astype, quiet
 
 
 def scaled_dot_product_attention(

@@ -15,14 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import Array, array_namespace, compute_dtype
 from packrt_kernels_cpu import blas, fused
-from packrt_kernels_cpu.namespace import (
-    Array,
-    array_namespace,
-    astype,
-    compute_dtype,
-    quiet,
-)
+from packrt_kernels_cpu.namespace import astype, quiet
 from packrt_kernels_cpu.special import erfc
 
 _SQRT_HALF = math.sqrt(0.5)

@@ -1,8 +1,8 @@
-"""What every CPU kernel shares: the contract's array helpers, the CPU's fast cast, warnings off.
+"""The CPU's own array helpers: its fast cast, and warnings off.
 
 The array namespace, the float dtypes, the compute dtype and the argument checks are the
-kernels contract's (:mod:`packrt_base.arrays`, shared with packrt-kernels-cuda) and are
-re-exported here for the CPU modules. What is the CPU's own: :func:`astype`, which converts
+kernels contract's: the CPU modules import them from :mod:`packrt_base.arrays`, as
+packrt-kernels-cuda does. What is the CPU's own lives here: :func:`astype`, which converts
 bfloat16 <-> float32 with the compiled cast, and :func:`quiet`, numpy's ``errstate``.
 """
 
@@ -15,22 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_base.arrays import (
-    BFLOAT16,
-    FLOAT16,
-    FLOAT32,
-    FLOAT64,
-    FLOAT_DTYPES,
-    HALF_DTYPES,
-    Array,
-    array_namespace,
-    compute_dtype,
-    dtype_name,
-    require_float,
-    require_ndim,
-    require_same_dtype,
-    require_shape,
-)
+from packrt_base.arrays import Array
 from packrt_kernels_cpu import fused
 
 
@@ -59,21 +44,4 @@ def quiet(xp: ModuleType) -> Iterator[None]:
         yield
 
 
-__all__ = [
-    "BFLOAT16",
-    "FLOAT16",
-    "FLOAT32",
-    "FLOAT64",
-    "FLOAT_DTYPES",
-    "HALF_DTYPES",
-    "Array",
-    "array_namespace",
-    "astype",
-    "compute_dtype",
-    "dtype_name",
-    "quiet",
-    "require_float",
-    "require_ndim",
-    "require_same_dtype",
-    "require_shape",
-]
+__all__ = ["astype", "quiet"]

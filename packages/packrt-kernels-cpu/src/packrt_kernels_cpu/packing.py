@@ -24,20 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from packrt_base.arrays import check_linear_args
+from packrt_base.arrays import Array, array_namespace, check_linear_args, compute_dtype, require_float, require_ndim
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import check_conv2d_weight, conv2d, convolve
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.functional import embedding, gemm_rows, linear
-from packrt_kernels_cpu.namespace import (
-    Array,
-    array_namespace,
-    astype,
-    compute_dtype,
-    require_float,
-    require_ndim,
-)
+from packrt_kernels_cpu.namespace import astype
 
 
 def _owned(a: Array, dtype: np.dtype[Any]) -> Array:

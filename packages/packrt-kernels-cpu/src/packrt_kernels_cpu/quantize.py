@@ -21,19 +21,19 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import int8
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
-from packrt_kernels_cpu.namespace import (
+from packrt_base.arrays import (
     FLOAT32,
     FLOAT64,
     Array,
     array_namespace,
-    astype,
     compute_dtype,
     require_float,
     require_ndim,
     require_shape,
 )
+from packrt_kernels_cpu import int8
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
+from packrt_kernels_cpu.namespace import astype
 
 QMAX = 127
 DEFAULT_SCRATCH_BYTES = 4 << 20  # per-forward ceiling for the converted int8 rows

@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from packrt_kernels_cpu.namespace import FLOAT64, Array, array_namespace, quiet
+from packrt_base.arrays import FLOAT64, Array, array_namespace
+from packrt_kernels_cpu.namespace import quiet
 
 _SQRT_PI = math.sqrt(math.pi)
 _SERIES_LIMIT = 2.0  # below it the series converges fast; above it the continued fraction does

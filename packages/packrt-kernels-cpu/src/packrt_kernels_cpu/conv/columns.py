@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import Array, array_namespace
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import tiles
-from packrt_kernels_cpu.namespace import Array, array_namespace
 
 _BAND_BYTES = 1 << 20  # the columns of one band: well inside a core's L2
 _NO_BIAS = np.empty(0, np.float32)

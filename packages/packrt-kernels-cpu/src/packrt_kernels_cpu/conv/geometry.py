@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import Array, require_ndim, require_same_dtype, require_shape
 from packrt_base.geometry import Conv2dGeometry, IntPair, Padding
 from packrt_kernels_cpu.errors import KernelShapeError
-from packrt_kernels_cpu.namespace import Array, require_ndim, require_same_dtype, require_shape
 
 
 def _pair(value: IntPair, name: str, minimum: int) -> tuple[int, int]:

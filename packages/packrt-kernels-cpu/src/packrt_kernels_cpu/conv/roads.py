@@ -24,10 +24,11 @@ from typing import Literal
 
 import numpy as np
 
+from packrt_base.arrays import Array, compute_dtype
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import columns, winograd
-from packrt_kernels_cpu.namespace import Array, astype, compute_dtype
+from packrt_kernels_cpu.namespace import astype
 
 Road = Literal["columns", "column-bands", "winograd", "column-tiles"]
 _WINOGRAD_MIN_CHANNELS = 8  # input channels a group from which Winograd is no slower than the columns

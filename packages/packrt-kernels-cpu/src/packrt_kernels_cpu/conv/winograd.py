@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from packrt_base.arrays import Array
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import tiles
-from packrt_kernels_cpu.namespace import Array
 
 _BAND_BYTES = 1 << 20  # a band's transformed input and products, 16 * (C + O) floats a tile: in L2
 
