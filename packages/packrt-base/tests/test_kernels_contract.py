@@ -43,7 +43,7 @@ def test_a_table_of_kernels_with_the_contracts_signatures_type_checks() -> None:
 def test_a_kernel_of_the_wrong_signature_is_a_type_error_naming_its_field() -> None:
     result = _mypy("wrong_signatures.py")
     assert result.returncode == 1, result.stdout + result.stderr
-    rejected = re.findall(r'error: Argument "(\w+)" to "Kernels" has incompatible type', result.stdout)
+    rejected = re.findall(r'error: Argument "(\w+)" to "replace" of "Kernels" has incompatible type', result.stdout)
     # a missing argument, a renamed one, a wrong argument type, a pack without unpack(): each refused
     assert sorted(rejected) == ["layer_norm", "linear", "pack_linear", "softmax"], result.stdout
     assert "Found 4 errors in 1 file" in result.stdout
