@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from checkpoints import random_weights, write_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packrt
-import packrt_io
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models import SentenceEncoder, UnsupportedModelError, bert, from_pretrained, gpt2, llama
 from packrt.models.config_schema import SCHEMAS, ConfigError, validate
@@ -45,34 +45,18 @@ CONFIGS: dict[str, dict[str, Any]] = {
         "n_positions": 32,
     },
 }
-_BUILD = {"llama": llama.LlamaForCausalLM, "qwen2": llama.LlamaForCausalLM, "gpt2": gpt2.GPT2LMHeadModel}
-_KEYMAP = {"llama": llama.llama_keymap, "qwen2": llama.llama_keymap, "gpt2": gpt2.gpt2_keymap, "bert": bert.bert_keymap}
-_PREFIX = {"llama": "model.", "qwen2": "model.", "gpt2": "transformer.", "bert": ""}
 
 
 def weights(family: str, dtype: Any = np.float32) -> dict[str, np.ndarray]:
     """Random weights of the family's small config, in transformers' names and layouts."""
-    config = HFConfig(CONFIGS[family])
-    model = bert.BertEncoder(bert.encoder_config(config)) if family == "bert" else _BUILD[family](config)
-    keymap = _KEYMAP[family](config)
-    rng = np.random.default_rng(0)
-    out = {}
-    for key, value in model.state_dict().items():
-        name = keymap.checkpoint_name(key, _PREFIX[family])
-        array = rng.standard_normal(tuple(value.shape)).astype(dtype)
-        found = keymap.lookup(name)
-        out[name] = array.T.copy() if found not in (None, "ignored") and found.transform == "transpose" else array
-    return out
+    return random_weights(CONFIGS[family], dtype)
 
 
 def write(
     directory: Path, family: str, config: dict[str, Any] | str, tensors: dict[str, np.ndarray] | None = None
 ) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    text = config if isinstance(config, str) else json.dumps(config)
-    (directory / "config.json").write_text(text)
-    packrt_io.save_file(weights(family) if tensors is None else tensors, directory / "model.safetensors")
-    return directory
+    """``config`` (perhaps a broken one) beside the family's small random weights (or ``tensors``)."""
+    return write_checkpoint(directory, config, tensors, weights_of=CONFIGS[family])
 
 
 def without(config: dict[str, Any], key: str) -> dict[str, Any]:

@@ -7,19 +7,17 @@ own batch, layers and positions only (a new batch size is refused, never broadca
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import numpy as np
 import pytest
+from checkpoints import write_checkpoint
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packrt
-import packrt_io
 from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
-from packrt.models import CausalLM, KVCache, from_pretrained, gpt2, llama
-from packrt.models.hfconfig import HFConfig
+from packrt.models import CausalLM, KVCache, from_pretrained
 
 VOCAB = 50
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -47,20 +45,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 @pytest.fixture(scope="module", params=list(CONFIGS))
 def model(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> CausalLM:
     family = request.param
-    config = HFConfig(CONFIGS[family])
-    built = llama.LlamaForCausalLM(config) if family == "llama" else gpt2.GPT2LMHeadModel(config)
-    keymap = (llama.llama_keymap if family == "llama" else gpt2.gpt2_keymap)(config)
-    prefix = "model." if family == "llama" else "transformer."
-    rng = np.random.default_rng(0)
-    tensors = {}
-    for key, value in built.state_dict().items():
-        name = keymap.checkpoint_name(key, prefix)
-        found = keymap.lookup(name)
-        array = rng.standard_normal(tuple(value.shape)).astype(np.float32)
-        tensors[name] = array.T.copy() if found not in (None, "ignored") and found.transform == "transpose" else array
-    directory = tmp_path_factory.mktemp(family)
-    (directory / "config.json").write_text(json.dumps(CONFIGS[family]))
-    packrt_io.save_file(tensors, directory / "model.safetensors")
+    directory = write_checkpoint(tmp_path_factory.mktemp(family), CONFIGS[family])
     loaded = from_pretrained(directory)
     assert isinstance(loaded, CausalLM)
     return loaded

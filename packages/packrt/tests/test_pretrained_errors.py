@@ -12,44 +12,24 @@ from typing import Any
 
 import numpy as np
 import pytest
+from checkpoints import LLAMA, random_weights, write_checkpoint
 
 import packrt
-import packrt_io
 from packrt.errors import CheckpointError, DTypeError, PackrtError
 from packrt.models import UnsupportedModelError, from_pretrained, supported
-from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import KeyMap, Rule, template_of
-from packrt.models.llama import LlamaForCausalLM, llama_keymap
 
-CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 50,
-    "hidden_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 32,
-    "tie_word_embeddings": False,
-}
+CONFIG: dict[str, Any] = {**LLAMA, "tie_word_embeddings": False}
 
 
 def _write(
     directory: Path, config: dict[str, Any], *, drop: str = "", extra: dict[str, np.ndarray] | None = None
 ) -> Path:
     """A llama directory in transformers' naming, random weights, one tensor dropped or extra ones added."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_text(json.dumps(config))
-    hf_config = HFConfig(CONFIG)
-    keymap = llama_keymap(hf_config)
-    rng = np.random.default_rng(0)
-    tensors = {
-        keymap.checkpoint_name(key, "model."): rng.standard_normal(tuple(value.shape)).astype(np.float32)
-        for key, value in LlamaForCausalLM(hf_config).state_dict().items()
-    }
+    tensors = random_weights(CONFIG)
     tensors.pop(drop, None)
     tensors.update(extra or {})
-    packrt_io.save_file(tensors, directory / "model.safetensors")
-    return directory
+    return write_checkpoint(directory, config, tensors)
 
 
 def test_a_checkpoint_in_transformers_naming_loads(tmp_path: Path) -> None:

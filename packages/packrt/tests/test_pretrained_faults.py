@@ -8,29 +8,17 @@ descriptor or memory mapping of the weights outlives the call.
 from __future__ import annotations
 
 import gc
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
+from checkpoints import LLAMA, write_checkpoint
 
 import packrt
 import packrt_io
 from packrt import nn
 from packrt.models import llama, pretrained
-from packrt.models.hfconfig import HFConfig
-
-CONFIG: dict[str, Any] = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "vocab_size": 50,
-    "hidden_size": 16,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 2,
-    "intermediate_size": 32,
-}
 
 
 class Stop(BaseException):
@@ -38,16 +26,7 @@ class Stop(BaseException):
 
 
 def directory_of(tmp_path: Path) -> Path:
-    config = HFConfig(CONFIG)
-    keymap = llama.llama_keymap(config)
-    rng = np.random.default_rng(0)
-    tensors = {
-        keymap.checkpoint_name(key, "model."): rng.standard_normal(tuple(value.shape)).astype(np.float32)
-        for key, value in llama.LlamaForCausalLM(config).state_dict().items()
-    }
-    (tmp_path / "config.json").write_text(json.dumps(CONFIG))
-    packrt_io.save_file(tensors, tmp_path / "model.safetensors")
-    return tmp_path
+    return write_checkpoint(tmp_path, LLAMA)
 
 
 def files_of(directory: Path) -> dict[str, tuple[bytes, int, int]]:
