@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.metadata
 import os
 import platform
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
@@ -13,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import blas
+from packrt_kernels_cpu import blas, settings
 from packrt_kernels_cpu.tolerance import tolerance
 
 
@@ -76,10 +78,18 @@ def make() -> Any:
 
 
 @pytest.fixture(params=["fused", "numpy"])
-def kernel_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def kernel_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test on both kernel paths: numba's fused loops and the numpy reference (PACKRT_NUMBA=0)."""
-    monkeypatch.setenv("PACKRT_NUMBA", "1" if request.param == "fused" else "0")
-    return str(request.param)
+    with settings.override(numba=request.param == "fused"):
+        yield str(request.param)
+
+
+@pytest.fixture
+def use_settings() -> Iterator[Callable[..., settings.Settings]]:
+    """``use_settings(numba=False, ...)``: the kernels' settings changed from then on, put back when the
+    test ends (as ``monkeypatch`` puts back what it changed)."""
+    with contextlib.ExitStack() as stack:
+        yield lambda **changes: stack.enter_context(settings.override(**changes))
 
 
 def _mkl_expected() -> bool:
@@ -92,11 +102,10 @@ def _mkl_expected() -> bool:
 
 
 @pytest.fixture(params=["mkl", "numpy"])
-def blas_road(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+def blas_road(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test on both GEMM roads (PACKRT_BLAS=mkl and =numpy), each decided afresh."""
-    monkeypatch.setenv("PACKRT_BLAS", str(request.param))
-    monkeypatch.setattr(blas, "_state", {})
     if request.param == "mkl" and not _mkl_expected():
         pytest.skip("the mkl wheel is not installed here (pip install packrt-kernels-cpu[mkl])")
-    assert blas.provider() == request.param
-    return str(request.param)
+    with settings.override(blas=request.param):
+        assert blas.provider() == request.param
+        yield str(request.param)

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
 
-from packrt_kernels_cpu import CpuBackend, KernelError, blas
-from packrt_kernels_cpu.blas import BlasUnavailableError
+from packrt_kernels_cpu import BlasUnavailableError, CpuBackend, KernelError, blas, mkl, openmp
+from packrt_kernels_cpu import settings as kernel_settings
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -90,64 +90,92 @@ def test_the_road_is_the_one_packrt_blas_names(blas_road: str) -> None:
     assert blas.provider() == blas_road
 
 
-def test_an_unknown_packrt_blas_value_is_refused_with_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACKRT_BLAS", "openblas")
-    monkeypatch.setattr(blas, "_state", {})
+def test_an_unknown_packrt_blas_value_is_refused_with_the_choices() -> None:
     with pytest.raises(BlasUnavailableError, match=r"PACKRT_BLAS='openblas'.*auto, mkl, numpy.*unset it"):
-        blas.provider()
+        kernel_settings.from_environment({"PACKRT_BLAS": "openblas"})
     assert issubclass(BlasUnavailableError, KernelError) and issubclass(BlasUnavailableError, ImportError)
 
 
+@pytest.mark.parametrize(("value", "choice"), [("", "auto"), (" MKL ", "mkl"), ("numpy", "numpy"), ("auto", "auto")])
+def test_packrt_blas_is_read_case_and_space_insensitively(value: str, choice: str) -> None:
+    assert kernel_settings.from_environment({"PACKRT_BLAS": value}).blas == choice
+
+
+def test_the_environment_is_read_once_and_later_edits_change_no_road(monkeypatch: pytest.MonkeyPatch) -> None:
+    road, numba = blas.provider(), kernel_settings.current().numba
+    monkeypatch.setenv("PACKRT_BLAS", "numpy" if road == "mkl" else "mkl")
+    monkeypatch.setenv("PACKRT_NUMBA", "1" if not numba else "0")
+    assert blas.provider() == road and kernel_settings.current().numba is numba
+
+
+def test_an_override_puts_the_settings_and_the_road_back_even_on_error() -> None:
+    before, road = kernel_settings.current(), blas.provider()
+    seen = []
+
+    def fail_inside() -> None:
+        with kernel_settings.override(blas="numpy", numba=False):
+            seen.append((blas.provider(), kernel_settings.current().numba))
+            raise RuntimeError("inside")
+
+    with pytest.raises(RuntimeError, match="inside"):
+        fail_inside()
+    assert seen == [("numpy", False)]
+    assert kernel_settings.current() == before and blas.provider() == road
+
+
+def _without_mkl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fault injection: MKL's library is not found (its loader and its cached load forgotten)."""
+    monkeypatch.setattr(mkl, "_state", {})
+    monkeypatch.setattr(mkl, "_mkl_candidates", lambda: ["/nonexistent/libmkl_rt.so.3"])
+
+
 def test_asking_for_mkl_where_it_does_not_load_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACKRT_BLAS", "mkl")
-    monkeypatch.setattr(blas, "_state", {})
-    monkeypatch.setattr(blas, "_mkl_candidates", lambda: ["/nonexistent/libmkl_rt.so.3"])
-    with pytest.raises(BlasUnavailableError, match=r"libmkl_rt.*pip install packrt-kernels-cpu\[mkl\]"):
+    _without_mkl(monkeypatch)
+    with (
+        kernel_settings.override(blas="mkl"),
+        pytest.raises(BlasUnavailableError, match=r"libmkl_rt.*pip install packrt-kernels-cpu\[mkl\]"),
+    ):
         blas.matmul(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32))
 
 
 def test_auto_falls_back_to_numpy_where_mkl_does_not_load(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACKRT_BLAS", "auto")
-    monkeypatch.setattr(blas, "_state", {})
-    monkeypatch.setattr(blas, "_mkl_candidates", lambda: ["/nonexistent/libmkl_rt.so.3"])
-    assert blas.provider() == "numpy"
-    np.testing.assert_array_equal(blas.matmul(np.eye(3, dtype=np.float32), np.full((3, 2), 2, np.float32)), 2.0)
+    _without_mkl(monkeypatch)
+    with kernel_settings.override(blas="auto"):
+        assert blas.provider() == "numpy"
+        np.testing.assert_array_equal(blas.matmul(np.eye(3, dtype=np.float32), np.full((3, 2), 2, np.float32)), 2.0)
 
 
-def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_loads(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PACKRT_BLAS", "mkl")
-    monkeypatch.setattr(blas, "_state", {})
+def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_is_chosen() -> None:
     backend = CpuBackend()
-    try:
-        backend.set_num_threads(1)  # before MKL loads: applied when it does
+    with kernel_settings.override(blas="numpy"):
+        backend.set_num_threads(1)  # before MKL's road is taken: applied when it is
         assert blas.num_threads() == 1
-        try:
-            blas.provider()
-        except BlasUnavailableError:
-            pytest.skip("MKL does not load here")
-        mkl_pools = [p for p in threadpool_info() if p.get("internal_api") == "mkl"]
-        assert mkl_pools and all(p["num_threads"] == 1 for p in mkl_pools)
-        assert backend.get_num_threads() == 1
-        backend.set_num_threads(2)
-        assert backend.get_num_threads() == min(2, max(p["num_threads"] for p in threadpool_info()))
-    finally:
+        with kernel_settings.override(blas="mkl"):
+            try:
+                blas.provider()
+            except BlasUnavailableError:
+                pytest.skip("MKL does not load here")
+            mkl_pools = [p for p in threadpool_info() if p.get("internal_api") == "mkl"]
+            assert mkl_pools and all(p["num_threads"] == 1 for p in mkl_pools)
+            assert backend.get_num_threads() == 1
+            backend.set_num_threads(2)
+            assert backend.get_num_threads() == min(2, max(p["num_threads"] for p in threadpool_info()))
         backend.set_num_threads(1)
 
 
-def test_first_use_from_many_threads_decides_one_road(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("PACKRT_BLAS", raising=False)
-    monkeypatch.setattr(blas, "_state", {})
+def test_first_use_from_many_threads_decides_one_road() -> None:
     a = np.ones((16, 16), np.float32)
     results: list[np.ndarray] = []
-    workers = [threading.Thread(target=lambda: results.append(blas.matmul(a, a))) for _ in range(8)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert len(results) == 8 and all(np.array_equal(r, np.full((16, 16), 16.0)) for r in results)
-    assert blas.provider() in ("mkl", "numpy")
+    road = blas.provider()
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):  # the road undecided again
+        workers = [threading.Thread(target=lambda: results.append(blas.matmul(a, a))) for _ in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert len(results) == 8 and all(np.array_equal(r, np.full((16, 16), 16.0)) for r in results)
+        assert blas.provider() in ("mkl", "numpy")
+    assert blas.provider() == road
 
 
 def _stack(rng: np.random.Generator, batch: tuple[int, ...], rows: int, cols: int, heads_view: bool) -> np.ndarray:
@@ -267,7 +295,7 @@ def test_an_out_of_the_wrong_shape_raises_numpys_error() -> None:
 
 @pytest.mark.parametrize(
     ("preset", "expected_spin"),
-    [({}, blas.OPENMP_SPIN), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "5"}, "5")],
+    [({}, openmp.OPENMP_SPIN), ({"OMP_WAIT_POLICY": "PASSIVE"}, None), ({"GOMP_SPINCOUNT": "5"}, "5")],
 )
 def test_a_short_openmp_spin_is_set_only_where_the_user_chose_nothing(
     monkeypatch: pytest.MonkeyPatch, preset: dict[str, str], expected_spin: str | None
@@ -276,7 +304,7 @@ def test_a_short_openmp_spin_is_set_only_where_the_user_chose_nothing(
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     for name, value in preset.items():
         monkeypatch.setenv(name, value)
-    blas.prefer_short_openmp_spin()
+    openmp.prefer_short_openmp_spin()
     assert os.environ.get("GOMP_SPINCOUNT") == expected_spin
     assert os.environ.get("OMP_WAIT_POLICY") == preset.get("OMP_WAIT_POLICY")
 

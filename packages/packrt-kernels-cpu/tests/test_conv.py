@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, fused
+from packrt_kernels_cpu import CpuBackend, compiled
 from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, im2col, road, roads, winograd
 from packrt_kernels_cpu.errors import KernelShapeError
 
@@ -157,7 +157,7 @@ def test_each_input_takes_the_road_meant_for_it(kernel_path: str, blas_road: str
     if kernel_path == "numpy":
         assert road(x32, three_by_three) == "columns", "PACKRT_NUMBA=0 leaves numpy's road only"
         return
-    if not fused.enabled():
+    if not compiled.enabled():
         pytest.skip("numba does not load here: no compiled road")
     if blas_road == "numpy":
         assert road(x32, three_by_three) == "column-bands", "without MKL's batched GEMM, a GEMM a band from Python"
@@ -171,7 +171,7 @@ def test_each_input_takes_the_road_meant_for_it(kernel_path: str, blas_road: str
 
 @pytest.mark.parametrize("first_row", [0, 3])
 def test_compiled_band_columns_are_numpys_columns_of_those_rows(first_row: int) -> None:
-    if not fused.enabled():
+    if not compiled.enabled():
         pytest.skip("numba does not load here (or PACKRT_NUMBA=0): no compiled columns")
     x = np.random.default_rng(first_row).standard_normal((1, 5, 31, 29)).astype(np.float32)
     geometry = conv2d_geometry((3, 2), stride=(2, 1), padding=(2, 1), dilation=(1, 2))
@@ -183,7 +183,7 @@ def test_compiled_band_columns_are_numpys_columns_of_those_rows(first_row: int) 
 def test_winograd_is_taken_from_its_channel_threshold_on(
     kernel_path: str, blas_road: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if kernel_path == "numpy" or blas_road == "numpy" or not fused.enabled():
+    if kernel_path == "numpy" or blas_road == "numpy" or not compiled.enabled():
         pytest.skip("the Winograd road needs numba and MKL's batched GEMM")
     x = np.zeros((1, 16, 8, 8), np.float32)
     geometry = conv2d_geometry((3, 3), padding=1)

@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CpuBackend, blas, fused
+from packrt_kernels_cpu import CpuBackend, blas, compiled
 from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, roads, winograd
 from packrt_kernels_cpu.tolerance import assert_same_result
 
-pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no banded road")
+pytestmark = pytest.mark.skipif(not compiled.enabled(), reason="numba does not load here: no banded road")
 
 
 def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:
@@ -53,7 +53,7 @@ def test_banded_conv2d_gives_the_same_bits_on_one_and_two_threads_on_mkls_road(
     make: Any, rng: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A promise (docs/guides/determinism.md): the (image, band) tiles do not depend on the thread count,
-    and each tile's GEMMs run on one MKL thread either way (``blas.one_thread``, ``MKL_Set_Num_Threads_Local``),
+    and each tile's GEMMs run on one MKL thread either way (``threads.on_this_thread``, ``MKL_Set_Num_Threads_Local``),
     so every tile is the same call on the same shapes."""
     alone, shared = _alone_and_shared(make, rng, monkeypatch)
     np.testing.assert_array_equal(alone, shared)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import cpu_namespace, fused
+from packrt_kernels_cpu import compiled, cpu_namespace, fused
 
 OPS = ["add", "subtract", "multiply"]
 LARGE = (700, 400)  # 280 000 elements: past the pool's threshold
@@ -23,7 +23,7 @@ def _edges(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("op", OPS)
 def test_large_float32_arithmetic_gives_numpys_bits_on_the_pool(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not fused.enabled():
+    if not compiled.enabled():
         pytest.skip("numba does not load here: numpy computes every case")
     a, b = _edges(LARGE, 1), _edges(LARGE, 2)[::-1].copy()
     pooled: list[str] = []

@@ -10,8 +10,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from packrt_kernels_cpu import compiled, fused, scratch, settings
 from packrt_kernels_cpu import functional as kernels
-from packrt_kernels_cpu import fused
 from packrt_kernels_cpu.tolerance import tolerance
 
 F32 = np.float32
@@ -29,64 +29,69 @@ CASES: dict[str, Callable[[np.ndarray], Any]] = {
 }
 
 
-def _both(fn: Callable[[np.ndarray], Any], x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    monkeypatch.setenv("PACKRT_NUMBA", "1")
-    fast = fn(x)
-    monkeypatch.setenv("PACKRT_NUMBA", "0")
-    reference = fn(x)
-    monkeypatch.delenv("PACKRT_NUMBA")
+def _both(fn: Callable[[np.ndarray], Any], x: np.ndarray) -> tuple[Any, Any]:
+    with settings.override(numba=True):
+        fast = fn(x)
+    with settings.override(numba=False):
+        reference = fn(x)
     return fast, reference
 
 
 def test_the_fused_path_loads_and_takes_contiguous_float32_numpy_arrays_only() -> None:
-    assert fused.enabled()
+    assert compiled.enabled()
     assert fused.handles(np.ones((2, 3), F32))
     assert not fused.handles(np.ones((2, 3), np.float64))
     assert not fused.handles(np.ones((3, 2), F32).T)  # not C-contiguous
     assert not fused.handles([1.0, 2.0])
 
 
-def test_packrt_numba_0_turns_the_fused_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACKRT_NUMBA", "0")
-    assert not fused.enabled() and not fused.handles(np.ones(3, F32))
+def test_numba_off_in_the_settings_turns_the_fused_path_off() -> None:
+    with settings.override(numba=False):
+        assert not compiled.enabled() and not fused.handles(np.ones(3, F32))
+    assert compiled.enabled(), "the settings as they were come back after the block"
+
+
+@pytest.mark.parametrize(("value", "on"), [("0", False), ("1", True), ("", True), (" 0 ", False)])
+def test_packrt_numba_0_in_the_environment_turns_the_fused_path_off(value: str, on: bool) -> None:
+    assert settings.from_environment({"PACKRT_NUMBA": value}).numba is on
+    assert settings.from_environment({}).numba, "numba is on by default"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 @pytest.mark.parametrize("shape", [(1, 1), (3, 7), (2, 5, 768), (4, 3072), (64, 4096)])  # the last: the parallel path
-def test_each_fused_kernel_matches_the_numpy_reference(name: str, shape: tuple[int, ...], monkeypatch: Any) -> None:
+def test_each_fused_kernel_matches_the_numpy_reference(name: str, shape: tuple[int, ...]) -> None:
     x = (np.random.default_rng(len(shape) * 31 + shape[-1]).standard_normal(shape) * 4).astype(F32)
-    fast, reference = _both(CASES[name], x, monkeypatch)
+    fast, reference = _both(CASES[name], x)
     assert fast.dtype == F32 and fast.shape == x.shape
     rtol, atol = tolerance(F32)
     np.testing.assert_allclose(fast, reference, rtol=rtol, atol=atol)
 
 
 @pytest.mark.parametrize("name", ["gelu", "gelu-tanh", "silu", "softmax"])
-def test_fused_kernels_stay_finite_and_agree_on_extreme_inputs(name: str, monkeypatch: Any) -> None:
+def test_fused_kernels_stay_finite_and_agree_on_extreme_inputs(name: str) -> None:
     x = np.array([[-1e4, -80.0, -9.0, 0.0, 9.0, 80.0, 1e4]], F32)
-    fast, reference = _both(CASES[name], x, monkeypatch)
+    fast, reference = _both(CASES[name], x)
     assert np.isfinite(fast).all()
     np.testing.assert_allclose(fast, reference, rtol=1e-5, atol=1e-6)
 
 
-def test_relu_gives_numpys_bits_for_nan_infinities_and_signed_zeros(monkeypatch: Any) -> None:
+def test_relu_gives_numpys_bits_for_nan_infinities_and_signed_zeros() -> None:
     x = np.array([np.nan, -np.inf, np.inf, -0.0, 0.0, -1.5, 2.5] * 50_000, F32)  # large: the threaded path too
-    fast, reference = _both(CASES["relu"], x, monkeypatch)
+    fast, reference = _both(CASES["relu"], x)
     np.testing.assert_array_equal(fast.view(np.uint32), reference.view(np.uint32))
 
 
-def test_a_fully_masked_softmax_row_is_nan_on_both_paths(monkeypatch: Any) -> None:
+def test_a_fully_masked_softmax_row_is_nan_on_both_paths() -> None:
     x = np.array([[-np.inf, -np.inf], [0.0, -np.inf]], F32)
-    fast, reference = _both(CASES["softmax"], x, monkeypatch)
+    fast, reference = _both(CASES["softmax"], x)
     assert np.isnan(fast[0]).all() and np.isnan(reference[0]).all()
     assert fast[1].tolist() == reference[1].tolist() == [1.0, 0.0]
 
 
-def test_half_precision_goes_through_the_fused_float32_path_and_rounds_once(monkeypatch: Any) -> None:
+def test_half_precision_goes_through_the_fused_float32_path_and_rounds_once() -> None:
     x = np.linspace(-5, 5, 64, dtype=np.float16).reshape(4, 16)
-    fast, reference = _both(CASES["gelu"], x, monkeypatch)
+    fast, reference = _both(CASES["gelu"], x)
     assert fast.dtype == reference.dtype == np.float16
-    monkeypatch.setenv("PACKRT_NUMBA", "1")
     np.testing.assert_array_equal(fast, CASES["gelu"](x.astype(F32)).astype(np.float16))  # one rounding, at the end
     rtol, atol = tolerance(np.float16)
     np.testing.assert_allclose(fast.astype(F32), reference.astype(F32), rtol=rtol, atol=atol)
@@ -128,11 +133,11 @@ def test_a_large_transpose_on_the_pool_equals_numpys() -> None:
 
 
 def test_the_scratch_buffer_is_reused_per_thread() -> None:
-    first = fused.scratch_f32((4, 8))
-    again = fused.scratch_f32((2, 3))
+    first = scratch.scratch_f32((4, 8))
+    again = scratch.scratch_f32((2, 3))
     assert np.shares_memory(first, again), "a smaller request reuses this thread's buffer"
     seen: list[np.ndarray] = []
-    worker = threading.Thread(target=lambda: seen.append(fused.scratch_f32((4, 8))))
+    worker = threading.Thread(target=lambda: seen.append(scratch.scratch_f32((4, 8))))
     worker.start()
     worker.join()
     assert not np.shares_memory(seen[0], first), "each thread has its own buffer"
@@ -196,7 +201,7 @@ def test_layer_norm_of_rows_far_from_zero_is_as_accurate_as_float32_allows(offse
     """The one-pass moments (shifted by a value of the row) must not cancel: against a float64 reference
     the error stays within one float32 ulp of the row's mean, in normalised units (torch's float32
     LayerNorm measured 4-10x that)."""
-    if not fused.enabled():
+    if not compiled.enabled():
         pytest.skip("numba does not load here: the numpy path is the reference")
     x = (offset + spread * np.random.default_rng(3).standard_normal((64, 768))).astype(F32)
     got = fused.layer_norm(x, 768, np.ones(768, F32), np.zeros(768, F32), 1e-12)

@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import CpuBackend, blas, fused
+from packrt_kernels_cpu import CpuBackend, blas, compiled, gemv, settings, threads
 from packrt_kernels_cpu import functional as kernels
 from packrt_kernels_cpu.tolerance import tolerance
 
-pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no compiled GEMV")
+pytestmark = pytest.mark.skipif(not compiled.enabled(), reason="numba does not load here: no compiled GEMV")
 F32 = np.float32
 TWO_CORES = pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="the compiled GEMV is taken on two threads or more")
 # (in, out): tails of every loop (rows not a multiple of 4 or of 128, outputs not of 64 or 1024), the
@@ -48,8 +48,8 @@ def _operands(k: int, n: int, layout: str, seed: int = 0) -> tuple[np.ndarray, n
 def test_gemv_gives_numpys_product_plus_bias(k: int, n: int, layout: str, with_bias: bool) -> None:
     x, wt, b = _operands(k, n, layout)
     bias = b if with_bias else None
-    assert fused.gemv_takes(x, wt, bias)
-    got = fused.gemv(x, wt, bias)
+    assert gemv.gemv_takes(x, wt, bias)
+    got = gemv.gemv(x, wt, bias)
     want = x.astype(np.float64) @ wt.astype(np.float64) + (b if with_bias else 0.0)
     assert got.dtype == F32 and got.shape == (1, n)
     rtol, atol = tolerance(np.dtype(F32))
@@ -62,15 +62,15 @@ def test_gemv_gives_the_same_bits_on_one_and_two_threads(k: int, n: int, layout:
     """A promise (docs/guides/determinism.md): the pooled kernel sums fixed groups of GEMV_ROWS weight rows
     (the pack) or whole rows (the transposed view) in a fixed order, so no thread count changes a bit."""
     x, wt, b = _operands(k, n, layout, seed=1)
-    compiled = fused._kernels()
+    loops = compiled.kernels()
     pooled, alone = np.empty(n, F32), np.empty(n, F32)
     if layout == "pack":
-        parts = np.empty((-(-k // compiled.GEMV_ROWS), n), F32)
-        compiled.gemv_t(x[0], wt, b, parts, pooled)
-        compiled.gemv_t_serial(x[0], wt, b, parts, alone)
+        parts = np.empty((-(-k // loops.GEMV_ROWS), n), F32)
+        loops.gemv_t(x[0], wt, b, parts, pooled)
+        loops.gemv_t_serial(x[0], wt, b, parts, alone)
     else:
-        compiled.gemv(x[0], wt.T, b, pooled)
-        compiled.gemv_serial(x[0], wt.T, b, alone)
+        loops.gemv(x[0], wt.T, b, pooled)
+        loops.gemv_serial(x[0], wt.T, b, alone)
     np.testing.assert_array_equal(pooled, alone)
 
 
@@ -79,25 +79,25 @@ def test_gemv_gives_the_same_bits_on_one_and_two_threads(k: int, n: int, layout:
 def test_a_nan_in_the_row_reaches_every_output_it_multiplies_into() -> None:
     x, wt, b = _operands(512, 300, "pack")
     x[0, 17] = np.nan
-    assert np.isnan(fused.gemv(x, wt, b)).all()
+    assert np.isnan(gemv.gemv(x, wt, b)).all()
     wt[17, :5] = 0.0  # 0 * NaN is NaN too: numpy's rule, kept
-    assert np.isnan(fused.gemv(x, wt, None)).all()
+    assert np.isnan(gemv.gemv(x, wt, None)).all()
 
 
 @TWO_CORES
 @pytest.mark.usefixtures("two_threads")
 def test_gemv_refuses_what_it_does_not_compute() -> None:
     x, wt, b = _operands(256, 128, "pack")
-    assert fused.gemv_takes(x, wt, b)
-    assert not fused.gemv_takes(np.vstack([x, x]), wt, b), "two rows are a GEMM"
-    assert not fused.gemv_takes(x.astype(np.float64), wt.astype(np.float64), None), "float32 only"
-    assert not fused.gemv_takes(x, wt[:, ::2], b[::2]), "a weight neither contiguous nor transposed"
-    assert not fused.gemv_takes(x, wt, b[:-1]), "a bias of the wrong length"
-    assert not fused.gemv_takes(x, wt, b.astype(np.float64)), "a bias of another dtype"
+    assert gemv.gemv_takes(x, wt, b)
+    assert not gemv.gemv_takes(np.vstack([x, x]), wt, b), "two rows are a GEMM"
+    assert not gemv.gemv_takes(x.astype(np.float64), wt.astype(np.float64), None), "float32 only"
+    assert not gemv.gemv_takes(x, wt[:, ::2], b[::2]), "a weight neither contiguous nor transposed"
+    assert not gemv.gemv_takes(x, wt, b[:-1]), "a bias of the wrong length"
+    assert not gemv.gemv_takes(x, wt, b.astype(np.float64)), "a bias of another dtype"
     small = np.ones((8, 8), F32)
-    assert not fused.gemv_takes(x[:, :8], small, None), "a product too small to be worth a compiled call"
-    with fused.single_threaded():
-        assert not fused.gemv_takes(x, wt, b), "a caller that spreads its own work keeps it serial: numpy's"
+    assert not gemv.gemv_takes(x[:, :8], small, None), "a product too small to be worth a compiled call"
+    with threads.on_this_thread():
+        assert not gemv.gemv_takes(x, wt, b), "a caller that spreads its own work keeps it serial: numpy's"
 
 
 def test_on_one_thread_the_row_stays_with_openblas() -> None:
@@ -105,17 +105,17 @@ def test_on_one_thread_the_row_stays_with_openblas() -> None:
     backend = CpuBackend()
     backend.set_num_threads(1)
     try:
-        assert not fused.gemv_takes(x, wt, b)
+        assert not gemv.gemv_takes(x, wt, b)
     finally:
         backend.set_num_threads(os.cpu_count() or 1)
 
 
 @TWO_CORES
 @pytest.mark.usefixtures("two_threads")
-def test_packrt_numba_0_sends_the_row_back_to_numpy(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_numba_off_sends_the_row_back_to_numpy() -> None:
     x, wt, b = _operands(256, 128, "pack")
-    monkeypatch.setenv("PACKRT_NUMBA", "0")
-    assert not fused.gemv_takes(x, wt, b)
+    with settings.override(numba=False):
+        assert not gemv.gemv_takes(x, wt, b)
 
 
 @TWO_CORES
@@ -124,13 +124,13 @@ def test_packrt_numba_0_sends_the_row_back_to_numpy(monkeypatch: pytest.MonkeyPa
 def test_a_linear_of_one_row_goes_through_the_compiled_gemv(lead: tuple[int, ...], monkeypatch: Any) -> None:
     x, wt, b = _operands(512, 384, "pack")
     seen: list[tuple[int, ...]] = []
-    real = fused.gemv
+    real = gemv.gemv
 
     def spy(row: np.ndarray, w: np.ndarray, bias: Any) -> Any:
         seen.append(row.shape)
         return real(row, w, bias)
 
-    monkeypatch.setattr(fused, "gemv", spy)
+    monkeypatch.setattr(gemv, "gemv", spy)
     got = kernels.gemm_rows(x.reshape(*lead, 512), wt, b)
     assert seen == [(1, 512)]
     assert got.shape == (*lead, 384)

@@ -9,8 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from packrt_kernels_cpu import compiled, fused, settings
 from packrt_kernels_cpu import functional as kernels
-from packrt_kernels_cpu import fused
 
 F32 = np.float32
 
@@ -26,23 +26,22 @@ def _by_definition(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarra
     return x * cos + np.concatenate([-x[..., half:], x[..., :half]], axis=-1) * sin
 
 
-def _both(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
-    monkeypatch.setenv("PACKRT_NUMBA", "1")
-    fast = kernels.rotary_embedding(x, cos, sin)
-    monkeypatch.setenv("PACKRT_NUMBA", "0")
-    reference = kernels.rotary_embedding(x, cos, sin)
-    monkeypatch.delenv("PACKRT_NUMBA")
+def _both(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> tuple[Any, Any]:
+    with settings.override(numba=True):
+        fast = kernels.rotary_embedding(x, cos, sin)
+    with settings.override(numba=False):
+        reference = kernels.rotary_embedding(x, cos, sin)
     return fast, reference
 
 
-@pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no compiled rotary")
+@pytest.mark.skipif(not compiled.enabled(), reason="numba does not load here: no compiled rotary")
 @pytest.mark.parametrize(
     ("batch", "heads", "length", "dim"),
     [(1, 8, 1, 64), (2, 3, 5, 2), (1, 4, 16, 128), (4, 16, 128, 64)],  # a decode step ... the pool's share
 )
 @pytest.mark.parametrize("layout", ["contiguous", "heads-split"])
 def test_the_compiled_rotary_gives_the_numpy_paths_bits(
-    batch: int, heads: int, length: int, dim: int, layout: str, monkeypatch: pytest.MonkeyPatch
+    batch: int, heads: int, length: int, dim: int, layout: str
 ) -> None:
     rng = np.random.default_rng(batch * 100 + dim)
     if layout == "contiguous":
@@ -52,7 +51,7 @@ def test_the_compiled_rotary_gives_the_numpy_paths_bits(
         x = x.transpose(0, 2, 1, 3)
     cos, sin = _tables(length, dim)
     assert fused.rotates(x, cos, sin)
-    fast, reference = _both(x, cos, sin, monkeypatch)
+    fast, reference = _both(x, cos, sin)
     assert fast.flags.c_contiguous and fast.dtype == F32 and fast.shape == x.shape
     np.testing.assert_array_equal(fast, reference)
     np.testing.assert_array_equal(reference, _by_definition(x, cos, sin))

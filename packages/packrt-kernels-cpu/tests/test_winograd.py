@@ -12,22 +12,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, blas, fused
+from packrt_kernels_cpu import CpuBackend, blas, compiled
+from packrt_kernels_cpu import settings as kernel_settings
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry, road, roads, winograd
 
 pytestmark = [
-    pytest.mark.skipif(not fused.enabled(), reason="numba does not load here: no Winograd road"),
+    pytest.mark.skipif(not compiled.enabled(), reason="numba does not load here: no Winograd road"),
     pytest.mark.usefixtures("mkl_road"),
 ]
 
 
 @pytest.fixture
-def mkl_road(monkeypatch: pytest.MonkeyPatch) -> None:
+def mkl_road() -> Iterator[None]:
     """The road runs on MKL's batched GEMM: MKL decided afresh, a skip where its wheel is not installed."""
-    monkeypatch.setenv("PACKRT_BLAS", "auto")
-    monkeypatch.setattr(blas, "_state", {})
-    if blas.provider() != "mkl":
-        pytest.skip("MKL does not load here (pip install packrt-kernels-cpu[mkl]): no Winograd road")
+    with kernel_settings.override(blas="auto"):
+        if blas.provider() != "mkl":
+            pytest.skip("MKL does not load here (pip install packrt-kernels-cpu[mkl]): no Winograd road")
+        yield
 
 
 @pytest.fixture(params=["banded", "threads"])
@@ -102,10 +103,9 @@ def test_the_road_is_not_taken_where_it_does_not_apply(
     assert road(x, conv2d_geometry(kernel, **keywords)) != "winograd"
 
 
-def test_the_road_is_not_taken_off_mkls_road(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PACKRT_BLAS", "numpy")
-    monkeypatch.setattr(blas, "_state", {})
-    assert road(np.zeros((1, 32, 8, 8), np.float32), conv2d_geometry((3, 3), padding=1)) != "winograd"
+def test_the_road_is_not_taken_off_mkls_road() -> None:
+    with kernel_settings.override(blas="numpy"):
+        assert road(np.zeros((1, 32, 8, 8), np.float32), conv2d_geometry((3, 3), padding=1)) != "winograd"
 
 
 def test_the_transformed_weight_is_g_k_gt_in_float64_rounded_once(rng: Any) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from threadpoolctl import threadpool_info, threadpool_limits  # type: ignore[import-untyped]
 
 from packrt_base.backend import ArrayBackend
-from packrt_kernels_cpu import blas, cpu_namespace, fused
+from packrt_kernels_cpu import blas, cpu_namespace, settings
 from packrt_kernels_cpu.kernel_set import CPU_KERNELS
 
 
@@ -22,8 +22,7 @@ class CpuBackend(ArrayBackend):
         """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the
         fused kernels' numba pool at ``n`` threads."""
         threadpool_limits(limits=n, user_api="blas")
-        blas.set_num_threads(n)
-        fused.set_num_threads(n)
+        settings.update(threads=max(1, int(n)))  # MKL's and numba's pools follow (mkl, compiled)
 
     def get_num_threads(self) -> int:
         """Threads the BLAS pool GEMMs run on uses now (1 when no threaded BLAS is linked)."""

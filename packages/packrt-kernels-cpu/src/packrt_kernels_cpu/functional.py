@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from packrt_base.arrays import Array, array_namespace, compute_dtype
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, compiled, fused, gemv
 from packrt_kernels_cpu.namespace import astype, quiet
 from packrt_kernels_cpu.special import erfc
 
@@ -43,10 +43,10 @@ def _compute_input(x: Array, cd: np.dtype[Any]) -> tuple[Array, bool]:
 def gemm_rows(x: Array, wt: Array, bias: Array | None = None) -> Array:
     """``x @ wt (+ bias)`` for ``x`` of shape (..., in) as ONE 2-D GEMM (batch dims folded into rows),
     through :func:`blas.matmul` (MKL adds the bias inside the GEMM); a single row on two threads or more
-    through the compiled :func:`fused.gemv`, which shares the pool of the other compiled kernels."""
+    through the compiled :func:`gemv.gemv`, which shares the pool of the other compiled kernels."""
     rows = x if x.ndim == 2 else x.reshape(-1, x.shape[-1])
-    if rows.shape[0] == 1 and fused.gemv_takes(rows, wt, bias):
-        out = fused.gemv(rows, wt, bias)
+    if rows.shape[0] == 1 and gemv.gemv_takes(rows, wt, bias):
+        out = gemv.gemv(rows, wt, bias)
     elif bias is not None and _lays_out_bias(rows, wt, bias):  # the bias laid out on the pool, then added onto
         out = blas.matmul(rows, wt, out=fused.broadcast_rows(bias, rows.shape[0]), accumulate=True)
     else:
@@ -58,11 +58,11 @@ def _lays_out_bias(rows: Array, wt: Array, bias: Array) -> bool:
     """Whether gemm_rows fills the output with the bias on the pool first: a large float32 output on
     MKL's road (which adds onto it; numpy's would need a pass more) with numba loaded."""
     return (
-        rows.shape[0] * wt.shape[1] >= fused.PARALLEL_MIN
+        rows.shape[0] * wt.shape[1] >= compiled.PARALLEL_MIN
         and rows.dtype == np.float32
         and bias.dtype == np.float32
         and blas.provider() == "mkl"
-        and fused.enabled()
+        and compiled.enabled()
     )
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, compiled
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 Array = Any
@@ -39,7 +39,7 @@ FLOAT_CHUNK = 512
 
 def _compiled() -> Any:
     """The road's compiled loops (:mod:`._numba_int8`), loaded on first use: ``import packrt`` loads no numba."""
-    return fused.compiled_module("packrt_kernels_cpu._numba_int8")
+    return compiled.module("packrt_kernels_cpu._numba_int8")
 
 
 def _require(a: Array, dtype: np.dtype[Any], name: str, shape: str) -> None:

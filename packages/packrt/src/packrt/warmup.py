@@ -54,13 +54,13 @@ def parse_shape(text: str) -> tuple[int, int]:
 def _kernel_stats() -> tuple[int, int, str]:
     """(signatures compiled, signatures loaded from the cache, cache directory) over packrt's numba kernels
     in this process ((0, 0, '') where numba is unavailable)."""
-    from packrt_kernels_cpu import fused
+    from packrt_kernels_cpu import compiled
 
-    if not fused.enabled():
+    if not compiled.enabled():
         return 0, 0, ""
     from packrt_kernels_cpu import kernel_cache
 
-    misses, hits = kernel_cache.cache_counts(fused._kernels())
+    misses, hits = kernel_cache.cache_counts(compiled.kernels())
     return misses, hits, str(kernel_cache.kernel_cache_dir())
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from packrt_base.arrays import Array, array_namespace
 from packrt_base.geometry import Conv2dGeometry
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, compiled, scratch, threads
 from packrt_kernels_cpu.conv import tiles
 
 _BAND_BYTES = 1 << 20  # the columns of one band: well inside a core's L2
@@ -28,8 +28,8 @@ _NO_BIAS = np.empty(0, np.float32)
 
 
 def _compiled() -> Any:
-    """The compiled loops (numba is loaded by then: these roads are taken behind ``fused.handles``)."""
-    return fused.compiled_module("packrt_kernels_cpu.conv._numba")
+    """The compiled loops (numba is loaded by then: these roads are taken behind ``fused.handles``, which loads it)."""
+    return compiled.module("packrt_kernels_cpu.conv._numba")
 
 
 def im2col(x: Array, geometry: Conv2dGeometry) -> tuple[Array, int, int]:
@@ -98,9 +98,9 @@ def conv2d_tiles(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeo
     ints = (kh, kw, sh, sw, dh, dw, geometry.padding[0], geometry.padding[2])
 
     def run(part: list[tiles.Tile]) -> None:
-        scratch = fused.scratch_f32((c * kh * kw * max(r1 - r0 for _, r0, r1 in part) * ow,))
-        with blas.one_thread():
-            _compiled().columns_tiles(x, weights, bias, np.array(part, np.int64), ints, ow, out, scratch, gemm)
+        buffer = scratch.scratch_f32((c * kh * kw * max(r1 - r0 for _, r0, r1 in part) * ow,))
+        with threads.on_this_thread():
+            _compiled().columns_tiles(x, weights, bias, np.array(part, np.int64), ints, ow, out, buffer, gemm)
 
     tiles.run_tiles(run, n, oh, band)
     return out.reshape(n, g * og, oh, ow)
@@ -121,7 +121,7 @@ def conv2d_bands(x: Array, w_groups: Array, b: Array | None, geometry: Conv2dGeo
 
     def run(part: list[tiles.Tile]) -> None:
         for i, r0, r1 in part:
-            cols = band_columns(x[i : i + 1], geometry, (r0, r1), fused.scratch_f32((g * k * (r1 - r0) * ow,)))
+            cols = band_columns(x[i : i + 1], geometry, (r0, r1), scratch.scratch_f32((g * k * (r1 - r0) * ow,)))
             shape = (k, (r1 - r0) * ow) if g == 1 else (g, k, (r1 - r0) * ow)
             blas.matmul(weight, cols.reshape(shape), plane_bias, out=planes[i, ..., r0 * ow : r1 * ow])
 

@@ -12,7 +12,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, threads
 
 Tile = tuple[int, int, int]  # a banded road's unit of work: (image, first output row, one past the last)
 
@@ -41,7 +41,7 @@ def _share_out(run: Any, parts: list[Any]) -> None:
     single-threaded (its numba kernels serial, its GEMMs on one MKL thread); the first error is raised."""
 
     def alone(part: Any) -> None:
-        with fused.single_threaded():
+        with threads.on_this_thread():
             run(part)
 
     pool = _pool(len(parts) - 1)

@@ -18,7 +18,7 @@ import numpy as np
 
 from packrt_base.arrays import Array
 from packrt_base.geometry import Conv2dGeometry
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import compiled, scratch, threads
 from packrt_kernels_cpu.conv import tiles
 
 _BAND_BYTES = 1 << 20  # a band's transformed input and products, 16 * (C + O) floats a tile: in L2
@@ -26,7 +26,7 @@ _BAND_BYTES = 1 << 20  # a band's transformed input and products, 16 * (C + O) f
 
 def _compiled() -> Any:
     """The compiled loops (numba is loaded by then: this road is taken behind ``fused.handles``)."""
-    return fused.compiled_module("packrt_kernels_cpu.conv._numba")
+    return compiled.module("packrt_kernels_cpu.conv._numba")
 
 
 def transformed_weight(w_groups: Array) -> Array:
@@ -53,12 +53,12 @@ def conv2d_winograd(x: Array, w_groups: Array, b: Array | None, geometry: Conv2d
     bias = np.zeros(outs, np.float32) if b is None else np.ascontiguousarray(b, np.float32)
     band = tiles.even_band(tile_rows, _BAND_BYTES // (4 * 16 * (c + outs) * tw))
     out = np.empty((n, outs, oh, ow), np.float32)
-    compiled = _compiled()
+    loops = _compiled()
 
     def run(part: list[tiles.Tile]) -> None:
-        scratch = fused.scratch_f32((compiled.winograd_scratch_size(c, outs, band, tw),))
-        with blas.one_thread():
-            compiled.winograd_tiles(x, u, bias, np.array(part, np.int64), top, left, out, scratch, gemm)
+        buffer = scratch.scratch_f32((loops.winograd_scratch_size(c, outs, band, tw),))
+        with threads.on_this_thread():
+            loops.winograd_tiles(x, u, bias, np.array(part, np.int64), top, left, out, buffer, gemm)
 
     tiles.run_tiles(run, n, tile_rows, band)
     return out

@@ -1,0 +1,169 @@
+"""oneMKL's runtime library, loaded through ctypes where the ``mkl`` wheel is installed, and the road
+decision: whether this process's GEMMs take MKL or numpy's OpenBLAS (``settings.blas``, decided once, on
+first use, and again only when :func:`packrt_kernels_cpu.settings.override` changes it).
+
+MKL runs on libgomp, the OpenMP runtime numba's pool uses, so the two share one pool; its global thread
+count follows the settings' thread cap (``set_num_threads``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from packrt_kernels_cpu import openmp, settings
+from packrt_kernels_cpu.errors import BlasUnavailableError
+
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_F32 = np.dtype(np.float32)
+_F64 = np.dtype(np.float64)
+_MKL_LP64, _MKL_THREADING_INTEL, _MKL_THREADING_GNU = 0, 0, 3
+
+
+@dataclass(frozen=True)
+class Mkl:
+    """The loaded ``libmkl_rt`` and the GEMMs packrt calls in it."""
+
+    path: str
+    sgemm: Any
+    dgemm: Any
+    bf16gemm: Any | None  # cblas_gemm_bf16bf16f32: absent from MKL before 2019
+    sgemm_batch: Any | None  # cblas_sgemm_batch_strided: absent before MKL 2020
+    set_num_threads: Any
+    set_local_threads: Any  # MKL_Set_Num_Threads_Local: this thread's count for the next calls (0: the global)
+    vexp: Any | None  # vmsExp: the vector math library's float32 exp, with an accuracy mode
+    s8u8s32: Any | None = None  # cblas_gemm_s8u8s32: int8 x uint8 -> int32 (VNNI / AMX where the CPU has them)
+
+    def gemm_for(self, dtype: np.dtype[Any]) -> Any | None:
+        """The CBLAS GEMM that multiplies operands of ``dtype`` (None: none here)."""
+        return (
+            self.sgemm if dtype == _F32 else self.dgemm if dtype == _F64 else self.bf16gemm if dtype == _BF16 else None
+        )
+
+
+_state: dict[str, Any] = {}  # "road": "mkl" | "numpy" (decided); "loaded": Mkl | str (loaded once, or why not)
+_deciding = threading.Lock()  # two threads' first GEMMs must not both load and configure MKL
+
+
+def _mkl_candidates() -> list[str]:
+    """Where libmkl_rt may be: the ``mkl`` wheel's files first, then the loader's search path."""
+    found: list[str] = []
+    try:
+        files = importlib.metadata.files("mkl") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for item in files:
+        if item.name.startswith("libmkl_rt.so"):
+            found.append(str(item.locate()))
+    return [*sorted(found, reverse=True), "libmkl_rt.so.3", "libmkl_rt.so.2"]
+
+
+def handle() -> Mkl | None:
+    """The loaded MKL when this process's GEMMs take MKL's road, else None (the road decided on first use)."""
+    road = _state.get("road")
+    if road is None:
+        with _deciding:
+            road = _state.get("road") or _decide()
+    return _state["loaded"] if road == "mkl" else None
+
+
+def _decide() -> str:
+    """Take the road the settings ask for (under ``_deciding``)."""
+    choice = settings.current().blas
+    loaded = "PACKRT_BLAS=numpy" if choice == "numpy" else _loaded()
+    if isinstance(loaded, str):
+        if choice == "mkl":
+            raise BlasUnavailableError(
+                f"PACKRT_BLAS=mkl, but MKL does not load: {loaded}. Install it with "
+                "`pip install packrt-kernels-cpu[mkl]` (x86-64), or unset PACKRT_BLAS to use numpy's BLAS"
+            )
+        road = "numpy"
+    else:
+        road = "mkl"
+        threads = settings.current().threads
+        if threads is not None:
+            loaded.set_num_threads(threads)
+    _state["road"] = road
+    return road
+
+
+def _loaded() -> Mkl | str:
+    if "loaded" not in _state:
+        _state["loaded"] = _load()
+    loaded: Mkl | str = _state["loaded"]
+    return loaded
+
+
+def _follow(before: settings.Settings, after: settings.Settings) -> None:
+    """Settings changed: a new BLAS choice is decided afresh at the next GEMM; a new cap reaches MKL now."""
+    if before.blas != after.blas:
+        _state.pop("road", None)
+    if before.threads != after.threads and after.threads is not None:
+        mkl = _state.get("loaded")
+        if isinstance(mkl, Mkl) and _state.get("road") == "mkl":
+            mkl.set_num_threads(after.threads)
+
+
+settings.on_change(_follow)
+
+
+def _load() -> Mkl | str:
+    """The MKL handle, or why it did not load (a sentence for the error ``PACKRT_BLAS=mkl`` raises)."""
+    reasons: list[str] = []
+    for path in _mkl_candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as err:
+            reasons.append(f"{path}: {err}")
+            continue
+        break
+    else:
+        return "no libmkl_rt loads (" + "; ".join(reasons[-2:]) + ")"
+    # Both calls must precede every other MKL call; a layer already fixed (MKL_INTERFACE_LAYER in the
+    # environment) is what they return, and packrt's 32-bit ints need LP64.
+    if lib.MKL_Set_Interface_Layer(_MKL_LP64) != _MKL_LP64:
+        return f"{path} runs with 64-bit integers (MKL_INTERFACE_LAYER=ILP64); packrt calls it with LP64"
+    if "MKL_THREADING_LAYER" not in os.environ:
+        openmp.prefer_short_openmp_spin()
+        try:  # MKL aborts the process when a layer's runtime is missing: check libgomp first
+            ctypes.CDLL("libgomp.so.1")
+            lib.MKL_Set_Threading_Layer(_MKL_THREADING_GNU)
+        except OSError:
+            lib.MKL_Set_Threading_Layer(_MKL_THREADING_INTEL)
+    i, p = ctypes.c_int, ctypes.c_void_p
+    gemm_args = [i, i, i, i, i, i, None, p, i, p, i, None, p, i]
+
+    def bind(name: str, scalar: type[Any]) -> Any:
+        fn = getattr(lib, name)
+        fn.argtypes = [scalar if a is None else a for a in gemm_args]
+        fn.restype = None
+        return fn
+
+    bf16 = bind("cblas_gemm_bf16bf16f32", ctypes.c_float) if hasattr(lib, "cblas_gemm_bf16bf16f32") else None
+    batch = None
+    if hasattr(lib, "cblas_sgemm_batch_strided"):  # a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count
+        batch = lib.cblas_sgemm_batch_strided
+        batch.argtypes = [i] * 6 + [ctypes.c_float, p, i, i, p, i, i, ctypes.c_float, p, i, i, i]
+        batch.restype = None
+    set_threads, set_local = lib.MKL_Set_Num_Threads, lib.MKL_Set_Num_Threads_Local
+    set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+    set_local.argtypes, set_local.restype = [ctypes.c_int], ctypes.c_int
+    sgemm, dgemm = bind("cblas_sgemm", ctypes.c_float), bind("cblas_dgemm", ctypes.c_double)
+    vexp = getattr(lib, "vmsExp", None)
+    if vexp is not None:
+        vexp.argtypes, vexp.restype = [i, p, p, ctypes.c_longlong], None
+    s8u8s32 = getattr(lib, "cblas_gemm_s8u8s32", None)
+    if s8u8s32 is not None:  # layout, transa, transb, offsetc, m, n, k, alpha, a, lda, ao, b, ldb, bo, beta, c, ldc, co
+        s8u8s32.argtypes = [i] * 7 + [ctypes.c_float, p, i, ctypes.c_int8, p, i, ctypes.c_int8, ctypes.c_float, p, i, p]
+        s8u8s32.restype = None
+    return Mkl(path, sgemm, dgemm, bf16, batch, set_threads, set_local, vexp, s8u8s32)
+
+
+__all__ = ["Mkl", "handle"]

@@ -1,0 +1,92 @@
+"""What configures the CPU kernels, read once into one object: the GEMM road, numba on or off, the thread cap.
+
+- ``PACKRT_BLAS``: ``auto`` (the default: MKL where it loads, else numpy's OpenBLAS), ``mkl`` (MKL or
+  :class:`~packrt_kernels_cpu.errors.BlasUnavailableError`), ``numpy``.
+- ``PACKRT_NUMBA``: ``0`` turns numba's compiled kernels off (numpy's reference kernels everywhere).
+- The thread cap: what ``packrt.set_num_threads`` last set (None: every core).
+
+The environment is read at the first kernel call, not at import, and never again: a process keeps
+the road it started on. Tests and callers that must try another road use :func:`override`, which
+applies the changed settings to the process for the block (the GEMM road decided afresh on entry
+and on exit), instead of editing environment variables under a running process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from packrt_kernels_cpu.errors import BlasUnavailableError
+
+BlasChoice = Literal["auto", "mkl", "numpy"]
+BLAS_CHOICES: tuple[BlasChoice, ...] = ("auto", "mkl", "numpy")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The CPU kernels' configuration (see the module docstring for each field's source)."""
+
+    blas: BlasChoice = "auto"
+    numba: bool = True
+    threads: int | None = None
+
+
+def from_environment(environ: Mapping[str, str]) -> Settings:
+    """The settings an environment asks for; BlasUnavailableError naming ``PACKRT_BLAS`` if its value
+    is not a road packrt knows."""
+    choice = environ.get("PACKRT_BLAS", "auto").strip().lower() or "auto"
+    if choice not in BLAS_CHOICES:
+        raise BlasUnavailableError(
+            f"PACKRT_BLAS={choice!r} is not a BLAS packrt knows; expected one of {', '.join(BLAS_CHOICES)} "
+            "(unset it for the default, auto)"
+        )
+    return Settings(blas=choice, numba=environ.get("PACKRT_NUMBA", "1").strip() != "0")
+
+
+_current: Settings | None = None
+_listeners: list[Callable[[Settings, Settings], None]] = []  # called with (before, after) on every change
+
+
+def current() -> Settings:
+    """The settings in force: the environment's, read on the first call, as changed since."""
+    settings = _current
+    if settings is None:
+        settings = _install(from_environment(os.environ))
+    return settings
+
+
+def on_change(listener: Callable[[Settings, Settings], None]) -> None:
+    """Call ``listener(before, after)`` whenever the settings change (a module caching a decision taken
+    from them, such as the GEMM road, forgets it there)."""
+    _listeners.append(listener)
+
+
+def update(**changes: object) -> Settings:
+    """Change the process's settings from now on (``threads=`` is what ``set_num_threads`` sets)."""
+    return _install(replace(current(), **changes))  # type: ignore[arg-type]
+
+
+def _install(settings: Settings) -> Settings:
+    global _current
+    before, _current = _current, settings
+    if before is not None and before != settings:
+        for listener in _listeners:
+            listener(before, settings)
+    return settings
+
+
+@contextlib.contextmanager
+def override(**changes: object) -> Iterator[Settings]:
+    """Within the block the process runs with ``changes`` applied (``blas="numpy"``, ``numba=False``);
+    the settings as they were come back after it, even on error. Process-wide, not per thread."""
+    before = current()
+    try:
+        yield update(**changes)
+    finally:
+        _install(before)
+
+
+__all__ = ["BLAS_CHOICES", "BlasChoice", "Settings", "current", "from_environment", "on_change", "override", "update"]

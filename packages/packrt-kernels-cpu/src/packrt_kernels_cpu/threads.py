@@ -1,0 +1,41 @@
+"""Keeping a thread's work on that thread: the one context manager for callers that spread work over
+threads of their own (conv2d's images on a thread pool), where packrt's pools would only wake to contend.
+
+Within :func:`on_this_thread`, on the calling thread only: every compiled kernel runs its serial twin
+(no parallel region), the compiled GEMV leaves the row to the BLAS, and every MKL GEMM the thread
+starts, from Python or from compiled code, runs on one MKL thread (``MKL_Set_Num_Threads_Local``).
+Other threads keep the cap ``set_num_threads`` set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from packrt_kernels_cpu import mkl
+
+_local = threading.local()  # .serial: True inside on_this_thread
+
+
+def serial() -> bool:
+    """Whether the calling thread is inside :func:`on_this_thread`."""
+    return getattr(_local, "serial", False)
+
+
+@contextlib.contextmanager
+def on_this_thread() -> Iterator[None]:
+    """Run the block's kernels and GEMMs on the calling thread alone (see the module docstring)."""
+    previous = serial()
+    library = mkl.handle()
+    before = None if library is None else library.set_local_threads(1)
+    _local.serial = True
+    try:
+        yield
+    finally:
+        _local.serial = previous
+        if library is not None:
+            library.set_local_threads(before)
+
+
+__all__ = ["on_this_thread", "serial"]
