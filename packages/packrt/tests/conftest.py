@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -16,6 +17,12 @@ import pytest
 import packrt
 from packrt_core import dispatch
 from packrt_kernels_cpu import CpuBackend
+
+# --import-mode=importlib puts no test folder on sys.path: the shared checkpoint writer (checkpoints.py)
+# is importable only through this line.
+_HERE = str(Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 
 def _import_or_skip(name: str, reason: str) -> ModuleType:
