@@ -21,10 +21,9 @@ from packrt_core.dtypes import (
     from_numpy_dtype,
     int64,
 )
-from packrt_core.errors import DeviceUnavailableError, DLPackError, DTypeError, ShapeError
+from packrt_core.errors import DeviceUnavailableError, DLPackError, DTypeError
 from packrt_core.meta import declaring
 from packrt_core.tensor import Tensor, host_array
-from packrt_core.tensor_math import shape_of as _shape_of
 
 _DLPACK_DEVICE_TYPES = {1: "cpu", 2: "cuda", 3: "cuda (pinned host memory)", 13: "cuda (managed memory)"}
 
@@ -87,20 +86,7 @@ def from_dlpack(obj: Any) -> Tensor:
 
 
 def _factory(size: tuple[Any, ...], dtype_: dtype, device: Any, fill: Any) -> Tensor:
-    shape = _shape_of(size)
-    if any(s < 0 for s in shape):
-        raise ShapeError(f"a shape cannot have negative sizes, got {shape}")
-    dev = _device(device)
-    if declaring():
-        return Tensor._make(None, dev, dtype_, shape=shape)
-    backend = dispatch.backend_for(dev)
-    index = dev.index or 0
-    if fill is None:
-        return Tensor._make(backend.empty(shape, dtype_.numpy, index), dev, dtype_)
-    if isinstance(fill, tuple):  # a random draw
-        kind, a, b = fill
-        return Tensor._make(backend.random(kind, shape, dtype_.numpy, a, b, index), dev, dtype_)
-    return Tensor._make(backend.full(shape, fill, dtype_.numpy, index), dev, dtype_)
+    return Tensor._allocate(size, dtype_, _device(device), fill)
 
 
 def empty_like(t: Tensor, *, dtype: Any = None, device: Any = None) -> Tensor:

@@ -157,6 +157,25 @@ class Tensor:
         obj._shape = tuple(data.shape) if data is not None else (shape or ())
         return obj
 
+    @classmethod
+    def _allocate(cls, size: Any, dt: DType, dev: Device, fill: Any, *, storage: bool = True) -> Tensor:
+        """The one tensor factory (``packrt.zeros`` and friends, ``Tensor.new_*``): ``size`` checked; a
+        storage-free tensor inside ``meta_init`` or when ``storage`` is False; else the device backend's
+        array, uninitialised (``fill`` None), a random draw (``fill`` a ``(kind, a, b)`` tuple) or filled."""
+        shape = _shape_of(size)
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"a shape cannot have negative sizes, got {shape}")
+        if not storage or declaring():
+            return Tensor._make(None, dev, dt, shape=shape)
+        backend = dispatch.backend_for(dev)
+        index = dev.index or 0
+        if fill is None:
+            return Tensor._make(backend.empty(shape, dt.numpy, index), dev, dt)
+        if isinstance(fill, tuple):
+            kind, a, b = fill
+            return Tensor._make(backend.random(kind, shape, dt.numpy, a, b, index), dev, dt)
+        return Tensor._make(backend.full(shape, fill, dt.numpy, index), dev, dt)
+
     def _adopt(self, other: Tensor) -> None:
         self._data = other._data
         self._device = other._device
@@ -419,18 +438,9 @@ class Tensor:
         return self._new((size,), dtype, device, fill_value)
 
     def _new(self, size: tuple[Any, ...], dtype_: Any, device: Any, fill: Any) -> Tensor:
-        shape = _shape_of(size)
-        if any(n < 0 for n in shape):
-            raise ShapeError(f"a shape cannot have negative sizes, got {shape}")
         dt = as_dtype(dtype_) if dtype_ is not None else self._dtype
         dev = as_device(device) if device is not None else self._device
-        if not self.has_storage or declaring():
-            return Tensor._make(None, dev, dt, shape=shape)
-        backend = dispatch.backend_for(dev)
-        index = dev.index or 0
-        if fill is None:
-            return Tensor._make(backend.empty(shape, dt.numpy, index), dev, dt)
-        return Tensor._make(backend.full(shape, fill, dt.numpy, index), dev, dt)
+        return Tensor._allocate(size, dt, dev, fill, storage=self.has_storage)
 
     def cpu(self) -> Tensor:
         """This tensor on the CPU: ``self`` when it is already there, otherwise a copy."""
