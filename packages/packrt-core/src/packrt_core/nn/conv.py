@@ -11,7 +11,7 @@ from packrt_core.device import CPU
 from packrt_core.errors import ShapeError
 from packrt_core.nn import checks
 from packrt_core.nn.linear import declare_weight_and_bias
-from packrt_core.nn.residency import PackedLayer
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any

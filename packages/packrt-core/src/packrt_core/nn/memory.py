@@ -19,7 +19,7 @@ import weakref
 from typing import Any, NamedTuple
 
 from packrt_core.nn.module import Module
-from packrt_core.nn.residency import PackedLayer
+from packrt_core.nn.packed import PackedLayer
 
 _FILES: weakref.WeakKeyDictionary[mmap.mmap, str] = weakref.WeakKeyDictionary()
 # id(array) -> (a weak reference to it, what it was made from); numpy arrays cannot be dict keys

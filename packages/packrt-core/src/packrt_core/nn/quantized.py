@@ -21,8 +21,8 @@ from packrt_core.errors import DTypeError, StateDictError
 from packrt_core.meta import declaring
 from packrt_core.nn import checks
 from packrt_core.nn.linear import Linear
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from packrt_core.errors import ReadOnlyError, ResidencyError, StateDictError, StorageFreeError
+from packrt_core.errors import ReadOnlyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.nn.residency import check_residency
 from packrt_core.tensor import Tensor, _Lineage
 
 if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
     from packrt_core.nn.module import Module
 
-WEIGHT_RESIDENCIES = ("packed", "borrowed", "auto", "per_call")
 EXTRA_STATE_KEY = "_extra_state"
 
 
@@ -87,10 +87,7 @@ def load_state_dict(
     """``root.load_state_dict(...)``: validate everything, prepare every layer, then write."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
-    if weight_residency is not None and weight_residency not in WEIGHT_RESIDENCIES:
-        raise ResidencyError(
-            f"unknown weight_residency {weight_residency!r}: expected one of {', '.join(WEIGHT_RESIDENCIES)} or None"
-        )
+    check_residency(weight_residency, "load_state_dict")
     ties, extra = _layout(root)
     expected = {key for tie in ties for key in tie.keys} | set(extra)
     unexpected = [key for key in state_dict if key not in expected]

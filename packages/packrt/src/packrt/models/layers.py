@@ -64,15 +64,15 @@ class MultiHeadAttention(nn.Module):
     rotates queries and keys by position before the scores are taken.
     """
 
-    def __init__(self, hidden: int, heads: int, *, bias: bool, weight_residency: str | None = None) -> None:
+    def __init__(self, hidden: int, heads: int, *, bias: bool) -> None:
         super().__init__()
         self.hidden = hidden
         self.heads = heads
         self.head_dim = hidden // heads
-        self.q_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.k_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.v_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.o_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
+        self.q_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.k_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.v_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.o_proj = nn.Linear(hidden, hidden, bias=bias)
 
     def _split(self, x: packrt.Tensor) -> packrt.Tensor:
         batch, seq, _ = x.shape

@@ -59,8 +59,8 @@ def roberta_positions(input_ids: packrt.Tensor, padding_idx: int) -> packrt.Tens
 class RobertaEmbeddings(EncoderEmbeddings):
     """Token, position (numbered as the module docstring says) and token-type embeddings, then LayerNorm."""
 
-    def __init__(self, config: RobertaConfig, weight_residency: str | None = None) -> None:
-        super().__init__(config, weight_residency)
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
         self.padding_idx = config.padding_idx
 
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
@@ -85,9 +85,9 @@ class RobertaEncoder(BertEncoder):
     ``max_positions - padding_idx - 1`` tokens long.
     """
 
-    def __init__(self, config: RobertaConfig, *, weight_residency: str | None = None) -> None:
-        super().__init__(config, weight_residency=weight_residency)
-        self.embeddings = RobertaEmbeddings(config, weight_residency)
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
+        self.embeddings = RobertaEmbeddings(config)
 
     def forward(
         self,
@@ -129,8 +129,8 @@ def roberta_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(table.rules, table.ignored | {"embeddings.token_type_ids"}, prefixes=("roberta.",))
 
 
-def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
-    return RobertaEncoder(roberta_config(config), weight_residency=weight_residency)
+def _build(config: HFConfig) -> nn.Module:
+    return RobertaEncoder(roberta_config(config))
 
 
 FAMILY = Family(
