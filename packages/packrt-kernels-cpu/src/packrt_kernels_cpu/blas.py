@@ -132,12 +132,8 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     """How MKL computes ``a @ b`` into ``out`` (allocated here when None): the handle, the GEMM, the
     operands broadcast to one batch shape and each one's layout; None where numpy's matmul must.
     (Called for every GEMM, conv2d's many small ones too: the checks stay cheap.)"""
-    if type(a) is not np.ndarray or type(b) is not np.ndarray or (out is not None and type(out) is not np.ndarray):
-        return None
-    if a.ndim < 2 or b.ndim < 2 or (a.shape[-2] == 1 and a.dtype != _BF16):
-        return None  # a row times a matrix (batch-1 decode): OpenBLAS's GEMV streams faster, numpy's road
-    library = mkl.handle()
-    if library is None or a.dtype != b.dtype or a.size == 0 or b.size == 0:
+    library = _library_for(a, b, out)
+    if library is None:
         return None
     if (a.ndim > 2 or b.ndim > 2) and a.shape[:-2] != b.shape[:-2]:  # batch axes broadcast as numpy's do:
         try:  # a repeated matrix gets stride 0
@@ -158,6 +154,18 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     if m * n > _INT32_MAX or max(k, fa[1], fa[2], fb[1], fb[2], fo[1], fo[2]) > _INT32_MAX:
         return None
     return (library, gemm, a, b, out, fa, fb, fo)
+
+
+def _library_for(a: Array, b: Array, out: Array | None) -> mkl.Mkl | None:
+    """MKL's handle when these operands are ones it may take (plain numpy matrices of one dtype,
+    not empty, ``a`` more than one row), else None."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or (out is not None and type(out) is not np.ndarray):
+        return None
+    if a.ndim < 2 or b.ndim < 2 or (a.shape[-2] == 1 and a.dtype != _BF16):
+        return None  # a row times a matrix (batch-1 decode): OpenBLAS's GEMV streams faster, numpy's road
+    if a.dtype != b.dtype or a.size == 0 or b.size == 0:
+        return None
+    return mkl.handle()
 
 
 def _layout(a: Array) -> _Layout | None:

@@ -164,8 +164,12 @@ def gpt2_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("transformer.",))
 
 
+def _build(config: HFConfig) -> nn.Module:
+    return GPT2LMHeadModel(config)
+
+
 FAMILY = Family(
-    name="gpt2", model_types=("gpt2",), architectures=("GPT2LMHeadModel",), build=GPT2LMHeadModel, keymap=gpt2_keymap
+    name="gpt2", model_types=("gpt2",), architectures=("GPT2LMHeadModel",), build=_build, keymap=gpt2_keymap
 )
 
 __all__ = ["FAMILY", "GPT2Attention", "GPT2LMHeadModel", "GPT2Layer", "GPT2MLP", "gpt2_keymap"]

@@ -264,11 +264,15 @@ def llama_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
+def _build(config: HFConfig) -> nn.Module:
+    return LlamaForCausalLM(config)
+
+
 FAMILY = Family(
     name="llama",
     model_types=("llama", "qwen2", "mistral"),
     architectures=("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM"),
-    build=LlamaForCausalLM,
+    build=_build,
     keymap=llama_keymap,
 )
 
