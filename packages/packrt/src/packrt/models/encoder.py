@@ -23,7 +23,14 @@ from dataclasses import dataclass
 import packrt
 from packrt import nn
 from packrt.errors import ShapeError
-from packrt.models.layers import Embedding, MultiHeadAttention, check_heads, check_ids, check_positive
+from packrt.models.layers import (
+    Embedding,
+    MultiHeadAttention,
+    check_attention_mask,
+    check_heads,
+    check_ids,
+    check_positive,
+)
 
 
 @dataclass(frozen=True)
@@ -125,20 +132,20 @@ class BertEncoder(nn.Module):
         attention_mask: packrt.Tensor | None = None,
         token_type_ids: packrt.Tensor | None = None,
     ) -> packrt.Tensor:
-        batch, seq = check_ids("BertEncoder", input_ids, self.config.max_positions)
+        batch, seq = self._check_ids(input_ids)
         mask = None
         if attention_mask is not None:
-            if attention_mask.shape != (batch, seq):
-                raise ShapeError(
-                    f"BertEncoder: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
-                    f"{(batch, seq)} with 1 for real tokens and 0 for padding"
-                )
+            check_attention_mask("BertEncoder", attention_mask, batch, seq)
             # (batch, 1, 1, seq): the same key mask for every head and every query
             mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
         x: packrt.Tensor = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
             x = layer(x, mask)
         return x
+
+    def _check_ids(self, input_ids: packrt.Tensor) -> tuple[int, int]:
+        """(batch, seq) of ``input_ids``, refused when the model cannot place them."""
+        return check_ids("BertEncoder", input_ids, self.config.max_positions)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -24,7 +24,7 @@ import packrt
 from packrt import nn
 from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
-from packrt.models.layers import check_ids
+from packrt.models.layers import check_attention_mask, check_ids
 
 
 def _is_token(value: object, vocab: int) -> bool:
@@ -166,11 +166,7 @@ class CausalLM(nn.Module):
         batch, seq = check_ids(self._name(), input_ids, self.max_positions)
         key_mask = None
         if attention_mask is not None:
-            if tuple(attention_mask.shape) != (batch, seq):
-                raise ShapeError(
-                    f"{self._name()}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
-                    f"{(batch, seq)} with 1 for tokens and 0 for padding"
-                )
+            check_attention_mask(self._name(), attention_mask, batch, seq)
             keep = _host(attention_mask) != 0
             key_mask = None if keep.all() else _placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):

@@ -54,6 +54,15 @@ def check_ids(model: str, ids: packrt.Tensor, max_positions: int | None) -> tupl
     return batch, seq
 
 
+def check_attention_mask(model: str, attention_mask: packrt.Tensor, batch: int, seq: int) -> None:
+    """ShapeError unless ``attention_mask`` is (batch, seq), the shape of the ids it marks."""
+    if tuple(attention_mask.shape) != (batch, seq):
+        raise ShapeError(
+            f"{model}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = {(batch, seq)} "
+            "with 1 for tokens and 0 for padding"
+        )
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention with ``heads`` heads over ``hidden`` features.
 
@@ -97,4 +106,4 @@ class MultiHeadAttention(nn.Module):
         return f"hidden={self.hidden}, heads={self.heads}"
 
 
-__all__ = ["Embedding", "MultiHeadAttention", "check_heads", "check_ids", "check_positive"]
+__all__ = ["Embedding", "MultiHeadAttention", "check_attention_mask", "check_heads", "check_ids", "check_positive"]

@@ -15,7 +15,7 @@ Parameter names are :class:`~packrt.models.BertEncoder`'s; the checkpoint's ``po
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import packrt
 from packrt import nn
@@ -89,12 +89,7 @@ class RobertaEncoder(BertEncoder):
         super().__init__(config)
         self.embeddings = RobertaEmbeddings(config)
 
-    def forward(
-        self,
-        input_ids: packrt.Tensor,
-        attention_mask: packrt.Tensor | None = None,
-        token_type_ids: packrt.Tensor | None = None,
-    ) -> packrt.Tensor:
+    def _check_ids(self, input_ids: packrt.Tensor) -> tuple[int, int]:
         config = self.config
         assert isinstance(config, RobertaConfig)
         longest = config.max_positions - config.padding_idx - 1
@@ -103,8 +98,7 @@ class RobertaEncoder(BertEncoder):
                 f"RobertaEncoder: a sequence of {input_ids.shape[1]} tokens is longer than the {longest} positions "
                 f"the table holds (max_positions={config.max_positions} less padding_idx + 1); truncate the input"
             )
-        out: packrt.Tensor = super().forward(input_ids, attention_mask, token_type_ids)
-        return out
+        return super()._check_ids(input_ids)
 
 
 def roberta_config(config: HFConfig) -> RobertaConfig:
@@ -140,13 +134,7 @@ FAMILY = Family(
     build=_build,
     keymap=roberta_keymap,
 )
-XLM_FAMILY = Family(
-    name="xlm-roberta",
-    model_types=("xlm-roberta",),
-    architectures=("XLMRobertaModel",),
-    build=_build,
-    keymap=roberta_keymap,
-)
+XLM_FAMILY = replace(FAMILY, name="xlm-roberta", model_types=("xlm-roberta",), architectures=("XLMRobertaModel",))
 
 __all__ = [
     "FAMILY",
