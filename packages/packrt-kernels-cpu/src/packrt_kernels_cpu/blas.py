@@ -2,10 +2,10 @@
 installed (``pip install packrt-kernels-cpu[mkl]``), numpy's ``matmul`` (the OpenBLAS numpy ships)
 otherwise.
 
-Why a second road: at an encoder's shapes (1024 rows, 384-3072 wide) OpenBLAS's float32 GEMM ran
-8-25% slower than MKL's on the development Xeon, and it has no bfloat16 GEMM at all, where MKL's
-``cblas_gemm_bf16bf16f32`` multiplies bfloat16 operands into float32 (AMX on this Xeon: 820-985
-GFLOP/s on one core against 210 for float32). With MKL a bias is added by the GEMM itself: the
+Why a second road: at an encoder's shapes (1024 rows, 384-3072 wide) OpenBLAS's float32 GEMM is
+slower than MKL's on Intel CPUs, and it has no bfloat16 GEMM at all, where MKL's
+``cblas_gemm_bf16bf16f32`` multiplies bfloat16 operands into float32 (on AMX where the CPU has it).
+docs/benchmarks.md gives the measured ratios. With MKL a bias is added by the GEMM itself: the
 output starts as the bias broadcast and the product accumulates onto it (``beta = 1``), the pass
 a separate ``out += b`` would make over the output is gone.
 
@@ -32,8 +32,8 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values
 _INT32_MAX = 2**31 - 1
-_VML_MIN = 1 << 14  # below this many elements numpy's exp wins: MKL's call costs ~3.5 us, numpy's 0.4
-_VML_LA = 0x1  # vector math accuracy mode "low accuracy": within 4 ulp (measured 1.2e-7 relative for exp)
+_VML_MIN = 1 << 14  # below this many elements numpy's exp wins: MKL's call has a larger fixed cost
+_VML_LA = 0x1  # vector math accuracy mode "low accuracy": within 4 ulp
 _SMALL_FLOP = 1 << 24  # a product below this many flops runs on one MKL thread (see matmul)
 
 
@@ -111,8 +111,8 @@ def matmul(
     if bias is not None:
         out[...] = bias  # the GEMM accumulates onto the bias: no second pass over out
         beta = 1.0
-    # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs 50-100 us,
-    # measured at 2 threads (a 16x512x512 GEMM: 80 us on two threads, 55 us on one).
+    # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs more than
+    # splitting the product saves.
     # (Inside threads.on_this_thread every GEMM of the thread is on one MKL thread already.)
     small = not threads.serial() and num_threads() > 1 and 2 * a.shape[-1] * out.size < _SMALL_FLOP
     if small:
@@ -237,7 +237,7 @@ def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float, out: Arr
 
 def exp(x: Array, out: Array) -> Array:
     """``numpy.exp(x, out=out)``; for large C-contiguous float32 numpy arrays on MKL's road, MKL's vector exp
-    (threaded, about 1.5x numpy's on one core and 2x on two; error within 1.2e-7 relative, as numpy's)."""
+    (threaded and vectorised; MKL's low-accuracy mode, within 4 ulp)."""
     library = mkl.handle() if type(x) is np.ndarray and type(out) is np.ndarray else None
     fits = x.dtype == _F32 and out.dtype == _F32 and x.shape == out.shape and _VML_MIN <= x.size <= _INT32_MAX
     if library is None or library.vexp is None or not (fits and x.flags.c_contiguous and out.flags.c_contiguous):
