@@ -9,9 +9,9 @@ and each activation row quantized asymmetrically onto uint8 (``x[i] ~ (u[i] - ze
 The first sum is the int32 GEMM (exact: ``K * 255 * 128 < 2**31`` for ``K <= 65536``; longer rows
 are cut into chunks of 65536 whose float32 results add up); the second is the weight's row sums,
 computed once per pack. On MKL's road the GEMM is oneMKL's ``cblas_gemm_s8u8s32`` (VNNI or AMX
-where the CPU has them, several times float32's rate: docs/benchmarks.md). Elsewhere it is float32 GEMMs on numpy's BLAS over K chunks of 512, each
-exact in float32, so about float32's speed plus converting the int8 operands. Both roads give the
-same integers.
+where the CPU has them, several times float32's rate: docs/benchmarks.md). Elsewhere it is float32
+GEMMs on numpy's BLAS over K chunks of 512, each exact in float32, so about float32's speed plus
+converting the int8 operands. Both roads give the same integers.
 """
 
 from __future__ import annotations
