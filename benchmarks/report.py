@@ -499,7 +499,7 @@ def newest_baseline() -> Path | None:
     return found[-1] if found else None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", type=Path, nargs="+", help="pytest-benchmark JSON (--benchmark-json)")
     parser.add_argument("--baseline", type=Path, help="a stored run to compare ratios with")
@@ -525,17 +525,16 @@ def main(argv: list[str] | None = None) -> int:
         help="which per-benchmark time to divide (default min: on a shared machine other work only "
         "ever adds time, so the fastest round is the steadiest estimate)",
     )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.write_margins:
         if len(args.results) < 3:
             parser.error(f"--write-margins needs 3 or more runs to measure noise, got {len(args.results)}")
-        derived = derive_margins([load(p) for p in args.results], args.stat)
-        args.write_margins.write_text(json.dumps(derived, indent=1) + "\n")
-        for entry in derived["tracked"]:
-            print(
-                f"{entry['case']} {entry['impl']}/{entry['ref']}: spread {entry['spread']:.1%} -> {entry['margin']:.0%}"
-            )
-        return 0
+        return _write_margins(args.results, args.write_margins, args.stat)
     if len(args.results) != 1:
         parser.error("give one results file (several only with --write-margins)")
     results = args.results[0]
@@ -560,19 +559,30 @@ def main(argv: list[str] | None = None) -> int:
         history = [(p.stem, load(p)) for p in stored_baselines()]
         history.append(("this run", data))
         plot(history, sorted(margins), args.plot, args.stat)
-    if args.compare:
-        if baseline is None:
-            sys.stderr.write("--compare needs a baseline (benchmarks/baselines/ is empty or --no-baseline)\n")
-            return 2
-        regressed = [row for row in summary if row["flag"] == "REGRESSED"]
-        for row in regressed:
-            sys.stderr.write(
-                f"REGRESSED: {row['case']} {row['impl']} / {row['ref']} {row['baseline']:.3f} -> {row['ratio']:.3f} "
-                f"({row['change']:.2f}x, margin {row['margin']:.0%})\n"
-            )
-        if regressed:
-            return 1
+    return _gate(summary, baseline is not None) if args.compare else 0
+
+
+def _write_margins(results: list[Path], target: Path, stat: str) -> int:
+    """``--write-margins``: the margins derived from several runs of one tree, written to ``target``."""
+    derived = derive_margins([load(p) for p in results], stat)
+    target.write_text(json.dumps(derived, indent=1) + "\n")
+    for entry in derived["tracked"]:
+        print(f"{entry['case']} {entry['impl']}/{entry['ref']}: spread {entry['spread']:.1%} -> {entry['margin']:.0%}")
     return 0
+
+
+def _gate(summary: list[dict[str, Any]], has_baseline: bool) -> int:
+    """``--compare``'s exit status: 1 when a tracked ratio worsened past its margin, 2 without a baseline."""
+    if not has_baseline:
+        sys.stderr.write("--compare needs a baseline (benchmarks/baselines/ is empty or --no-baseline)\n")
+        return 2
+    regressed = [row for row in summary if row["flag"] == "REGRESSED"]
+    for row in regressed:
+        sys.stderr.write(
+            f"REGRESSED: {row['case']} {row['impl']} / {row['ref']} {row['baseline']:.3f} -> {row['ratio']:.3f} "
+            f"({row['change']:.2f}x, margin {row['margin']:.0%})\n"
+        )
+    return 1 if regressed else 0
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("packages/packrt-core/src", "packrt_core", "nn/state.py"),
     ("packages/packrt-core/src", "packrt_core", "nn/moves.py"),
     ("packages/packrt-core/src", "packrt_core", "nn/residency.py"),
+    ("packages/packrt-core/src", "packrt_core", "nn/packed.py"),
     ("packages/packrt-core/src", "packrt_core", "nn/linear.py"),
     ("packages/packrt-hooks/src", "packrt_hooks", "registry.py"),
     ("packages/packrt-hooks/src", "packrt_hooks", "call.py"),
@@ -123,7 +124,14 @@ def _candidates(tree: ast.Module) -> Iterator[tuple[ast.AST, str, str, str]]:
 
 
 def _mutations(node: ast.AST) -> Iterator[tuple[str, str]]:
-    """(operator name, mutated source of the node) for each way the node can be mutated."""
+    """(operator name, mutated source of the node) for each way the node can be mutated (the node
+    types the two families below take are disjoint: a node is mutated one way at most)."""
+    yield from _operator_mutations(node)
+    yield from _statement_and_constant_mutations(node)
+
+
+def _operator_mutations(node: ast.AST) -> Iterator[tuple[str, str]]:
+    """A comparison, boolean or arithmetic operator swapped, a ``not`` or a ``reversed`` dropped."""
     if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _SWAP_COMPARE:
         new = copy.deepcopy(node)
         new.ops = [_SWAP_COMPARE[type(node.ops[0])]()]
@@ -134,22 +142,27 @@ def _mutations(node: ast.AST) -> Iterator[tuple[str, str]]:
         yield "boolop", _unparse(new_b)
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         yield "drop-not", _unparse(node.operand)
-    elif isinstance(node, ast.Constant) and isinstance(node.value, bool):
-        yield "bool-constant", repr(not node.value)
-    elif isinstance(node, ast.Constant) and type(node.value) is int:
-        yield "int-constant", repr(node.value + 1)
     elif isinstance(node, ast.BinOp) and type(node.op) in _SWAP_BINOP:
         new_o = copy.deepcopy(node)
         new_o.op = _SWAP_BINOP[type(node.op)]()
         yield "binop", _unparse(new_o)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "reversed" and node.args:
+        yield "drop-reversed", _unparse(node.args[0])
+
+
+def _statement_and_constant_mutations(node: ast.AST) -> Iterator[tuple[str, str]]:
+    """A boolean or integer constant changed, a return value replaced by None, a call statement or an
+    augmented assignment dropped."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, bool):
+        yield "bool-constant", repr(not node.value)
+    elif isinstance(node, ast.Constant) and type(node.value) is int:
+        yield "int-constant", repr(node.value + 1)
     elif isinstance(node, ast.Return) and node.value is not None and _unparse(node.value) != "None":
         yield "return-none", "return None"
     elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
         yield "drop-call", "pass"
     elif isinstance(node, ast.AugAssign):
         yield "drop-augassign", "pass"
-    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "reversed" and node.args:
-        yield "drop-reversed", _unparse(node.args[0])
 
 
 def list_sites(root: Path) -> list[Site]:

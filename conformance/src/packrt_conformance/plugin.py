@@ -216,30 +216,38 @@ def _classify(item: pytest.Item, state: ConformanceState) -> None:
         raise pytest.UsageError(f"{item.nodeid}: marker names unknown clause(s) {unknown}; fix the ID")
     clauses = [state.registry[cid] for cid in ids if state.registry[cid].applies_to(state.revision)]
     item.stash[ITEM_CLAUSES] = clauses
-    item.stash[ITEM_SUPERSEDED] = False
+    mark, superseded = _run_marker(ids, clauses, state)
+    item.stash[ITEM_SUPERSEDED] = superseded
+    if mark is not None:
+        item.add_marker(mark)
+
+
+def _run_marker(
+    ids: list[str], clauses: list[Clause], state: ConformanceState
+) -> tuple[pytest.MarkDecorator | None, bool]:
+    """How this run takes a test of ``clauses`` (those of its clause ``ids`` that apply to the run's
+    revision): skipped (another revision's, no device, a capability the adapter lacks), an allowed
+    failure (superseded, or an expected failure the adapter declares), or run as is (None); and
+    whether it is superseded."""
     if not clauses:
         revs = sorted({r for cid in ids for r in state.registry[cid].revisions})
         why = f"clause {', '.join(ids)} belongs to revision {revs}; this run checks revision {state.revision}"
-        item.add_marker(pytest.mark.skip(reason=why))
-        return
-    if (no_device := state.device_skip) is not None:
-        item.add_marker(pytest.mark.skip(reason=no_device))
-        return
+        return pytest.mark.skip(reason=why), False
+    if state.device_skip is not None:
+        return pytest.mark.skip(reason=state.device_skip), False
     have = state.adapter.capabilities if state.adapter else frozenset()
     missing = sorted({cap for c in clauses for cap in c.capabilities} - have)
     if missing:
         name = state.adapter.name if state.adapter else "(none)"
         what = "; ".join(f"{m}: {CAPABILITIES[m]}" for m in missing)
-        item.add_marker(pytest.mark.skip(reason=f"needs capability {missing} that adapter {name!r} lacks ({what})"))
-        return
+        return pytest.mark.skip(reason=f"needs capability {missing} that adapter {name!r} lacks ({what})"), False
     if all(c.superseded for c in clauses):
-        item.stash[ITEM_SUPERSEDED] = True
-        item.add_marker(pytest.mark.xfail(reason="superseded by revision 2", strict=False))
-        return
+        return pytest.mark.xfail(reason="superseded by revision 2", strict=False), True
     expected = [(c.id, r) for c in clauses if (r := state.expectations.reason(c.id)) is not None]
     if expected:
         why = "; ".join(f"{cid}: {r}" for cid, r in expected)
-        item.add_marker(pytest.mark.xfail(reason=f"expected failure ({why})", strict=False))
+        return pytest.mark.xfail(reason=f"expected failure ({why})", strict=False), False
+    return None, False
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

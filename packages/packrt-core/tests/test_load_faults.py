@@ -18,8 +18,8 @@ import pytest
 import packrt_core as prt
 from packrt_core import nn
 from packrt_core.nn import state as state_module
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import PackedLayer
 
 
 class Interrupt(BaseException):  # stands for KeyboardInterrupt, which pytest would not let through

@@ -11,12 +11,14 @@ What it cannot check is the CUDA code itself: the GPU tests and the nvcc compile
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from packrt_base.kernels import Kernels
 from packrt_kernels_cpu import CPU_KERNELS, quantize_per_channel
 from packrt_kernels_cpu.tolerance import tolerance
 from packrt_kernels_cuda import compiled, kernels
@@ -292,3 +294,22 @@ def test_numpy_inputs_are_served_by_the_cpu_kernels_without_cupy() -> None:
     np.testing.assert_array_equal(kernels.linear(x, w), CPU_KERNELS.linear(x, w))
     assert type(kernels.pack_linear(w)) is type(CPU_KERNELS.pack_linear(w))
     np.testing.assert_array_equal(kernels.gelu(x), CPU_KERNELS.gelu(x))
+
+
+def test_the_cuda_table_takes_from_the_cpu_exactly_its_array_generic_kernels() -> None:
+    """A kernel the contract gains is the CPU's on CUDA until this list says otherwise: the list makes that a
+    decision (each one here runs on cupy arrays as written, through their array namespace)."""
+    shared = {f.name for f in fields(Kernels) if getattr(kernels.CUDA_KERNELS, f.name) is getattr(CPU_KERNELS, f.name)}
+    assert shared == {
+        "embedding",
+        "conv2d",
+        "conv2d_geometry",
+        "relu",
+        "sigmoid",
+        "rotary_embedding",
+        "pack_conv2d",
+        "borrow_conv2d",
+        "pack_embedding",
+        "borrow_embedding",
+        "quantize_per_channel",
+    }

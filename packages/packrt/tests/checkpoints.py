@@ -39,7 +39,7 @@ def random_weights(config: dict[str, Any], dtype: Any = np.float32, seed: int = 
     prefix = PREFIXES[str(config["model_type"])]
     rng = np.random.default_rng(seed)
     out = {}
-    for key, value in family.build(hf_config, None).state_dict().items():
+    for key, value in family.build(hf_config).state_dict().items():
         name = keymap.checkpoint_name(key, prefix)
         array = rng.standard_normal(tuple(value.shape)).astype(dtype)
         found = keymap.lookup(name)

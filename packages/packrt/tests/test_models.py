@@ -268,10 +268,12 @@ def test_decoder_logits_at_a_position_ignore_later_tokens(decoder_checkpoint: An
     assert np.abs(a - b).max() < 1e-4
 
 
-def test_greedy_decode_appends_the_argmax_of_each_forward(decoder_checkpoint: Any) -> None:
+def test_the_decoders_greedy_generate_appends_the_argmax_of_each_whole_prefix_forward(
+    decoder_checkpoint: Any,
+) -> None:
     model = load_decoder(decoder_checkpoint[0])
     prompt = np.array([[5, 6, 7], [8, 9, 10]], dtype=np.int64)
-    out = model.greedy_decode(packrt.from_numpy(prompt), 3).numpy()
+    out = model.generate(packrt.from_numpy(prompt), 3).numpy()
     assert out.shape == (2, 6) and (out[:, :3] == prompt).all()
     for step in range(3):
         logits = model(packrt.from_numpy(out[:, : 3 + step].copy())).numpy()
@@ -292,8 +294,8 @@ def test_meta_init_declares_every_weight_without_storage() -> None:
             "borrowed": 0,
             "mapped": 0,
         }
-    # only the rotary tables hold bytes: constants, kept out of the state dict
-    assert {name for name, b in decoder.named_buffers() if b.storage_nbytes} == {"rotary.cos", "rotary.sin"}
+    # the rotary tables are constants built on first use: no buffer, nothing in the state dict
+    assert not any(b.storage_nbytes for b in decoder.buffers())
     assert not any(key.startswith("rotary") for key in decoder.state_dict())
 
 
@@ -418,12 +420,12 @@ def test_the_models_name_a_wrong_input_shape_or_length() -> None:
         encoder(packrt.tensor([[1, 2, 3]]), token_type_ids=packrt.tensor([[0, 0]]))
 
 
-def test_greedy_decode_refuses_bad_step_counts() -> None:
+def test_the_decoders_generate_refuses_bad_step_counts_and_lengths_past_max_positions() -> None:
     decoder = CausalDecoder(SMALL_DECODER)
-    with pytest.raises(ValueError, match="steps must be an int >= 0, got -1"):
-        decoder.greedy_decode(packrt.tensor([[1, 2]]), -1)
-    with pytest.raises(ShapeError, match="a sequence of 10 tokens is longer than max_positions=8"):
-        decoder.greedy_decode(packrt.tensor([[1, 2]]), 8)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
+        decoder.generate(packrt.tensor([[1, 2]]), -1)
+    with pytest.raises(ShapeError, match=r"CausalDecoder.generate: 2 prompt tokens \+ 8 new ones exceed the model's 8"):
+        decoder.generate(packrt.tensor([[1, 2]]), 8)
 
 
 def test_memory_report_counts_a_tied_borrowed_weight_once(decoder_checkpoint: Any) -> None:

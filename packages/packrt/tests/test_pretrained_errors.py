@@ -15,8 +15,9 @@ import pytest
 from checkpoints import LLAMA, random_weights, write_checkpoint
 
 import packrt
-from packrt.errors import CheckpointError, DTypeError, PackrtError
-from packrt.models import UnsupportedModelError, from_pretrained, supported
+from packrt import nn
+from packrt.errors import CheckpointError, DTypeError, PackrtError, ResidencyError
+from packrt.models import UnsupportedModelError, from_pretrained, pretrained, supported
 from packrt.models.keymap import KeyMap, Rule, template_of
 
 CONFIG: dict[str, Any] = {**LLAMA, "tie_word_embeddings": False}
@@ -149,3 +150,25 @@ def test_the_progress_bar_waits_a_second_and_stays_off_when_stderr_is_no_termina
         assert bar is not None and bar.delay == pytest.approx(1.0)
     finally:
         bar.close()
+
+
+def test_an_unknown_residency_is_refused_before_any_file_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = _write(tmp_path, CONFIG)
+    monkeypatch.setattr(pretrained, "read_config", lambda *_: pytest.fail("config.json was read"))
+    with pytest.raises(
+        ResidencyError,
+        match=r"from_pretrained: unknown weight_residency 'pinned': expected one of packed, borrowed, auto, per_call",
+    ) as info:
+        from_pretrained(directory, weight_residency="pinned")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, PackrtError)
+
+
+@pytest.mark.parametrize("residency", ["packed", "borrowed"])
+def test_the_loads_residency_reaches_every_packing_layer_of_a_model_declared_without_one(
+    tmp_path: Path, residency: str
+) -> None:
+    model = from_pretrained(_write(tmp_path, CONFIG), weight_residency=residency)
+    layers = [m for m in model.modules() if isinstance(m, nn.PackedLayer)]
+    assert layers and {layer.weight_residency for layer in layers} == {residency}

@@ -10,6 +10,8 @@ names) names what it found and lists what is supported.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -57,47 +59,54 @@ def gguf_name(key: str) -> str:
     return f"blk.{index}.{_LAYER[rest]}"
 
 
-def write_model_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", extra: dict[str, Any] | None = None) -> Path:
-    """``model`` (a transformers LlamaForCausalLM or Qwen2ForCausalLM) as the GGUF file ``path``."""
-    config = model.config
-    arch = config.model_type
+@contextmanager
+def gguf_writer(gguf: Any, path: Path, arch: str) -> Iterator[Any]:
+    """A ``gguf.GGUFWriter`` for ``path``; the header, metadata and tensors are written when the block ends."""
     writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_uint32(f"{arch}.block_count", config.num_hidden_layers)
-    writer.add_uint32(f"{arch}.embedding_length", config.hidden_size)
-    writer.add_uint32(f"{arch}.feed_forward_length", config.intermediate_size)
-    writer.add_uint32(f"{arch}.attention.head_count", config.num_attention_heads)
-    writer.add_uint32(f"{arch}.attention.head_count_kv", config.num_key_value_heads)
-    writer.add_uint32(f"{arch}.context_length", config.max_position_embeddings)
-    writer.add_uint32(f"{arch}.vocab_size", config.vocab_size)
-    writer.add_uint32(f"{arch}.rope.dimension_count", config.hidden_size // config.num_attention_heads)
-    writer.add_float32(f"{arch}.rope.freq_base", float(config.rope_parameters["rope_theta"]))
-    writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(config.rms_norm_eps))
-    for key, value in (extra or {}).items():
-        if isinstance(value, str):
-            writer.add_string(key, value)
-        elif isinstance(value, float):
-            writer.add_float32(key, value)
-        else:
-            writer.add_uint32(key, value)
-    quant = gguf.GGMLQuantizationType[kind]
-    for key, tensor in model.state_dict().items():
-        if key == "lm_head.weight" and config.tie_word_embeddings:
-            continue
-        name = gguf_name(key)
-        values = tensor.detach().float().numpy()
-        if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-            heads = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
-            values = permute_rows(values, heads)
-        if values.ndim == 1 or kind == "F32":
-            writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
-        elif kind == "F16":
-            writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float16))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(values), quant), raw_dtype=quant)
+    yield writer
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_model_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", extra: dict[str, Any] | None = None) -> Path:
+    """``model`` (a transformers LlamaForCausalLM or Qwen2ForCausalLM) as the GGUF file ``path``."""
+    config = model.config
+    arch = config.model_type
+    with gguf_writer(gguf, path, arch) as writer:
+        writer.add_uint32(f"{arch}.block_count", config.num_hidden_layers)
+        writer.add_uint32(f"{arch}.embedding_length", config.hidden_size)
+        writer.add_uint32(f"{arch}.feed_forward_length", config.intermediate_size)
+        writer.add_uint32(f"{arch}.attention.head_count", config.num_attention_heads)
+        writer.add_uint32(f"{arch}.attention.head_count_kv", config.num_key_value_heads)
+        writer.add_uint32(f"{arch}.context_length", config.max_position_embeddings)
+        writer.add_uint32(f"{arch}.vocab_size", config.vocab_size)
+        writer.add_uint32(f"{arch}.rope.dimension_count", config.hidden_size // config.num_attention_heads)
+        writer.add_float32(f"{arch}.rope.freq_base", float(config.rope_parameters["rope_theta"]))
+        writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(config.rms_norm_eps))
+        for key, value in (extra or {}).items():
+            if isinstance(value, str):
+                writer.add_string(key, value)
+            elif isinstance(value, float):
+                writer.add_float32(key, value)
+            else:
+                writer.add_uint32(key, value)
+        quant = gguf.GGMLQuantizationType[kind]
+        for key, tensor in model.state_dict().items():
+            if key == "lm_head.weight" and config.tie_word_embeddings:
+                continue
+            name = gguf_name(key)
+            values = tensor.detach().float().numpy()
+            if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
+                heads = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
+                values = permute_rows(values, heads)
+            if values.ndim == 1 or kind == "F32":
+                writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
+            elif kind == "F16":
+                writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float16))
+            else:
+                writer.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(values), quant), raw_dtype=quant)
     return path
 
 
@@ -229,12 +238,8 @@ def _rewrite(gguf: ModuleType, model: Any, path: Path, **extra: Any) -> Path:
 
 def test_an_unknown_architecture_is_refused_listing_the_supported(gguf: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "phi.gguf"
-    writer = gguf.GGUFWriter(str(path), "phi2")
-    writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with gguf_writer(gguf, path, "phi2") as writer:
+        writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     with pytest.raises(
         UnsupportedModelError, match=r"general.architecture 'phi2' .*supported GGUF architectures: llama"
     ):
@@ -289,46 +294,34 @@ def test_the_tokenizer_json_beside_a_gguf_file_is_preferred(
 
 def test_a_byte_level_bpe_is_built_from_the_metadata(gguf: ModuleType, models: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "tok.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    tokens = ["<|endoftext|>", "h", "e", "l", "o", "Ġ", "w", "he", "ll", "hell", "hello", "Ġw"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3] + [1] * (len(tokens) - 1))
-    writer.add_token_merges(["h e", "l l", "he ll", "hell o", "Ġ w"])
-    writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with gguf_writer(gguf, path, "llama") as writer:
+        tokens = ["<|endoftext|>", "h", "e", "l", "o", "Ġ", "w", "he", "ll", "hell", "hello", "Ġw"]
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("smollm")
+        writer.add_token_list(tokens)
+        writer.add_token_types([3] + [1] * (len(tokens) - 1))
+        writer.add_token_merges(["h e", "l l", "he ll", "hell o", "Ġ w"])
+        writer.add_tensor("token_embd.weight", np.zeros((len(tokens), 32), np.float32))
     tokenizer = load_tokenizer(path)
     encoded = tokenizer.encode("hello<|endoftext|> w")
     assert encoded.tokens == ["hello", "<|endoftext|>", "Ġw"]
     assert encoded.ids == [10, 0, 11]
     assert tokenizer.decode(encoded.ids, skip_special_tokens=False) == "hello<|endoftext|> w"
     writer_bad = tmp_path / "sp.gguf"
-    w = gguf.GGUFWriter(str(writer_bad), "llama")
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("deepseek-coder")
-    w.add_token_list(tokens)
-    w.add_tensor("token_embd.weight", np.zeros((2, 32), np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    with gguf_writer(gguf, writer_bad, "llama") as w:
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("deepseek-coder")
+        w.add_token_list(tokens)
+        w.add_tensor("token_embd.weight", np.zeros((2, 32), np.float32))
     with pytest.raises(CheckpointError, match=r"tokenizer.ggml.pre 'deepseek-coder' is a split packrt does not know"):
         load_tokenizer(writer_bad)
 
 
 def test_missing_metadata_is_named_by_its_gguf_key(gguf: ModuleType, tmp_path: Path) -> None:
     path = tmp_path / "bare.gguf"
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_uint32("llama.embedding_length", 32)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with gguf_writer(gguf, path, "llama") as writer:
+        writer.add_uint32("llama.embedding_length", 32)
+        writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
     with pytest.raises(
         CheckpointError, match=r"metadata 'llama\.attention\.head_count' .* is missing; the file's metadata"
     ):

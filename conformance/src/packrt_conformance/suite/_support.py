@@ -80,6 +80,25 @@ def forward_module(impl: Adapter) -> Any:
     return Affine()
 
 
+def extra_state_class(impl: Adapter) -> Any:
+    """A Module class ``(seen, w=1.0)``: a parameter ``w`` ([w]) and extra state ``{"seen": seen}``,
+    which ``set_extra_state`` restores."""
+
+    class Counter(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self, seen: int, w: float = 1.0) -> None:
+            super().__init__()
+            self.w = impl.parameter([w])
+            self.seen = seen
+
+        def get_extra_state(self) -> Any:
+            return {"seen": self.seen}
+
+        def set_extra_state(self, state: Any) -> None:
+            self.seen = state["seen"]
+
+    return Counter
+
+
 def raising_module(impl: Adapter) -> Any:
     """A module whose forward always raises ValueError('forward failed on purpose')."""
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import shared_child_tree, tied_tree, values_equal
+from packrt_conformance.suite._support import extra_state_class, shared_child_tree, tied_tree, values_equal
 
 W = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
 B = [0.5, -0.5, 1.5]
@@ -249,22 +249,11 @@ def test_missing_keys_follow_state_dict_order(impl: Adapter, given_keys: tuple[s
 
 
 def _extra_state_tree(impl: Adapter) -> Any:
-    class Counter(impl.nn.Module):  # type: ignore[name-defined,misc]
-        def __init__(self, start: int) -> None:
-            super().__init__()
-            self.w = impl.parameter([float(start)])
-            self.seen = start
-
-        def get_extra_state(self) -> Any:
-            return {"seen": self.seen}
-
-        def set_extra_state(self, state: Any) -> None:
-            self.seen = state["seen"]
-
+    counter = extra_state_class(impl)
     root = impl.nn.Module()
-    root.second = Counter(2)
+    root.second = counter(seen=2, w=2.0)
     root.plain = impl.linear(1, 1)
-    root.first = Counter(1)
+    root.first = counter(seen=1, w=1.0)
     return root
 
 
@@ -305,28 +294,18 @@ def test_a_shared_child_loads_from_its_second_name(impl: Adapter) -> None:
 def _failing_restore_tree(impl: Adapter) -> Any:
     """root -> kept: extra state that restores, proj: Linear(2, 3), bad: extra state whose restore raises."""
 
-    class Kept(impl.nn.Module):  # type: ignore[name-defined,misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = impl.parameter([1.0])
-            self.seen = 1
+    kept = extra_state_class(impl)
 
-        def get_extra_state(self) -> Any:
-            return {"seen": self.seen}
-
-        def set_extra_state(self, state: Any) -> None:
-            self.seen = state["seen"]
-
-    class Refuses(Kept):
+    class Refuses(kept):  # type: ignore[misc,valid-type]
         def set_extra_state(self, state: Any) -> None:
             if state["seen"] < 0:
                 raise ValueError("extra state refused on purpose")
             super().set_extra_state(state)
 
     root = impl.nn.Module()
-    root.kept = Kept()
+    root.kept = kept(seen=1)
     root.proj = impl.linear(2, 3)
-    root.bad = Refuses()
+    root.bad = Refuses(seen=1)
     return root
 
 

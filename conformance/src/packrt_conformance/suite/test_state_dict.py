@@ -11,26 +11,14 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import SAMPLE_STATE, sample_tree, tied_tree, values_equal
+from packrt_conformance.suite._support import SAMPLE_STATE, extra_state_class, sample_tree, tied_tree, values_equal
 
 _FLOATS = st.floats(-1e3, 1e3, allow_nan=False, width=32)
 
 
 def _with_extra_state(impl: Adapter) -> Any:
-    class Counter(impl.nn.Module):  # type: ignore[name-defined,misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.w = impl.parameter([1.0])
-            self.seen = 0
-
-        def get_extra_state(self) -> Any:
-            return {"seen": self.seen}
-
-        def set_extra_state(self, state: Any) -> None:
-            self.seen = state["seen"]
-
     root = impl.nn.Module()
-    root.counter = Counter()
+    root.counter = extra_state_class(impl)(seen=0)
     return root
 
 

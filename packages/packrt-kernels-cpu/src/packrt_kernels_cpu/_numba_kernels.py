@@ -50,7 +50,7 @@ def set_num_threads(n: int) -> None:
 # erf(z) ~ z P(z^2) / Q(z^2) on |z| <= 3.92 (beyond it erf rounds to +-1 in float32): a rational
 # fit of our own (Lawson-weighted least squares on erf's absolute error; tools/fit_erf.py
 # rebuilds it). Only multiplies, adds, one division and clamps, so LLVM vectorises the loop, where
-# math.erfc is a scalar libm call: about 8x faster. Error of erf, evaluated in float32: 3.3e-7.
+# math.erfc, a scalar libm call, keeps it scalar. Error of erf, evaluated in float32: 3.3e-7.
 _ERF_CLAMP = np.float32(3.92)
 _ERF_P = (1.1283790224, 0.19276478673, 0.053060480025, 0.0038683320176, 0.0002874749643, 2.034670509e-06)
 _ERF_Q = (0.50416501148, 0.11508483161, 0.015172308868, 0.0011881077905, 3.8069739659e-05)
@@ -62,8 +62,8 @@ _Q1, _Q2, _Q3, _Q4, _Q5 = (np.float32(c) for c in _ERF_Q)
 # Each span kernel loops over views x[lo:hi], out[lo:hi] indexed from 0. Indexing the whole
 # arrays from lo makes numba's negative-index wraparound reachable, and LLVM's overlap check then
 # over-estimates what the loop reads: when out starts right after x in memory (numpy's next
-# allocation usually does) the vector loop is skipped for the scalar one, 4x slower for GELU.
-@_contracting  # the two Horner polynomials as FMAs: 0.86 -> 0.67 ms for a 1024x1536 GELU on one core
+# allocation usually does) the vector loop is skipped for the scalar one.
+@_contracting  # the two Horner polynomials as FMAs: one instruction and one rounding per step
 def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
     """``x/2 (1 + erf(x/sqrt 2))``: within 1.5e-6 absolute of the exact value for every float32
     ``x`` (exactly ``x`` or 0 past the clamp; NaN and -inf give NaN, as the numpy path does)."""
@@ -164,7 +164,7 @@ def activation_serial(op: int, x: Array, out: Array) -> None:
 def _fill_rows_span(row: Array, out: Array, lo: int, hi: int) -> None:
     n = row.shape[0]
     for r in range(lo, hi):
-        for j in range(n):  # an explicit loop: numba's slice assignment copied at 60% of this speed
+        for j in range(n):  # an explicit loop: numba's slice assignment does not vectorise the copy
             out[r, j] = row[j]
 
 
@@ -239,8 +239,8 @@ def activation_bf16_serial(op: int, x: Array, out: Array) -> None:
 
 # -- row-wise: rows lo:hi of a (rows, width) array --------------------------------------------------
 # The norms' row sums accumulate in float64 and may reorder (``_reducing``): a strict in-order float64
-# sum is one dependent add per element, which kept LLVM from vectorising it (a 1024x384 LayerNorm:
-# 0.7 ms); any order of float64 partial sums is as accurate as float32 data can use.
+# sum is one dependent add per element, which keeps LLVM from vectorising it; any order of float64
+# partial sums is as accurate as float32 data can use.
 @_reducing
 def _wide_squares(row: Array, center: Any) -> Any:
     """The sum of ``(row[j] - center)**2``, each difference taken in float32 as the kernels use it."""
@@ -255,8 +255,7 @@ def _wide_squares(row: Array, center: Any) -> Any:
 def _wide_moments(row: Array, shift: Any) -> Any:
     """The sum and the sum of squares of ``row - shift`` in float64, in one pass. With ``shift`` one of
     the row's own values the variance as E[d^2] - E[d]^2 does not cancel (d is centred near 0 for
-    any offset the row has), so one pass is as accurate as the two it replaces, and faster: a
-    1024x768 LayerNorm 340 -> 229 us on one core (torch 229)."""
+    any offset the row has), so one pass over the row is as accurate as two."""
     total = 0.0
     squares = 0.0
     for j in range(row.shape[0]):
@@ -429,8 +428,8 @@ def rows_bf16_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out
 # -- transposes: tiles lo:hi of a (rows, cols) matrix into out (cols, rows) ---------------------------
 @_serial
 def _transpose_tiles(src: Array, out: Array, widen: bool, lo: int, hi: int) -> None:
-    """``out = src.T`` tile by tile (numpy's strided copy of a transposed view measured about half
-    the speed); ``widen`` reads bfloat16 bits and writes float32 bits."""
+    """``out = src.T`` tile by tile, so reads and writes both stay within cache lines (numpy's copy
+    of a transposed view strides across them); ``widen`` reads bfloat16 bits and writes float32 bits."""
     rows, cols = src.shape
     tiles_j = (cols + _TILE - 1) // _TILE
     for t in range(lo, hi):
@@ -484,8 +483,8 @@ def rotary_serial(x: Array, cos: Array, sin: Array, out: Array) -> None:
 # -- GEMV: one row times a matrix (a batch-1 decode step), bias added ---------------------------------
 # Compiled here so that a decode step's products share numba's OpenMP pool with its other kernels:
 # OpenBLAS's GEMV brings a pool of its own, and on two cores the two pools' waiting workers take
-# the cores from each other (measured: 43 GEMVs 2.2 ms alone, 11.5 ms interleaved with 43 tiny
-# parallel kernels). Products may fuse multiply and add ("contract"); sums keep their order.
+# the cores from each other, spinning while the other pool's work waits (docs/benchmarks.md has the
+# measurement). Products may fuse multiply and add ("contract"); sums keep their order.
 # Dot products may also reorder their sums (so they vectorise); the grouping is fixed by the shape.
 _dotting = numba.njit(cache=True, fastmath={"contract", "reassoc", "nsz"}, nogil=True, error_model="numpy")
 GEMV_ROWS = 128  # rows of (in, out) weight summed into one partial: fixed, so no thread count changes the bits

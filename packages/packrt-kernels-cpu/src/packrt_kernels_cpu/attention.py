@@ -27,7 +27,9 @@ def scaled_dot_product_attention(
     is_causal: bool = False,
     scale: float | None = None,
 ) -> Array:
-    """``softmax(q @ k^T * scale + mask) @ v``; ``scale`` defaults to ``1/sqrt(E)``.
+    """The contract's attention (:class:`packrt_base.kernels.AttentionKernel`) on host arrays: the
+    scaled scores from one (batched) GEMM in the compute dtype, masked and normalized in place,
+    then multiplied by ``v``.
 
     A hot-path kernel: it checks nothing (packrt-core's ``nn.checks.attention`` runs first).
     """

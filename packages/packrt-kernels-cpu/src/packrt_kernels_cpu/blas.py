@@ -2,10 +2,10 @@
 installed (``pip install packrt-kernels-cpu[mkl]``), numpy's ``matmul`` (the OpenBLAS numpy ships)
 otherwise.
 
-Why a second road: at an encoder's shapes (1024 rows, 384-3072 wide) OpenBLAS's float32 GEMM ran
-8-25% slower than MKL's on the development Xeon, and it has no bfloat16 GEMM at all, where MKL's
-``cblas_gemm_bf16bf16f32`` multiplies bfloat16 operands into float32 (AMX on this Xeon: 820-985
-GFLOP/s on one core against 210 for float32). With MKL a bias is added by the GEMM itself: the
+Why a second road: at an encoder's shapes (1024 rows, 384-3072 wide) OpenBLAS's float32 GEMM is
+slower than MKL's on Intel CPUs, and it has no bfloat16 GEMM at all, where MKL's
+``cblas_gemm_bf16bf16f32`` multiplies bfloat16 operands into float32 (on AMX where the CPU has it).
+docs/benchmarks.md gives the measured ratios. With MKL a bias is added by the GEMM itself: the
 output starts as the bias broadcast and the product accumulates onto it (``beta = 1``), the pass
 a separate ``out += b`` would make over the output is gone.
 
@@ -32,8 +32,8 @@ _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS_LAYOUT / CBLAS_TRANSPOSE values
 _INT32_MAX = 2**31 - 1
-_VML_MIN = 1 << 14  # below this many elements numpy's exp wins: MKL's call costs ~3.5 us, numpy's 0.4
-_VML_LA = 0x1  # vector math accuracy mode "low accuracy": within 4 ulp (measured 1.2e-7 relative for exp)
+_VML_MIN = 1 << 14  # below this many elements numpy's exp wins: MKL's call has a larger fixed cost
+_VML_LA = 0x1  # vector math accuracy mode "low accuracy": within 4 ulp
 _SMALL_FLOP = 1 << 24  # a product below this many flops runs on one MKL thread (see matmul)
 
 
@@ -111,8 +111,8 @@ def matmul(
     if bias is not None:
         out[...] = bias  # the GEMM accumulates onto the bias: no second pass over out
         beta = 1.0
-    # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs 50-100 us,
-    # measured at 2 threads (a 16x512x512 GEMM: 80 us on two threads, 55 us on one).
+    # Below about 16 MFLOP one thread finishes first: waking a passive pool's workers costs more than
+    # splitting the product saves.
     # (Inside threads.on_this_thread every GEMM of the thread is on one MKL thread already.)
     small = not threads.serial() and num_threads() > 1 and 2 * a.shape[-1] * out.size < _SMALL_FLOP
     if small:
@@ -132,12 +132,8 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     """How MKL computes ``a @ b`` into ``out`` (allocated here when None): the handle, the GEMM, the
     operands broadcast to one batch shape and each one's layout; None where numpy's matmul must.
     (Called for every GEMM, conv2d's many small ones too: the checks stay cheap.)"""
-    if type(a) is not np.ndarray or type(b) is not np.ndarray or (out is not None and type(out) is not np.ndarray):
-        return None
-    if a.ndim < 2 or b.ndim < 2 or (a.shape[-2] == 1 and a.dtype != _BF16):
-        return None  # a row times a matrix (batch-1 decode): OpenBLAS's GEMV streams faster, numpy's road
-    library = mkl.handle()
-    if library is None or a.dtype != b.dtype or a.size == 0 or b.size == 0:
+    library = _library_for(a, b, out)
+    if library is None:
         return None
     if (a.ndim > 2 or b.ndim > 2) and a.shape[:-2] != b.shape[:-2]:  # batch axes broadcast as numpy's do:
         try:  # a repeated matrix gets stride 0
@@ -158,6 +154,18 @@ def _plan(a: Array, b: Array, out: Array | None) -> tuple[Any, ...] | None:
     if m * n > _INT32_MAX or max(k, fa[1], fa[2], fb[1], fb[2], fo[1], fo[2]) > _INT32_MAX:
         return None
     return (library, gemm, a, b, out, fa, fb, fo)
+
+
+def _library_for(a: Array, b: Array, out: Array | None) -> mkl.Mkl | None:
+    """MKL's handle when these operands are ones it may take (plain numpy matrices of one dtype,
+    not empty, ``a`` more than one row), else None."""
+    if type(a) is not np.ndarray or type(b) is not np.ndarray or (out is not None and type(out) is not np.ndarray):
+        return None
+    if a.ndim < 2 or b.ndim < 2 or (a.shape[-2] == 1 and a.dtype != _BF16):
+        return None  # a row times a matrix (batch-1 decode): OpenBLAS's GEMV streams faster, numpy's road
+    if a.dtype != b.dtype or a.size == 0 or b.size == 0:
+        return None
+    return mkl.handle()
 
 
 def _layout(a: Array) -> _Layout | None:
@@ -229,7 +237,7 @@ def _numpy_matmul(a: Array, b: Array, bias: Array | None, alpha: float, out: Arr
 
 def exp(x: Array, out: Array) -> Array:
     """``numpy.exp(x, out=out)``; for large C-contiguous float32 numpy arrays on MKL's road, MKL's vector exp
-    (threaded, about 1.5x numpy's on one core and 2x on two; error within 1.2e-7 relative, as numpy's)."""
+    (threaded and vectorised; MKL's low-accuracy mode, within 4 ulp)."""
     library = mkl.handle() if type(x) is np.ndarray and type(out) is np.ndarray else None
     fits = x.dtype == _F32 and out.dtype == _F32 and x.shape == out.shape and _VML_MIN <= x.size <= _INT32_MAX
     if library is None or library.vexp is None or not (fits and x.flags.c_contiguous and out.flags.c_contiguous):

@@ -1,10 +1,9 @@
 """The array namespace CpuBackend hands packrt-core, which Tensor arithmetic calls: numpy's own, except
 that ``add``, ``subtract`` and ``multiply`` of two large float32 arrays of one shape run on numba's
-pool. numpy's loops stay on one core: a residual add of MiniLM's (8, 128, 384) activations took
-85-130 us on two threads, 46 on the pool, and the pool's workers, kept busy, wake faster for the
-LayerNorm that follows. Every other case of the three (broadcasting, scalars, other dtypes, ``out=``
-or other keywords) and every other name is numpy's, looked up on first use. The results are
-numpy's bits: each element is one IEEE operation either way.
+pool. numpy's loops stay on one core, and the pool's workers, kept busy, wake faster for the
+LayerNorm that follows (docs/benchmarks.md measures a residual add). Every other case of the three
+(broadcasting, scalars, other dtypes, ``out=`` or other keywords) and every other name is numpy's,
+looked up on first use. The results are numpy's bits: each element is one IEEE operation either way.
 """
 
 from __future__ import annotations

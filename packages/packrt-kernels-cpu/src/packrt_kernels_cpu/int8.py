@@ -9,10 +9,9 @@ and each activation row quantized asymmetrically onto uint8 (``x[i] ~ (u[i] - ze
 The first sum is the int32 GEMM (exact: ``K * 255 * 128 < 2**31`` for ``K <= 65536``; longer rows
 are cut into chunks of 65536 whose float32 results add up); the second is the weight's row sums,
 computed once per pack. On MKL's road the GEMM is oneMKL's ``cblas_gemm_s8u8s32`` (VNNI or AMX
-where the CPU has them: 650-800 GOP/s on one Sapphire Rapids core at 1024x768x3072, against 80-110
-GFLOP/s for float32). Elsewhere it is float32 GEMMs on numpy's BLAS over K chunks of 512, each
-exact in float32, so about float32's speed plus converting the int8 operands. Both roads give the
-same integers.
+where the CPU has them, several times float32's rate: docs/benchmarks.md). Elsewhere it is float32
+GEMMs on numpy's BLAS over K chunks of 512, each exact in float32, so about float32's speed plus
+converting the int8 operands. Both roads give the same integers.
 """
 
 from __future__ import annotations
@@ -32,8 +31,8 @@ _COL_MAJOR, _NO_TRANS, _TRANS, _FIX_OFFSET = 102, 111, 112, 173  # CBLAS_LAYOUT 
 _INT32_MAX = 2**31 - 1
 _NO_OFFSET = np.zeros(1, np.int32)  # the C offset MKL reads with CblasFixOffset: none
 # Off MKL's road the GEMM runs as float32 GEMMs on numpy's BLAS over chunks of this many columns of
-# K, each exact (see _gemm_in_float). A numba int32 loop (4 rows x 64 columns of int32 vector
-# accumulators) measured 20-30 GOP/s on one core, slower than this at every batch from 1 to 1024.
+# K, each exact (see _gemm_in_float): the BLAS's float32 kernels outrun a compiled int32 loop at every
+# batch size (docs/benchmarks.md).
 FLOAT_CHUNK = 512
 
 

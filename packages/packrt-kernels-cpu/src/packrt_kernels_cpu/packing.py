@@ -26,6 +26,7 @@ import numpy as np
 
 from packrt_base.arrays import Array, array_namespace, check_linear_args, compute_dtype, require_float, require_ndim
 from packrt_base.geometry import Conv2dGeometry
+from packrt_base.kernels import LinearKernel
 from packrt_kernels_cpu import blas, fused
 from packrt_kernels_cpu.conv import check_conv2d_weight, conv2d, convolve
 from packrt_kernels_cpu.errors import KernelShapeError
@@ -80,17 +81,18 @@ class LinearView:
     """A zero-copy "pack" over the declared weight: what ``borrowed`` and ``per_call`` serve from.
 
     float32/float64: no extra bytes (BLAS reads ``w`` transposed in place). float16/bfloat16:
-    the weight is converted to float32 for the duration of each call and then freed.
+    the weight is converted to float32 for the duration of each call and then freed. A backend
+    with its own ``linear`` serves the same view through it (``kernel``: packrt-kernels-cuda's GEMM).
     """
 
     nbytes = 0
 
-    def __init__(self, w: Array, b: Array | None) -> None:
-        self.w, self.b = w, b
+    def __init__(self, w: Array, b: Array | None, kernel: LinearKernel = linear) -> None:
+        self.w, self.b, self._linear = w, b, kernel
 
     def forward(self, x: Array) -> Array:
         """``x @ w.T + b`` straight from the bound arrays (a half weight converts on every call)."""
-        return linear(x, self.w, self.b)
+        return self._linear(x, self.w, self.b)
 
 
 def borrow_linear(w: Array, b: Array | None = None) -> LinearView:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -44,12 +45,13 @@ from packrt_base.arrays import (
     require_float,
     require_ndim,
 )
-from packrt_base.kernels import Kernels, OwnedPack, Pack
+from packrt_base.kernels import OwnedPack, Pack
 
 # What this package reuses of the CPU's: the array-generic kernels of CPU_KERNELS (as table entries, and as
 # the fallback for inputs the GPU code does not take: numpy arrays, float64) and the int8 pack (its checks,
-# its owned copies, its nbytes/unpack), which the GPU pack subclasses.
-from packrt_kernels_cpu import CPU_KERNELS, PackedQuantizedLinear
+# its owned copies, its nbytes/unpack), which the GPU pack subclasses, and the zero-copy linear view, served
+# here by the GPU GEMM.
+from packrt_kernels_cpu import CPU_KERNELS, LinearView, PackedQuantizedLinear
 from packrt_kernels_cpu import quantize as cpu_quantize
 from packrt_kernels_cuda import compiled
 
@@ -288,20 +290,6 @@ class CudaPackedLinear:
         return _owned(self.wt.T, self.dtype), None if self.b is None else _owned(self.b, self.dtype)
 
 
-class CudaLinearView:
-    """The zero-copy serving form over the declared device weight (``borrowed``, ``per_call``): the
-    bound arrays and zero extra bytes, served by the GPU ``linear``."""
-
-    nbytes = 0
-
-    def __init__(self, w: Array, b: Array | None) -> None:
-        self.w, self.b = w, b
-
-    def forward(self, x: Array) -> Array:
-        """``x @ w.T + b`` straight from the bound device arrays."""
-        return linear(x, self.w, self.b)
-
-
 def pack_linear(w: Array, b: Array | None = None) -> OwnedPack:
     """Pack a device (out, in) weight and bias: ``W^T`` in the GEMM dtype (the declared dtype for
     float16, and for bfloat16 where cupy multiplies it), checked as the CPU pack is."""
@@ -318,7 +306,7 @@ def borrow_linear(w: Array, b: Array | None = None) -> Pack:
     """Serve ``linear`` straight from the declared device weight, copying nothing."""
     if not on_gpu(w, b):
         return CPU_KERNELS.borrow_linear(w, b)
-    return CudaLinearView(w, b)
+    return LinearView(w, b, linear)  # the bound device arrays and zero extra bytes, served by the GPU GEMM
 
 
 # -- int8 weight-only linear -----------------------------------------------------------------------
@@ -416,29 +404,20 @@ def scaled_dot_product_attention(
     return astype(scores @ astype(v, FLOAT32), dt)
 
 
-# The whole table, written out: the GPU kernels above, and the CPU's array-generic ones that run on cupy
-# arrays as they are. Building it is where mypy checks every entry against the contract's signature.
-CUDA_KERNELS = Kernels(
+# The GPU kernels above over the CPU's table, whose other kernels are written against the array
+# namespace of their inputs and run on cupy arrays as they are (tests/test_kernel_plumbing.py pins
+# which). ``replace`` is where mypy checks each GPU kernel against the contract's signature.
+CUDA_KERNELS = replace(
+    CPU_KERNELS,
     linear=linear,
-    embedding=CPU_KERNELS.embedding,
     layer_norm=layer_norm,
     rms_norm=rms_norm,
     softmax=softmax,
     scaled_dot_product_attention=scaled_dot_product_attention,
-    rotary_embedding=CPU_KERNELS.rotary_embedding,
-    conv2d=CPU_KERNELS.conv2d,
-    conv2d_geometry=CPU_KERNELS.conv2d_geometry,
-    relu=CPU_KERNELS.relu,
     gelu=gelu,
-    sigmoid=CPU_KERNELS.sigmoid,
     silu=silu,
     pack_linear=pack_linear,
     borrow_linear=borrow_linear,
-    pack_conv2d=CPU_KERNELS.pack_conv2d,
-    borrow_conv2d=CPU_KERNELS.borrow_conv2d,
-    pack_embedding=CPU_KERNELS.pack_embedding,
-    borrow_embedding=CPU_KERNELS.borrow_embedding,
     pack_quantized_linear=pack_quantized_linear,
     borrow_quantized_linear=borrow_quantized_linear,
-    quantize_per_channel=CPU_KERNELS.quantize_per_channel,
 )

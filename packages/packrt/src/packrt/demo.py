@@ -29,7 +29,6 @@ from packrt.demo_pretrained import generate_llama, serve_minilm
 from packrt.errors import DLPackError
 from packrt.models import BertEncoder, CausalDecoder, DecoderConfig, EncoderConfig
 
-RESIDENCIES = ("packed", "borrowed", "auto", "per_call")
 MiB = 2**20
 
 
@@ -171,7 +170,7 @@ def serve(
     tokens_per_s = None
     if isinstance(model, CausalDecoder) and p.decode_steps:
         start = time.perf_counter()
-        model.greedy_decode(ids[:, : min(p.seq, 16)], p.decode_steps)  # a short prompt, as a chat turn starts
+        model.generate(ids[:, : min(p.seq, 16)], p.decode_steps)  # a short prompt, as a chat turn starts
         tokens_per_s = p.batch * p.decode_steps / (time.perf_counter() - start)
     totals = nn.memory_report(model).totals()
     diff = 0.0 if reference is None else float(np.abs(out - reference).max())
@@ -197,7 +196,7 @@ def run_model(p: Plan) -> list[ModeResult]:
         io.save_checkpoint(build(p), path)  # fresh random weights, written once
         print(f"saved {path.stat().st_size / MiB:.2f} MiB checkpoint; serving it under each residency:")
         reference = None
-        for residency in RESIDENCIES:
+        for residency in nn.WEIGHT_RESIDENCIES:
             r, out = serve(p, path, residency, ids, reference)
             reference = out if reference is None else reference
             t = r.totals

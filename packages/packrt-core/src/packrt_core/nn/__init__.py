@@ -9,11 +9,12 @@ from packrt_core.nn.linear import Linear
 from packrt_core.nn.memory import MemoryReport, MemoryRow, memory_report
 from packrt_core.nn.module import Module
 from packrt_core.nn.normalization import LayerNorm, RMSNorm
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.parameter_containers import ParameterDict, ParameterList
 from packrt_core.nn.quantized import QuantizedLinear
-from packrt_core.nn.residency import PackedLayer, free_memory_override
-from packrt_core.nn.state import WEIGHT_RESIDENCIES, LoadResult, _IncompatibleKeys
+from packrt_core.nn.residency import WEIGHT_RESIDENCIES, free_memory_override
+from packrt_core.nn.state import LoadResult, _IncompatibleKeys
 
 __all__ = [
     "Conv2d",

@@ -8,6 +8,7 @@ Bad settings are refused when the layer is built, not at the first forward.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from packrt_core.nn import functional as F  # noqa: N812 - torch's conventional alias
@@ -21,18 +22,27 @@ def _require_bool(value: Any, layer: str, name: str) -> bool:
     return value
 
 
-class ReLU(Module):
-    """``max(x, 0)`` elementwise. ``inplace=True`` overwrites the input and returns it."""
+class _Elementwise(Module):
+    """An elementwise activation that may overwrite its input: ``inplace=True`` writes the result
+    into the input and returns it. A subclass names its function in ``_function``."""
+
+    _function: Callable[..., Tensor]
 
     def __init__(self, inplace: bool = False) -> None:
         super().__init__()
-        self.inplace = _require_bool(inplace, "ReLU", "inplace")
+        self.inplace = _require_bool(inplace, type(self).__name__, "inplace")
 
     def forward(self, input: Tensor) -> Tensor:
-        return F.relu(input, inplace=self.inplace)
+        return type(self)._function(input, inplace=self.inplace)
 
     def extra_repr(self) -> str:
         return "inplace=True" if self.inplace else ""
+
+
+class ReLU(_Elementwise):
+    """``max(x, 0)`` elementwise. ``inplace=True`` overwrites the input and returns it."""
+
+    _function = staticmethod(F.relu)
 
 
 class GELU(Module):
@@ -51,18 +61,10 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_Elementwise):
     """SiLU (swish), ``x * sigmoid(x)``. ``inplace=True`` overwrites the input and returns it."""
 
-    def __init__(self, inplace: bool = False) -> None:
-        super().__init__()
-        self.inplace = _require_bool(inplace, "SiLU", "inplace")
-
-    def forward(self, input: Tensor) -> Tensor:
-        return F.silu(input, inplace=self.inplace)
-
-    def extra_repr(self) -> str:
-        return "inplace=True" if self.inplace else ""
+    _function = staticmethod(F.silu)
 
 
 class Sigmoid(Module):

@@ -7,11 +7,10 @@ from typing import Any
 
 from packrt_base.kernels import Kernels, Pack
 from packrt_core import dispatch
-from packrt_core.device import CPU
 from packrt_core.errors import ShapeError
 from packrt_core.nn import checks
 from packrt_core.nn.linear import declare_weight_and_bias
-from packrt_core.nn.residency import PackedLayer
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -81,15 +80,14 @@ class Conv2d(PackedLayer):
         self.dilation = _pair(dilation, "dilation")
         self.groups = int(groups)
         self.padding_mode = padding_mode
-        # Validated once here, so a forward never meets a bad geometry. The geometry is plain
-        # arithmetic, the same on every device: the CPU kernels' helper computes it.
-        with dispatch.kernel_errors("Conv2d"):
-            self.geometry = dispatch.kernels_for(CPU).conv2d_geometry(
-                self.kernel_size, self.stride, self.padding, self.dilation, self.groups
-            )
         kh, kw = self.kernel_size
         shape = (out_channels, in_channels // groups, kh, kw)
         declare_weight_and_bias(self, shape, in_channels // groups * kh * kw, bias, dtype, device)
+        # Validated once here, by the backend of the weights' device, so a forward never meets a bad geometry.
+        with dispatch.kernel_errors("Conv2d"):
+            self.geometry = self._kernels().conv2d_geometry(
+                self.kernel_size, self.stride, self.padding, self.dilation, self.groups
+            )
 
     def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_conv2d(arrays["weight"], arrays["bias"], self.geometry)

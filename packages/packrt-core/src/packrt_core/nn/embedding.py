@@ -9,8 +9,8 @@ from packrt_base.kernels import Kernels, Pack
 from packrt_core.creation import empty
 from packrt_core.errors import DeviceError, DTypeError, IndexingError
 from packrt_core.nn import checks
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any

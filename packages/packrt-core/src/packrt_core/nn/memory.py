@@ -19,7 +19,8 @@ import weakref
 from typing import Any, NamedTuple
 
 from packrt_core.nn.module import Module
-from packrt_core.nn.residency import PackedLayer
+from packrt_core.nn.packed import PackedLayer
+from packrt_core.tensor import Tensor
 
 _FILES: weakref.WeakKeyDictionary[mmap.mmap, str] = weakref.WeakKeyDictionary()
 # id(array) -> (a weak reference to it, what it was made from); numpy arrays cannot be dict keys
@@ -153,30 +154,46 @@ def memory_report(module: Module) -> MemoryReport:
     for path, mod in module.named_modules():
         layer = mod if isinstance(mod, PackedLayer) else None
         mode = layer.serving_residency() if layer is not None else "-"
-        served_in_place = set(layer.declared) if layer is not None and mode == "borrowed" else set()
-        raw = borrowed = mapped = converted = 0
-        files: dict[str, None] = {}
-        origins: dict[str, None] = {}
+        in_place = set(layer.declared) if layer is not None and mode == "borrowed" else set()
+        tally = _Tally()
         for registry in (mod._parameters, mod._buffers):
             for name, t in registry.items():
-                if t is None or id(t) in seen:
-                    continue
-                seen.add(id(t))
-                if registry is mod._parameters and name in served_in_place:
-                    borrowed += t.storage_nbytes
-                else:
-                    raw += t.storage_nbytes
-                mapping = _mapping_of(t._data) if t._data is not None else None
-                origin = _converted_from(t._data) if t._data is not None and mapping is None else None
-                if origin is not None:
-                    converted += t.storage_nbytes
-                    origins[origin] = None
-                if mapping is not None:
-                    mapped += t.storage_nbytes
-                    if mapping in _FILES:
-                        files[_FILES[mapping]] = None
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    tally.add(t, borrowed=registry is mod._parameters and name in in_place)
         packed = layer.resident_pack_bytes if layer is not None else 0
-        if raw or packed or borrowed or layer is not None:
-            row = MemoryRow(path, type(mod).__name__, mode, raw, packed, borrowed, mapped, tuple(files))
-            report.append(row._replace(converted=converted, origins=tuple(origins)))
+        if tally.raw or packed or tally.borrowed or layer is not None:
+            row = MemoryRow(
+                path, type(mod).__name__, mode, tally.raw, packed, tally.borrowed, tally.mapped, tuple(tally.files)
+            )
+            report.append(row._replace(converted=tally.converted, origins=tuple(tally.origins)))
     return report
+
+
+class _Tally:
+    """One module's bytes as its tensors are counted: raw or borrowed, and of those the mapped and
+    converted ones, with the files and origins they name (first seen first)."""
+
+    def __init__(self) -> None:
+        self.raw = self.borrowed = self.mapped = self.converted = 0
+        self.files: dict[str, None] = {}
+        self.origins: dict[str, None] = {}
+
+    def add(self, t: Tensor, borrowed: bool) -> None:
+        nbytes = t.storage_nbytes
+        if borrowed:
+            self.borrowed += nbytes
+        else:
+            self.raw += nbytes
+        if t._data is None:
+            return
+        mapping = _mapping_of(t._data)
+        if mapping is None:
+            origin = _converted_from(t._data)
+            if origin is not None:
+                self.converted += nbytes
+                self.origins[origin] = None
+            return
+        self.mapped += nbytes
+        if mapping in _FILES:
+            self.files[_FILES[mapping]] = None

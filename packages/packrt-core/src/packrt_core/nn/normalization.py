@@ -49,10 +49,46 @@ def _float_dtype(layer: str, dtype: Any) -> Any:
     return dt
 
 
-class LayerNorm(Module):
+class _Norm(Module):
+    """What LayerNorm and RMSNorm share: the trailing shape they normalize, ``eps``, and with
+    ``elementwise_affine=True`` a ``weight`` of ones in a floating dtype."""
+
+    def __init__(
+        self,
+        normalized_shape: int | Sequence[int],
+        eps: float | None,
+        elementwise_affine: bool,
+        device: Any,
+        dtype: Any,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        self.normalized_shape = _normalized_shape(name, normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        dt = _float_dtype(name, dtype)
+        if elementwise_affine:
+            self.weight = Parameter(ones(self.normalized_shape, dtype=dt, device=device))
+        else:
+            self.register_parameter("weight", None)
+
+    def reset_parameters(self) -> None:
+        """Weight back to ones, bias (LayerNorm's) to zeros; a no-op on storage-free parameters."""
+        if self.weight is not None:
+            self.weight.fill_(1.0)
+        if self._parameters.get("bias") is not None:
+            self.bias.zero_()
+
+    def extra_repr(self) -> str:
+        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
+
+
+class LayerNorm(_Norm):
     """Normalize the trailing ``normalized_shape`` dims to mean 0 and (biased) variance 1, then,
     with ``elementwise_affine=True``, multiply by ``weight`` (ones) and add ``bias`` (zeros;
     absent when ``bias=False``). Input, weight and bias must share a dtype and a device."""
+
+    eps: float
 
     def __init__(
         self,
@@ -64,38 +100,21 @@ class LayerNorm(Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.normalized_shape = _normalized_shape("LayerNorm", normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        dt = _float_dtype("LayerNorm", dtype)
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, dtype=dt, device=device))
-        else:
-            self.register_parameter("weight", None)
-        if elementwise_affine and bias:
-            self.bias = Parameter(zeros(self.normalized_shape, dtype=dt, device=device))
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
+        if elementwise_affine and bias:  # in the weight's dtype and on its device
+            weight: Tensor = self.weight
+            self.bias = Parameter(zeros(self.normalized_shape, dtype=weight.dtype, device=weight.device))
         else:
             self.register_parameter("bias", None)
-
-    def reset_parameters(self) -> None:
-        """Weight back to ones and bias to zeros (a no-op on storage-free parameters)."""
-        if self.weight is not None:
-            self.weight.fill_(1.0)
-        if self.bias is not None:
-            self.bias.zero_()
 
     def forward(self, input: Tensor) -> Tensor:
         return F.layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
-        return (
-            f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
-            f"bias={self.bias is not None}"
-        )
+        return f"{super().extra_repr()}, bias={self.bias is not None}"
 
 
-class RMSNorm(Module):
+class RMSNorm(_Norm):
     """``x / sqrt(mean(x**2) + eps)`` over the trailing ``normalized_shape`` dims, then, with
     ``elementwise_affine=True``, times ``weight`` (ones). ``eps=None`` means the machine epsilon
     of the dtype the arithmetic runs in (float32's for half-precision input), as in torch."""
@@ -109,26 +128,10 @@ class RMSNorm(Module):
         device: Any = None,
         dtype: Any = None,
     ) -> None:
-        super().__init__()
-        self.normalized_shape = _normalized_shape("RMSNorm", normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        dt = _float_dtype("RMSNorm", dtype)
-        if elementwise_affine:
-            self.weight = Parameter(ones(self.normalized_shape, dtype=dt, device=device))
-        else:
-            self.register_parameter("weight", None)
-
-    def reset_parameters(self) -> None:
-        """Weight back to ones (a no-op on a storage-free weight)."""
-        if self.weight is not None:
-            self.weight.fill_(1.0)
+        super().__init__(normalized_shape, eps, elementwise_affine, device, dtype)
 
     def forward(self, input: Tensor) -> Tensor:
         return F.rms_norm(input, self.normalized_shape, self.weight, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
 __all__ = ["LayerNorm", "RMSNorm"]

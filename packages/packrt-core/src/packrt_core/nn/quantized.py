@@ -8,21 +8,17 @@ resident. float64 inputs keep activations in floating point (weight-only).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from packrt_base.kernels import Kernels, Pack
 from packrt_core import dispatch
-from packrt_core.creation import empty, tensor
-from packrt_core.device import CPU
+from packrt_core.creation import empty
 from packrt_core.dtypes import as_dtype, float32, int8
 from packrt_core.errors import DTypeError, StateDictError
-from packrt_core.meta import declaring
 from packrt_core.nn import checks
-from packrt_core.nn.linear import Linear
-from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import PackedLayer
+from packrt_core.nn.linear import AffineLayer, Linear, declare, uniform_weight_and_bias
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.tensor import Tensor
 
 Array = Any
@@ -32,7 +28,7 @@ Array = Any
 _EXPECTED = {"weight": int8, "scale": float32, "bias": float32}
 
 
-class QuantizedLinear(PackedLayer):
+class QuantizedLinear(AffineLayer):
     """``y = (x @ weight.T) * scale + bias`` with ``weight`` int8 (out_features, in_features),
     ``scale`` float32 (out_features,) and ``bias`` float32 (out_features,) or None.
 
@@ -54,40 +50,22 @@ class QuantizedLinear(PackedLayer):
 
     declared = ("weight", "scale", "bias")
 
-    def __init__(
-        self,
-        in_features: int,
-        out_features: int,
-        bias: bool = True,
-        *,
-        dtype: Any = None,
-        device: Any = None,
-        weight_residency: str | None = None,
-    ) -> None:
-        super().__init__(weight_residency)
+    def _declare(self, bias: bool, dtype: Any, device: Any) -> None:
+        """PyTorch's Linear initialization in float32, quantized per output channel on its device
+        (storage-free int8 and float32 declarations under meta init)."""
         if dtype is not None and as_dtype(dtype) is not float32:
             raise DTypeError(
                 f"QuantizedLinear keeps an int8 weight with float32 scale and bias; dtype={dtype!r} cannot apply "
                 "(leave dtype=None; inputs of any floating dtype are accepted)"
             )
-        self.in_features = int(in_features)
-        self.out_features = int(out_features)
-        if declaring():  # meta init: storage-free declarations for load_state_dict(assign=True)
-            weight = empty(out_features, in_features, dtype=int8, device=device)
-            scale = empty(out_features, dtype=float32, device=device)
-            b = empty(out_features, dtype=float32, device=device) if bias else None
-        else:
-            bound = 1.0 / math.sqrt(in_features) if in_features > 0 else 0.0
-            w = empty(out_features, in_features, dtype=float32).uniform_(-bound, bound)
-            q, s = dispatch.kernels_for(CPU).quantize_per_channel(w.numpy())
-            weight, scale = tensor(q, device=device), tensor(s, device=device)
-            b = empty(out_features, dtype=float32, device=device).uniform_(-bound, bound) if bias else None
-        self.weight = Parameter(weight)
-        self.scale = Parameter(scale)
-        if b is not None:
-            self.bias = Parameter(b)
-        else:
-            self.register_parameter("bias", None)
+        shape = (self.out_features, self.in_features)
+        w, b = uniform_weight_and_bias(shape, self.in_features, bias, float32, device)
+        if w.has_storage:
+            q, s = dispatch.kernels_for(w.device).quantize_per_channel(w._array())
+            weight, scale = w._wrap(q), w._wrap(s)
+        else:  # meta init: storage-free declarations for load_state_dict(assign=True)
+            weight, scale = empty(*shape, dtype=int8, device=device), empty(shape[0], dtype=float32, device=device)
+        declare(self, weight=weight, scale=scale, bias=b)
 
     def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
         pack: Pack = kernels.pack_quantized_linear(arrays["weight"], arrays["scale"], arrays["bias"])
@@ -109,20 +87,15 @@ class QuantizedLinear(PackedLayer):
             raise TypeError(f"QuantizedLinear.from_float takes a packrt.nn.Linear, got {type(linear).__name__}")
         weight: Tensor = linear._parameters["weight"]  # type: ignore[assignment]
         try:
-            q, s = dispatch.kernels_for(CPU).quantize_per_channel(weight.cpu().numpy())
+            q, s = dispatch.kernels_for(weight.device).quantize_per_channel(weight._array())
         except ValueError as err:
             raise ValueError(f"QuantizedLinear.from_float: cannot quantize the Linear's weight: {err}") from err
-        device = weight.device
         bias = linear._parameters.get("bias")
         fresh = cls.__new__(cls)
         PackedLayer.__init__(fresh, weight_residency)
         fresh.in_features, fresh.out_features = linear.in_features, linear.out_features
-        fresh.weight = Parameter(tensor(q, device=device))
-        fresh.scale = Parameter(tensor(s, device=device))
-        if bias is not None:
-            fresh.bias = Parameter(bias.to(float32).clone())
-        else:
-            fresh.register_parameter("bias", None)
+        b = None if bias is None else bias.to(float32).clone()
+        declare(fresh, weight=weight._wrap(q), scale=weight._wrap(s), bias=b)
         return fresh
 
     # -- Module hooks --------------------------------------------------------------------------
@@ -162,9 +135,6 @@ class QuantizedLinear(PackedLayer):
                 f"{name} takes floating-point input (weight-only int8), got {x.dtype.name}: cast it with x.float()"
             )
         return self._serve(x)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
 __all__ = ["QuantizedLinear"]

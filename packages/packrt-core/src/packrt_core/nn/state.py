@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from packrt_core.errors import ReadOnlyError, ResidencyError, StateDictError, StorageFreeError
+from packrt_core.errors import ReadOnlyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.nn.residency import check_residency
 from packrt_core.tensor import Tensor, _Lineage
 
 if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
     from packrt_core.nn.module import Module
 
-WEIGHT_RESIDENCIES = ("packed", "borrowed", "auto", "per_call")
 EXTRA_STATE_KEY = "_extra_state"
 
 
@@ -87,40 +87,67 @@ def load_state_dict(
     """``root.load_state_dict(...)``: validate everything, prepare every layer, then write."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
-    if weight_residency is not None and weight_residency not in WEIGHT_RESIDENCIES:
-        raise ResidencyError(
-            f"unknown weight_residency {weight_residency!r}: expected one of {', '.join(WEIGHT_RESIDENCIES)} or None"
-        )
+    check_residency(weight_residency, "load_state_dict")
     ties, extra = _layout(root)
+    match = _match(state_dict, ties, extra, assign)
+    if strict and (match.missing or match.unexpected):
+        match.problems[:0] = _key_lines(match.missing, match.unexpected)
+    if match.problems:
+        raise StateDictError(_failure(root, match.problems))
+    restored = [(key, module) for key, module in extra.items() if key in state_dict]
+    _apply(root, state_dict, match.chosen, restored, assign, pack, weight_residency)
+    return _IncompatibleKeys(match.missing, match.unexpected)
+
+
+@dataclass
+class _Match:
+    """What a checkpoint gives each tensor of the model, before anything is written: the value
+    chosen per tie, the keys missing and unexpected, and every problem found (all of them, so one
+    error lists everything to fix)."""
+
+    chosen: list[tuple[_Tie, Tensor]] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def _match(state_dict: Mapping[str, Any], ties: list[_Tie], extra: dict[str, Module], assign: bool) -> _Match:
     expected = {key for tie in ties for key in tie.keys} | set(extra)
-    unexpected = [key for key in state_dict if key not in expected]
-    missing: list[str] = []
-    problems: list[str] = []
-    chosen: list[tuple[_Tie, Tensor]] = []
+    match = _Match(unexpected=[key for key in state_dict if key not in expected])
     for tie in ties:
         present = [key for key in tie.keys if key in state_dict]
         if not present:
-            missing.append(tie.keys[0])
+            match.missing.append(tie.keys[0])
             continue
-        value = _as_tensor(state_dict[present[0]], present[0], problems)
+        value = _as_tensor(state_dict[present[0]], present[0], match.problems)
         for other in present[1:]:
             if not _same_values(state_dict[present[0]], state_dict[other]):
-                problems.append(
+                match.problems.append(
                     f"{present[0]} and {other} name one tied tensor of the model, but the checkpoint gives "
                     "them different values"
                 )
-        if value is not None and _check_value(tie, present[0], value, assign, problems):
-            chosen.append((tie, value))
-    missing.extend(key for key in extra if key not in state_dict)
-    if strict and (missing or unexpected):
-        problems[:0] = _key_lines(missing, unexpected)
-    if problems:
-        raise StateDictError(_failure(root, problems))
-    commits = _prepare(root, chosen, assign, pack, weight_residency)
+        if value is not None and _check_value(tie, present[0], value, assign, match.problems):
+            match.chosen.append((tie, value))
+    match.missing.extend(key for key in extra if key not in state_dict)
+    return match
+
+
+def _apply(
+    root: Module,
+    state_dict: Mapping[str, Any],
+    chosen: list[tuple[_Tie, Tensor]],
+    extra: list[tuple[str, Module]],
+    assign: bool,
+    pack: bool,
+    residency: str | None,
+) -> None:
+    """Prepare every layer, then write; a failure at any point (KeyboardInterrupt and MemoryError
+    included) puts the model back as it was."""
+    commits = _prepare(root, chosen, assign, pack, residency)
     bindings = _bindings(chosen) if assign else {}  # every new Parameter/Buffer object, made before any write
-    undo = _Undo(root, chosen, assign, [(key, module) for key, module in extra.items() if key in state_dict])
+    undo = _Undo(root, chosen, assign, extra)
     try:
-        for key, module in undo.extra:
+        for key, module in extra:
             module.set_extra_state(state_dict[key])
         _write(chosen, assign, bindings)
         for commit in commits:
@@ -130,10 +157,9 @@ def load_state_dict(
             for module in root.modules():
                 if module not in bound:
                     module._pack_now()
-    except BaseException:  # KeyboardInterrupt and MemoryError included: the model goes back as it was
+    except BaseException:
         undo.restore()
         raise
-    return _IncompatibleKeys(missing, unexpected)
 
 
 class _Undo:

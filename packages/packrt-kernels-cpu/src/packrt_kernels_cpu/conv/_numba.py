@@ -77,6 +77,34 @@ def columns_tiles(
              beta, c, plane, og * plane, groups)  # fmt: skip
 
 
+@_serial
+def _gather_band(plane: Array, first: int, left: int, even: Array, odd: Array) -> None:
+    """Rows ``first ..`` of ``plane`` (H, W) split by column parity: ``even[r, k]`` is column
+    ``2k - left`` of row ``first + r``, ``odd[r, k]`` column ``2k + 1 - left``; zero outside the plane."""
+    height, width, size = plane.shape[0], plane.shape[1], even.shape[1]
+    # the columns k of even (odd) that hold a column of the plane: lo .. hi - 1
+    even_lo, even_hi = min(size, (left + 1) // 2), min(size, (width + left + 1) // 2)
+    odd_lo, odd_hi = min(size, left // 2), min(size, (width + left) // 2)
+    for r in range(even.shape[0]):
+        y = first + r
+        if y < 0 or y >= height:
+            even[r] = 0
+            odd[r] = 0
+            continue
+        for k in range(even_lo):
+            even[r, k] = 0
+        for k in range(even_lo, even_hi):
+            even[r, k] = plane[y, 2 * k - left]
+        for k in range(even_hi, size):
+            even[r, k] = 0
+        for k in range(odd_lo):
+            odd[r, k] = 0
+        for k in range(odd_lo, odd_hi):
+            odd[r, k] = plane[y, 2 * k + 1 - left]
+        for k in range(odd_hi, size):
+            odd[r, k] = 0
+
+
 # -- conv2d's Winograd F(2x2, 3x3) transforms: one band of 4x4 input tiles -----------------------
 # Called per (image, band) tile on conv2d's own threads, so serial only. Every loop writes one
 # output stream from two or three input streams: a loop writing four needs more runtime overlap
@@ -90,32 +118,10 @@ def winograd_input(image: Array, first: int, left: int, v: Array, even: Array, o
     and subtracts only). Each row's even and odd columns are gathered apart (``even``, ``odd``:
     (rows, tw + 1)), so ``d B`` reads contiguously, into ``h`` (4, rows, tw); then ``B^T`` runs down
     each column. No padded copy of the input is made."""
-    channels, height, width = image.shape
-    rows, tw = even.shape[0], h.shape[2]
-    # the columns k of even (odd) that hold image column 2k - left (2k + 1 - left): lo .. hi - 1
-    even_lo, even_hi = min(tw + 1, (left + 1) // 2), min(tw + 1, (width + left + 1) // 2)
-    odd_lo, odd_hi = min(tw + 1, left // 2), min(tw + 1, (width + left) // 2)
+    channels, rows, tw = image.shape[0], even.shape[0], h.shape[2]
     for c in range(channels):
+        _gather_band(image[c], first, left, even, odd)
         for r in range(rows):
-            y = first + r
-            if y < 0 or y >= height:
-                for k in range(tw + 1):
-                    even[r, k] = 0
-                for k in range(tw + 1):
-                    odd[r, k] = 0
-            else:
-                for k in range(even_lo):
-                    even[r, k] = 0
-                for k in range(even_lo, even_hi):
-                    even[r, k] = image[c, y, 2 * k - left]
-                for k in range(even_hi, tw + 1):
-                    even[r, k] = 0
-                for k in range(odd_lo):
-                    odd[r, k] = 0
-                for k in range(odd_lo, odd_hi):
-                    odd[r, k] = image[c, y, 2 * k + 1 - left]
-                for k in range(odd_hi, tw + 1):
-                    odd[r, k] = 0
             for k in range(tw):
                 h[0, r, k] = even[r, k] - even[r, k + 1]
             for k in range(tw):

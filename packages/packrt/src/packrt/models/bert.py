@@ -65,8 +65,8 @@ def bert_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(tuple(rules), ignored, prefixes=("bert.",))
 
 
-def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
-    return BertEncoder(encoder_config(config), weight_residency=weight_residency)
+def _build(config: HFConfig) -> nn.Module:
+    return BertEncoder(encoder_config(config))
 
 
 FAMILY = Family(name="bert", model_types=("bert",), architectures=("BertModel",), build=_build, keymap=bert_keymap)

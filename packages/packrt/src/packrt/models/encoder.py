@@ -23,7 +23,14 @@ from dataclasses import dataclass
 import packrt
 from packrt import nn
 from packrt.errors import ShapeError
-from packrt.models.layers import Embedding, MultiHeadAttention, check_heads, check_ids, check_positive
+from packrt.models.layers import (
+    Embedding,
+    MultiHeadAttention,
+    check_attention_mask,
+    check_heads,
+    check_ids,
+    check_positive,
+)
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,11 @@ class EncoderConfig:
 class EncoderEmbeddings(nn.Module):
     """Sum of token, position and token-type embeddings, then LayerNorm."""
 
-    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+    def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.word = Embedding(config.vocab, config.hidden, weight_residency=weight_residency)
-        self.position = Embedding(config.max_positions, config.hidden, weight_residency=weight_residency)
-        self.token_type = Embedding(config.type_vocab, config.hidden, weight_residency=weight_residency)
+        self.word = Embedding(config.vocab, config.hidden)
+        self.position = Embedding(config.max_positions, config.hidden)
+        self.token_type = Embedding(config.type_vocab, config.hidden)
         self.norm = nn.LayerNorm(config.hidden, eps=config.eps)
 
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
@@ -74,11 +81,11 @@ class EncoderEmbeddings(nn.Module):
 class EncoderMLP(nn.Module):
     """``down(gelu(up(x)))``."""
 
-    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+    def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.up = nn.Linear(config.hidden, config.intermediate, weight_residency=weight_residency)
+        self.up = nn.Linear(config.hidden, config.intermediate)
         self.act = nn.GELU()
-        self.down = nn.Linear(config.intermediate, config.hidden, weight_residency=weight_residency)
+        self.down = nn.Linear(config.intermediate, config.hidden)
 
     def forward(self, x: packrt.Tensor) -> packrt.Tensor:
         out: packrt.Tensor = self.down(self.act(self.up(x)))
@@ -88,11 +95,11 @@ class EncoderMLP(nn.Module):
 class EncoderLayer(nn.Module):
     """One post-LN transformer layer: attention, add, norm; MLP, add, norm."""
 
-    def __init__(self, config: EncoderConfig, weight_residency: str | None = None) -> None:
+    def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
-        self.attention = MultiHeadAttention(config.hidden, config.heads, bias=True, weight_residency=weight_residency)
+        self.attention = MultiHeadAttention(config.hidden, config.heads, bias=True)
         self.attention_norm = nn.LayerNorm(config.hidden, eps=config.eps)
-        self.mlp = EncoderMLP(config, weight_residency)
+        self.mlp = EncoderMLP(config)
         self.mlp_norm = nn.LayerNorm(config.hidden, eps=config.eps)
 
     def forward(self, x: packrt.Tensor, attn_mask: packrt.Tensor | None = None) -> packrt.Tensor:
@@ -109,15 +116,15 @@ class BertEncoder(nn.Module):
     marks real tokens with 1/True and padding with 0/False, and no token attends to padding
     (padded positions still get an output row, computed from the real tokens).
     ``token_type_ids`` defaults to all zeros. Build it under :func:`packrt.meta_init` and bind a
-    checkpoint with ``load_state_dict(..., assign=True)`` to allocate the weights only once.
-    ``weight_residency`` is passed to every Linear and Embedding (None keeps their defaults).
+    checkpoint with ``load_state_dict(..., assign=True)`` to allocate the weights only once; the
+    load's ``weight_residency`` sets how its layers keep them.
     """
 
-    def __init__(self, config: EncoderConfig, *, weight_residency: str | None = None) -> None:
+    def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.config = config
-        self.embeddings = EncoderEmbeddings(config, weight_residency)
-        self.layers = nn.ModuleList([EncoderLayer(config, weight_residency) for _ in range(config.layers)])
+        self.embeddings = EncoderEmbeddings(config)
+        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.layers)])
 
     def forward(
         self,
@@ -125,20 +132,20 @@ class BertEncoder(nn.Module):
         attention_mask: packrt.Tensor | None = None,
         token_type_ids: packrt.Tensor | None = None,
     ) -> packrt.Tensor:
-        batch, seq = check_ids("BertEncoder", input_ids, self.config.max_positions)
+        batch, seq = self._check_ids(input_ids)
         mask = None
         if attention_mask is not None:
-            if attention_mask.shape != (batch, seq):
-                raise ShapeError(
-                    f"BertEncoder: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
-                    f"{(batch, seq)} with 1 for real tokens and 0 for padding"
-                )
+            check_attention_mask("BertEncoder", attention_mask, batch, seq)
             # (batch, 1, 1, seq): the same key mask for every head and every query
             mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
         x: packrt.Tensor = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
             x = layer(x, mask)
         return x
+
+    def _check_ids(self, input_ids: packrt.Tensor) -> tuple[int, int]:
+        """(batch, seq) of ``input_ids``, refused when the model cannot place them."""
+        return check_ids("BertEncoder", input_ids, self.config.max_positions)
 
     def extra_repr(self) -> str:
         c = self.config

@@ -24,7 +24,7 @@ import packrt
 from packrt import nn
 from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
-from packrt.models.layers import check_ids
+from packrt.models.layers import check_attention_mask, check_ids
 
 
 def _is_token(value: object, vocab: int) -> bool:
@@ -118,6 +118,25 @@ def sample_next(
     return chosen
 
 
+def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int) -> packrt.Tensor | None:
+    """Mark the prompt's padding in ``cache``; with any padding, the position of every prompt and
+    new token on the cache's device (real tokens counted only, padding at 0, as transformers'
+    ``generate`` numbers them), else None (positions are then the plain ``0..``)."""
+    batch, total = cache.batch, cache.capacity
+    if tuple(attention_mask.shape) != (batch, prompt):
+        raise ShapeError(f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}")
+    mask = _host(attention_mask) != 0
+    cache.set_padding(mask)
+    if not cache.padded:
+        return None
+    counted = np.cumsum(mask, axis=-1) - 1
+    counted[~mask] = 0
+    grid = np.empty((batch, total), dtype=np.int64)
+    grid[:, :prompt] = counted
+    grid[:, prompt:] = counted[:, -1:] + np.arange(1, total - prompt + 1)
+    return _placed(grid, cache.device)
+
+
 class CausalLM(nn.Module):
     """Base class of the causal LM families; see the module docstring for the two calls it provides."""
 
@@ -147,11 +166,7 @@ class CausalLM(nn.Module):
         batch, seq = check_ids(self._name(), input_ids, self.max_positions)
         key_mask = None
         if attention_mask is not None:
-            if tuple(attention_mask.shape) != (batch, seq):
-                raise ShapeError(
-                    f"{self._name()}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = "
-                    f"{(batch, seq)} with 1 for tokens and 0 for padding"
-                )
+            check_attention_mask(self._name(), attention_mask, batch, seq)
             keep = _host(attention_mask) != 0
             key_mask = None if keep.all() else _placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
@@ -165,6 +180,18 @@ class CausalLM(nn.Module):
         """Where the model computes: its parameters' device (the CPU for a model without any)."""
         first = next(iter(self.parameters()), None)
         return packrt.Device("cpu") if first is None else first.device
+
+    def _check_prompt(self, input_ids: packrt.Tensor, max_new_tokens: int) -> tuple[int, int]:
+        """(batch, prompt length) of a prompt that leaves room for ``max_new_tokens`` more positions."""
+        batch, prompt = check_ids(self._name(), input_ids, None)
+        if prompt == 0:
+            raise ShapeError(f"{self._name()}.generate needs a prompt of at least one token")
+        if self.max_positions is not None and prompt + max_new_tokens > self.max_positions:
+            raise ShapeError(
+                f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
+                f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
+            )
+        return batch, prompt
 
     def generate(
         self,
@@ -201,35 +228,14 @@ class CausalLM(nn.Module):
                 f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad_token_id!r}; it is "
                 "written into the rows that have ended"
             )
-        batch, prompt = check_ids(self._name(), input_ids, None)
+        batch, prompt = self._check_prompt(input_ids, max_new_tokens)
         total = prompt + max_new_tokens
-        if prompt == 0:
-            raise ShapeError(f"{self._name()}.generate needs a prompt of at least one token")
-        if self.max_positions is not None and total > self.max_positions:
-            raise ShapeError(
-                f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
-                f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
-            )
         device = self._device()
         tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
         tokens[:, :prompt] = prompt_ids = _host(input_ids)
         check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
         cache = KVCache(self.num_layers, batch, total, device)
-        positions = None
-        if attention_mask is not None:
-            if tuple(attention_mask.shape) != (batch, prompt):
-                raise ShapeError(
-                    f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}"
-                )
-            mask = _host(attention_mask) != 0
-            cache.set_padding(mask)
-            if cache.padded:  # positions count real tokens only; padding sits at position 0
-                counted = np.cumsum(mask, axis=-1) - 1
-                counted[~mask] = 0
-                grid = np.empty((batch, total), dtype=np.int64)
-                grid[:, :prompt] = counted
-                grid[:, prompt:] = counted[:, -1:] + np.arange(1, max_new_tokens + 1)
-                positions = _placed(grid, device)
+        positions = None if attention_mask is None else _padded_positions(cache, attention_mask, prompt)
         key_mask = cache.key_mask if cache.padded else None
         rng = np.random.default_rng(seed)
         finished = np.zeros(batch, dtype=bool)

@@ -37,6 +37,7 @@ from packrt.models import llama
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError
 from packrt.models.keymap import KeyMap, Mapped, Rule, template_of
 from packrt_core.nn.memory import name_converted_array
+from packrt_core.nn.residency import check_residency
 
 # general.architecture -> (model_type, the architecture class it is served as)
 ARCHITECTURES: Final[dict[str, tuple[str, str]]] = {
@@ -260,11 +261,12 @@ def from_gguf(
     ``dtype`` casts every floating weight (default: F32/F16/BF16 as stored, quantised types as
     float32). Called by :func:`packrt.models.from_pretrained` for a path to a GGUF file.
     """
+    check_residency(weight_residency, "from_gguf")  # before any tensor is dequantised
     file = packrt_io.open_gguf(Path(os.fspath(path)))
     arch, model_type, architecture = _architecture(file)
     config = gguf_config(file)
     with packrt.meta_init():
-        model = llama.FAMILY.build(config, weight_residency)
+        model = llama.FAMILY.build(config)
     name = f"{architecture} ({model_type}, GGUF)"
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
     plan = plan_gguf(file, gguf_keymap(config), expected, strict, name)

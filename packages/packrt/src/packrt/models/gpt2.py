@@ -41,7 +41,7 @@ def _activation(name: str) -> nn.Module:
 class GPT2Attention(nn.Module):
     """Causal multi-head attention from one fused qkv projection."""
 
-    def __init__(self, config: HFConfig, index: int, weight_residency: str | None) -> None:
+    def __init__(self, config: HFConfig, index: int) -> None:
         super().__init__()
         hidden, heads = config.integer("n_embd"), config.integer("n_head")
         if hidden % heads:
@@ -51,8 +51,8 @@ class GPT2Attention(nn.Module):
         if config.flag("scale_attn_by_inverse_layer_idx", False):
             scale /= index + 1
         self.scale = scale
-        self.qkv = nn.Linear(hidden, 3 * hidden, weight_residency=weight_residency)
-        self.out = nn.Linear(hidden, hidden, weight_residency=weight_residency)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
 
     def forward(self, x: packrt.Tensor, step: Step, cache: KVCache | None) -> packrt.Tensor:
         batch, seq, _ = x.shape
@@ -66,13 +66,13 @@ class GPT2Attention(nn.Module):
 class GPT2MLP(nn.Module):
     """``down(act(up(x)))``."""
 
-    def __init__(self, config: HFConfig, weight_residency: str | None) -> None:
+    def __init__(self, config: HFConfig) -> None:
         super().__init__()
         hidden = config.integer("n_embd")
         inner = config.optional_int("n_inner") or 4 * hidden
-        self.up = nn.Linear(hidden, inner, weight_residency=weight_residency)
+        self.up = nn.Linear(hidden, inner)
         self.act = _activation(config.choice("activation_function", ACTIVATIONS, "gelu_new"))
-        self.down = nn.Linear(inner, hidden, weight_residency=weight_residency)
+        self.down = nn.Linear(inner, hidden)
 
     def forward(self, x: packrt.Tensor) -> packrt.Tensor:
         out: packrt.Tensor = self.down(self.act(self.up(x)))
@@ -82,13 +82,13 @@ class GPT2MLP(nn.Module):
 class GPT2Layer(nn.Module):
     """One pre-LN layer."""
 
-    def __init__(self, config: HFConfig, index: int, weight_residency: str | None) -> None:
+    def __init__(self, config: HFConfig, index: int) -> None:
         super().__init__()
         hidden, eps = config.integer("n_embd"), config.number("layer_norm_epsilon", 1e-5)
         self.attention_norm = nn.LayerNorm(hidden, eps=eps)
-        self.attention = GPT2Attention(config, index, weight_residency)
+        self.attention = GPT2Attention(config, index)
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
-        self.mlp = GPT2MLP(config, weight_residency)
+        self.mlp = GPT2MLP(config)
 
     def forward(self, x: packrt.Tensor, step: Step, cache: KVCache | None) -> packrt.Tensor:
         x = x + self.attention(self.attention_norm(x), step, cache)
@@ -103,7 +103,7 @@ class GPT2LMHeadModel(CausalLM):
     and ``generate``.
     """
 
-    def __init__(self, config: HFConfig, weight_residency: str | None = None) -> None:
+    def __init__(self, config: HFConfig) -> None:
         super().__init__()
         hidden, layers = config.integer("n_embd"), config.integer("n_layer")
         self.vocab = config.integer("vocab_size")
@@ -111,11 +111,11 @@ class GPT2LMHeadModel(CausalLM):
         self.max_positions = config.integer("n_positions", 1024)
         self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
         self.tied = config.flag("tie_word_embeddings", True)
-        self.embed = nn.Embedding(self.vocab, hidden, weight_residency=weight_residency)
-        self.positions = nn.Embedding(self.max_positions, hidden, weight_residency=weight_residency)
-        self.layers = nn.ModuleList([GPT2Layer(config, i, weight_residency) for i in range(layers)])
+        self.embed = nn.Embedding(self.vocab, hidden)
+        self.positions = nn.Embedding(self.max_positions, hidden)
+        self.layers = nn.ModuleList([GPT2Layer(config, i) for i in range(layers)])
         self.norm = nn.LayerNorm(hidden, eps=config.number("layer_norm_epsilon", 1e-5))
-        self.lm_head = nn.Linear(hidden, self.vocab, bias=False, weight_residency=weight_residency)
+        self.lm_head = nn.Linear(hidden, self.vocab, bias=False)
         if self.tied:
             self.lm_head.weight = self.embed.weight
 
@@ -164,8 +164,8 @@ def gpt2_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("transformer.",))
 
 
-def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
-    return GPT2LMHeadModel(config, weight_residency)
+def _build(config: HFConfig) -> nn.Module:
+    return GPT2LMHeadModel(config)
 
 
 FAMILY = Family(

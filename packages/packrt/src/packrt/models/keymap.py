@@ -118,14 +118,15 @@ class KeyMap:
 class Family:
     """A model family ``from_pretrained`` knows: the config.json names it answers to, and how to build it.
 
-    ``build(config, weight_residency)`` declares the model from config.json's dict (called under
-    :func:`packrt.meta_init`); ``keymap(config)`` gives the table its checkpoint keys load through.
+    ``build(config)`` declares the model from config.json's dict (called under :func:`packrt.meta_init`;
+    the load that binds the weights sets their residency); ``keymap(config)`` gives the table its
+    checkpoint keys load through.
     """
 
     name: str
     model_types: tuple[str, ...]
     architectures: tuple[str, ...]
-    build: Callable[[HFConfig, str | None], nn.Module]
+    build: Callable[[HFConfig], nn.Module]
     keymap: Callable[[HFConfig], KeyMap]
 
 

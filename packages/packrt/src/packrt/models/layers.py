@@ -54,6 +54,15 @@ def check_ids(model: str, ids: packrt.Tensor, max_positions: int | None) -> tupl
     return batch, seq
 
 
+def check_attention_mask(model: str, attention_mask: packrt.Tensor, batch: int, seq: int) -> None:
+    """ShapeError unless ``attention_mask`` is (batch, seq), the shape of the ids it marks."""
+    if tuple(attention_mask.shape) != (batch, seq):
+        raise ShapeError(
+            f"{model}: attention_mask has shape {attention_mask.shape}, expected (batch, seq) = {(batch, seq)} "
+            "with 1 for tokens and 0 for padding"
+        )
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention with ``heads`` heads over ``hidden`` features.
 
@@ -64,15 +73,15 @@ class MultiHeadAttention(nn.Module):
     rotates queries and keys by position before the scores are taken.
     """
 
-    def __init__(self, hidden: int, heads: int, *, bias: bool, weight_residency: str | None = None) -> None:
+    def __init__(self, hidden: int, heads: int, *, bias: bool) -> None:
         super().__init__()
         self.hidden = hidden
         self.heads = heads
         self.head_dim = hidden // heads
-        self.q_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.k_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.v_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
-        self.o_proj = nn.Linear(hidden, hidden, bias=bias, weight_residency=weight_residency)
+        self.q_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.k_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.v_proj = nn.Linear(hidden, hidden, bias=bias)
+        self.o_proj = nn.Linear(hidden, hidden, bias=bias)
 
     def _split(self, x: packrt.Tensor) -> packrt.Tensor:
         batch, seq, _ = x.shape
@@ -97,4 +106,4 @@ class MultiHeadAttention(nn.Module):
         return f"hidden={self.hidden}, heads={self.heads}"
 
 
-__all__ = ["Embedding", "MultiHeadAttention", "check_heads", "check_ids", "check_positive"]
+__all__ = ["Embedding", "MultiHeadAttention", "check_attention_mask", "check_heads", "check_ids", "check_positive"]

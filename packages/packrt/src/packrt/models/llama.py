@@ -30,6 +30,7 @@ from packrt.models.attention import KVCache, Step, attend
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
+from packrt.models.rotary import RotaryTables
 
 _functional = nn.functional
 
@@ -66,44 +67,6 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
         middle = ~(wavelength < context / high) & ~(wavelength > context / low)
         return np.where(middle, blended, scaled).astype(np.float32)
     return inv_freq
-
-
-class RotaryTables:
-    """cos/sin rows for positions, grown on demand and kept: a decode step only slices them.
-
-    Angles are ``position * inv_freq`` in float32, as transformers forms them; cos and sin are
-    taken in float64 and rounded once.
-    """
-
-    def __init__(self, inv_freq: np.ndarray) -> None:
-        self.inv_freq = inv_freq
-        self._cos: packrt.Tensor | None = None
-        self._sin: packrt.Tensor | None = None
-        self._rows = 0
-
-    def _grow(self, rows: int, device: packrt.Device) -> None:
-        size = max(64, 1 << (rows - 1).bit_length())
-        angles = np.arange(size, dtype=np.float32)[:, None] * self.inv_freq[None, :]
-        angles = np.concatenate([angles, angles], axis=-1).astype(np.float64)
-        self._cos = packrt.from_numpy(np.cos(angles).astype(np.float32)).to(device)
-        self._sin = packrt.from_numpy(np.sin(angles).astype(np.float32)).to(device)
-        self._rows = size
-
-    def __call__(
-        self, offset: int, length: int, positions: packrt.Tensor | None, like: packrt.Tensor
-    ) -> tuple[packrt.Tensor, packrt.Tensor]:
-        """(cos, sin) broadcasting against (batch, heads, length, head_dim), in ``like``'s dtype."""
-        needed = offset + length if positions is None else int(positions.max().item()) + 1
-        if needed > self._rows or self._cos is None or self._sin is None or self._cos.device != like.device:
-            self._grow(needed, like.device)
-        assert self._cos is not None and self._sin is not None
-        if positions is None:
-            cos, sin = self._cos[offset : offset + length], self._sin[offset : offset + length]
-        else:
-            cos, sin = self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
-        if cos.dtype is not like.dtype:
-            cos, sin = cos.to(like.dtype), sin.to(like.dtype)
-        return cos, sin
 
 
 @dataclass(frozen=True)
@@ -171,15 +134,14 @@ class LlamaGeometry:
 class GroupedQueryAttention(nn.Module):
     """Rotary grouped-query attention over a key/value cache (see :func:`packrt.models.attention.attend`)."""
 
-    def __init__(self, g: LlamaGeometry, index: int, weight_residency: str | None) -> None:
+    def __init__(self, g: LlamaGeometry, index: int) -> None:
         super().__init__()
         self.index, self.heads, self.kv_heads, self.head_dim = index, g.heads, g.kv_heads, g.head_dim
         self.window = g.windows[index]
-        r = weight_residency
-        self.q_proj = nn.Linear(g.hidden, g.heads * g.head_dim, bias=g.qkv_bias, weight_residency=r)
-        self.k_proj = nn.Linear(g.hidden, g.kv_heads * g.head_dim, bias=g.qkv_bias, weight_residency=r)
-        self.v_proj = nn.Linear(g.hidden, g.kv_heads * g.head_dim, bias=g.qkv_bias, weight_residency=r)
-        self.o_proj = nn.Linear(g.heads * g.head_dim, g.hidden, bias=g.o_bias, weight_residency=r)
+        self.q_proj = nn.Linear(g.hidden, g.heads * g.head_dim, bias=g.qkv_bias)
+        self.k_proj = nn.Linear(g.hidden, g.kv_heads * g.head_dim, bias=g.qkv_bias)
+        self.v_proj = nn.Linear(g.hidden, g.kv_heads * g.head_dim, bias=g.qkv_bias)
+        self.o_proj = nn.Linear(g.heads * g.head_dim, g.hidden, bias=g.o_bias)
 
     def forward(
         self,
@@ -202,12 +164,12 @@ class GroupedQueryAttention(nn.Module):
 class SwiGLU(nn.Module):
     """``down(silu(gate(x)) * up(x))``."""
 
-    def __init__(self, g: LlamaGeometry, weight_residency: str | None) -> None:
+    def __init__(self, g: LlamaGeometry) -> None:
         super().__init__()
-        r, b = weight_residency, g.mlp_bias
-        self.gate = nn.Linear(g.hidden, g.intermediate, bias=b, weight_residency=r)
-        self.up = nn.Linear(g.hidden, g.intermediate, bias=b, weight_residency=r)
-        self.down = nn.Linear(g.intermediate, g.hidden, bias=b, weight_residency=r)
+        b = g.mlp_bias
+        self.gate = nn.Linear(g.hidden, g.intermediate, bias=b)
+        self.up = nn.Linear(g.hidden, g.intermediate, bias=b)
+        self.down = nn.Linear(g.intermediate, g.hidden, bias=b)
         self.act = nn.SiLU()
 
     def forward(self, x: packrt.Tensor) -> packrt.Tensor:
@@ -218,12 +180,12 @@ class SwiGLU(nn.Module):
 class LlamaLayer(nn.Module):
     """One pre-norm decoder layer."""
 
-    def __init__(self, g: LlamaGeometry, index: int, weight_residency: str | None) -> None:
+    def __init__(self, g: LlamaGeometry, index: int) -> None:
         super().__init__()
         self.attention_norm = nn.RMSNorm(g.hidden, eps=g.eps)
-        self.attention = GroupedQueryAttention(g, index, weight_residency)
+        self.attention = GroupedQueryAttention(g, index)
         self.mlp_norm = nn.RMSNorm(g.hidden, eps=g.eps)
-        self.mlp = SwiGLU(g, weight_residency)
+        self.mlp = SwiGLU(g)
 
     def forward(
         self, x: packrt.Tensor, rotary: tuple[packrt.Tensor, packrt.Tensor], step: Step, cache: KVCache | None
@@ -240,7 +202,7 @@ class LlamaForCausalLM(CausalLM):
     ``attention_mask`` and ``generate``.
     """
 
-    def __init__(self, config: HFConfig, weight_residency: str | None = None) -> None:
+    def __init__(self, config: HFConfig) -> None:
         super().__init__()
         g = LlamaGeometry.from_config(config)
         self.geometry = g
@@ -248,10 +210,10 @@ class LlamaForCausalLM(CausalLM):
         self.vocab = g.vocab
         self.pad_token_id = g.pad_token_id
         self.rotary = RotaryTables(rope_frequencies(config, g.head_dim))
-        self.embed = nn.Embedding(g.vocab, g.hidden, weight_residency=weight_residency)
-        self.layers = nn.ModuleList([LlamaLayer(g, i, weight_residency) for i in range(g.layers)])
+        self.embed = nn.Embedding(g.vocab, g.hidden)
+        self.layers = nn.ModuleList([LlamaLayer(g, i) for i in range(g.layers)])
         self.norm = nn.RMSNorm(g.hidden, eps=g.eps)
-        self.lm_head = nn.Linear(g.hidden, g.vocab, bias=False, weight_residency=weight_residency)
+        self.lm_head = nn.Linear(g.hidden, g.vocab, bias=False)
         if g.tied:
             self.lm_head.weight = self.embed.weight
 
@@ -302,8 +264,8 @@ def llama_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
-def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
-    return LlamaForCausalLM(config, weight_residency)
+def _build(config: HFConfig) -> nn.Module:
+    return LlamaForCausalLM(config)
 
 
 FAMILY = Family(

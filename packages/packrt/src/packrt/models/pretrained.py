@@ -39,6 +39,7 @@ from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.quantization import check_quantize, quantize_linears
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
+from packrt_core.nn.residency import check_residency
 
 FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
 _SHOWN = 8  # problems listed in one message; the rest are counted
@@ -296,6 +297,7 @@ def from_pretrained(
     tensors as stored (mapped), quantised ones dequantised to float32 (then to int8 with ``quantize``).
     """
     check_quantize(quantize)
+    check_residency(weight_residency, "from_pretrained")  # before any file is read
     directory = Path(os.fspath(path))
     if packrt_io.is_gguf(directory):
         from packrt.models.gguf import from_gguf  # imported on use: GGUF needs the gguf extra
@@ -313,7 +315,7 @@ def from_pretrained(
     keymap = family.keymap(config)
     check_capacity(config, schema, info, keymap)  # before anything is declared
     with packrt.meta_init():
-        model = family.build(config, weight_residency)
+        model = family.build(config)
     name = f"{(config.get('architectures') or [family.name])[0]} ({config.get('model_type')})"
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
     plan = plan_load(info, keymap, expected, strict, name)
@@ -347,7 +349,7 @@ def check_pretrained(
     family = find_family(config)
     validate(config)  # the schema first: nothing is declared from a config it refuses
     with packrt.meta_init():
-        model = family.build(config, None)
+        model = family.build(config)
     state = model.state_dict(keep_vars=True)
     expected = {key: tuple(value.shape) for key, value in state.items()}
     path = directory if checkpoint is None else checkpoint

@@ -15,7 +15,7 @@ Parameter names are :class:`~packrt.models.BertEncoder`'s; the checkpoint's ``po
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import packrt
 from packrt import nn
@@ -59,8 +59,8 @@ def roberta_positions(input_ids: packrt.Tensor, padding_idx: int) -> packrt.Tens
 class RobertaEmbeddings(EncoderEmbeddings):
     """Token, position (numbered as the module docstring says) and token-type embeddings, then LayerNorm."""
 
-    def __init__(self, config: RobertaConfig, weight_residency: str | None = None) -> None:
-        super().__init__(config, weight_residency)
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
         self.padding_idx = config.padding_idx
 
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
@@ -85,16 +85,11 @@ class RobertaEncoder(BertEncoder):
     ``max_positions - padding_idx - 1`` tokens long.
     """
 
-    def __init__(self, config: RobertaConfig, *, weight_residency: str | None = None) -> None:
-        super().__init__(config, weight_residency=weight_residency)
-        self.embeddings = RobertaEmbeddings(config, weight_residency)
+    def __init__(self, config: RobertaConfig) -> None:
+        super().__init__(config)
+        self.embeddings = RobertaEmbeddings(config)
 
-    def forward(
-        self,
-        input_ids: packrt.Tensor,
-        attention_mask: packrt.Tensor | None = None,
-        token_type_ids: packrt.Tensor | None = None,
-    ) -> packrt.Tensor:
+    def _check_ids(self, input_ids: packrt.Tensor) -> tuple[int, int]:
         config = self.config
         assert isinstance(config, RobertaConfig)
         longest = config.max_positions - config.padding_idx - 1
@@ -103,8 +98,7 @@ class RobertaEncoder(BertEncoder):
                 f"RobertaEncoder: a sequence of {input_ids.shape[1]} tokens is longer than the {longest} positions "
                 f"the table holds (max_positions={config.max_positions} less padding_idx + 1); truncate the input"
             )
-        out: packrt.Tensor = super().forward(input_ids, attention_mask, token_type_ids)
-        return out
+        return super()._check_ids(input_ids)
 
 
 def roberta_config(config: HFConfig) -> RobertaConfig:
@@ -129,8 +123,8 @@ def roberta_keymap(config: HFConfig) -> KeyMap:
     return KeyMap(table.rules, table.ignored | {"embeddings.token_type_ids"}, prefixes=("roberta.",))
 
 
-def _build(config: HFConfig, weight_residency: str | None) -> nn.Module:
-    return RobertaEncoder(roberta_config(config), weight_residency=weight_residency)
+def _build(config: HFConfig) -> nn.Module:
+    return RobertaEncoder(roberta_config(config))
 
 
 FAMILY = Family(
@@ -140,13 +134,7 @@ FAMILY = Family(
     build=_build,
     keymap=roberta_keymap,
 )
-XLM_FAMILY = Family(
-    name="xlm-roberta",
-    model_types=("xlm-roberta",),
-    architectures=("XLMRobertaModel",),
-    build=_build,
-    keymap=roberta_keymap,
-)
+XLM_FAMILY = replace(FAMILY, name="xlm-roberta", model_types=("xlm-roberta",), architectures=("XLMRobertaModel",))
 
 __all__ = [
     "FAMILY",

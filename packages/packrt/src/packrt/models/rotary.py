@@ -14,17 +14,68 @@ import packrt
 from packrt import nn
 
 
-def rotary_tables(max_positions: int, head_dim: int, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin), each (max_positions, head_dim) float32, for positions 0..max_positions-1.
+def cos_sin_tables(inv_freq: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin), each (rows, 2 * len(inv_freq)) float32, for positions ``0..rows-1``: the one table
+    builder every rotary model uses.
 
-    Computed in float64 and rounded once, so long positions keep their phase accuracy.
+    Angles are ``position * inv_freq`` in ``inv_freq``'s dtype (float32 gives transformers' tables
+    bit for bit; float64 keeps the phase of long positions), repeated over both halves; cos and sin
+    are taken in float64 and rounded once.
     """
+    angles = np.arange(rows, dtype=inv_freq.dtype)[:, None] * inv_freq[None, :]
+    angles = np.concatenate([angles, angles], axis=-1).astype(np.float64)
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def inverse_frequencies(head_dim: int, theta: float = 10000.0) -> np.ndarray:
+    """``theta ** (-2i / head_dim)`` for ``i < head_dim / 2``, in float64."""
     if head_dim % 2:
         raise ValueError(f"rotary embeddings pair features in halves, so head_dim must be even, got {head_dim}")
-    inv_freq = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
-    angles = np.outer(np.arange(max_positions, dtype=np.float64), inv_freq)
-    angles = np.concatenate([angles, angles], axis=-1)
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    inv_freq: np.ndarray = theta ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    return inv_freq
+
+
+def rotary_tables(max_positions: int, head_dim: int, theta: float = 10000.0) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin), each (max_positions, head_dim) float32, for positions 0..max_positions-1, from
+    float64 angles (:func:`cos_sin_tables` of :func:`inverse_frequencies`)."""
+    return cos_sin_tables(inverse_frequencies(head_dim, theta), max_positions)
+
+
+class RotaryTables:
+    """cos/sin rows for positions, grown on demand and kept: a decode step only slices them.
+
+    A causal LM holds one (built from its inverse frequencies) and asks it for each forward's rows;
+    the tables follow the device of the activations they are asked for.
+    """
+
+    def __init__(self, inv_freq: np.ndarray) -> None:
+        self.inv_freq = inv_freq
+        self._cos: packrt.Tensor | None = None
+        self._sin: packrt.Tensor | None = None
+        self._rows = 0
+
+    def _grow(self, rows: int, device: packrt.Device) -> None:
+        size = max(64, 1 << (rows - 1).bit_length())  # powers of two: a long generation regrows a few times
+        cos, sin = cos_sin_tables(self.inv_freq, size)
+        self._cos = packrt.from_numpy(cos).to(device)
+        self._sin = packrt.from_numpy(sin).to(device)
+        self._rows = size
+
+    def __call__(
+        self, offset: int, length: int, positions: packrt.Tensor | None, like: packrt.Tensor
+    ) -> tuple[packrt.Tensor, packrt.Tensor]:
+        """(cos, sin) broadcasting against (batch, heads, length, head_dim), in ``like``'s dtype."""
+        needed = offset + length if positions is None else int(positions.max().item()) + 1
+        if needed > self._rows or self._cos is None or self._sin is None or self._cos.device != like.device:
+            self._grow(needed, like.device)
+        assert self._cos is not None and self._sin is not None
+        if positions is None:
+            cos, sin = self._cos[offset : offset + length], self._sin[offset : offset + length]
+        else:
+            cos, sin = self._cos[positions].unsqueeze(1), self._sin[positions].unsqueeze(1)
+        if cos.dtype is not like.dtype:
+            cos, sin = cos.to(like.dtype), sin.to(like.dtype)
+        return cos, sin
 
 
 def rotate_half(x: packrt.Tensor) -> packrt.Tensor:
@@ -66,4 +117,4 @@ class RotaryEmbedding(nn.Module):
         return f"head_dim={self.head_dim}, max_positions={self.max_positions}, theta={self.theta:g}"
 
 
-__all__ = ["RotaryEmbedding", "rotary_tables", "rotate_half"]
+__all__ = ["RotaryEmbedding", "RotaryTables", "cos_sin_tables", "inverse_frequencies", "rotary_tables", "rotate_half"]
