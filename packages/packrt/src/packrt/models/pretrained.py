@@ -33,14 +33,23 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
-from packrt.models import bert, gpt2, llama, roberta
+from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
 from packrt.models.config_schema import check_capacity, validate
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.quantization import check_quantize, quantize_linears
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 
-FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
+FAMILIES: tuple[Family, ...] = (
+    bert.FAMILY,
+    roberta.FAMILY,
+    roberta.XLM_FAMILY,
+    gpt2.FAMILY,
+    llama.FAMILY,
+    qwen3.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
+)
 _SHOWN = 8  # problems listed in one message; the rest are counted
 
 
