@@ -35,6 +35,8 @@ from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
 from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
 from packrt.models.config_schema import check_capacity, validate
+from packrt.models.generation import CausalLM
+from packrt.models.generation_defaults import read_generation_defaults
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.quantization import check_quantize, quantize_linears
@@ -317,6 +319,7 @@ def from_pretrained(
     config = read_config(directory)
     family = find_family(config)
     schema = validate(config)
+    generation = read_generation_defaults(directory, config)  # checked before anything is built, like the config
     cast = _dtype(dtype)
     info = packrt_io.inspect_checkpoint(directory)
     keymap = family.keymap(config)
@@ -330,6 +333,8 @@ def from_pretrained(
     state = load_tensors(info, plan, cast, progress)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
+    if isinstance(model, CausalLM):
+        model.generation_defaults = generation
     if quantize == "int8":
         quantize_linears(model, weight_residency)
     if device != "cpu":
