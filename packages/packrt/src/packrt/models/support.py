@@ -26,8 +26,8 @@ def support_rows() -> list[tuple[str, str, str]]:
         for kind in family.model_types
     ]
     rows += [
-        ("GGUF `general.architecture`", f"`{arch}`", f"{cls} (`{model_type}`)")
-        for arch, (model_type, cls) in gguf.ARCHITECTURES.items()
+        ("GGUF `general.architecture`", f"`{arch}`", f"{spec.architecture} (`{spec.model_type}`)")
+        for arch, spec in gguf.ARCHITECTURES.items()
     ]
     rows += [
         ("GGUF tensor type", _code(list(packrt_io.GGUF_STORED_TYPES)), "as stored, mapped from the file"),
