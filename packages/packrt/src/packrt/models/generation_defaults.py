@@ -26,6 +26,7 @@ from packrt.errors import CheckpointError
 from packrt.models.hfconfig import HFConfig, read_json
 
 FILE: Final = "generation_config.json"
+FIELDS: Final = ("eos_token_id", "pad_token_id", "max_new_tokens", "max_length")  # what generate reads of it
 DEFAULT_NEW_TOKENS: Final = 20  # transformers' max_length default (20), counted from the prompt when unset
 
 
@@ -120,6 +121,7 @@ def read_generation_defaults(directory: Path, config: HFConfig) -> GenerationDef
 
 __all__ = [
     "DEFAULT_NEW_TOKENS",
+    "FIELDS",
     "FILE",
     "GenerationConfigError",
     "GenerationDefaults",
