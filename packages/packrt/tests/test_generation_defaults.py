@@ -166,7 +166,8 @@ def test_a_prompt_that_fills_max_length_is_refused_as_transformers_refuses_it(sa
 
 BAD = [
     ({"eos_token_id": "2"}, "eos_token_id", "'2'"),
-    ({"eos_token_id": [1, VOCAB]}, "eos_token_id", f"[1, {VOCAB}]"),
+    ({"eos_token_id": [1, -2]}, "eos_token_id", "[1, -2]"),
+    ({"pad_token_id": VOCAB}, "pad_token_id", f"{VOCAB}"),
     ({"eos_token_id": [1, True]}, "eos_token_id", "[1, True]"),
     ({"pad_token_id": [1, 2]}, "pad_token_id", "[1, 2]"),
     ({"pad_token_id": -1}, "pad_token_id", "-1"),
@@ -192,3 +193,15 @@ def test_a_generation_config_json_that_is_not_an_object_is_refused(saved: Path, 
     (directory / "generation_config.json").write_text("[1, 2]")
     with pytest.raises(GenerationConfigError, match=r"generation_config\.json' holds a list, expected a JSON object"):
         from_pretrained(directory)
+
+
+def test_an_eos_id_past_the_vocabulary_is_left_out_as_it_can_never_be_produced(
+    saved: Path, transformers: ModuleType, torch: ModuleType, tmp_path: Path
+) -> None:
+    first, _ = _emitted(saved)
+    # GPT-2's 50256 kept in a small model's files: transformers warns and generates on; so does packrt
+    directory = _variant(saved, tmp_path / "m", {"eos_token_id": [50256, first], "pad_token_id": 0})
+    model = from_pretrained(directory)
+    assert model.generation_defaults is not None and model.generation_defaults.eos_token_ids == (first,)
+    ours, theirs = _both(transformers, torch, directory, max_new_tokens=8)
+    np.testing.assert_array_equal(ours, theirs)

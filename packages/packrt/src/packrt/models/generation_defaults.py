@@ -66,18 +66,24 @@ class GenerationDefaults:
 
 
 def _ids(where: str, name: str, value: Any, vocab: int | None, many: bool) -> tuple[int, ...]:
+    """The ids of an eos field (``many``: an id or a list) or a pad field (one id), checked.
+
+    An eos id past the vocabulary is left out: no step can produce it (transformers only warns of it,
+    and small test models keep GPT-2's 50256). A pad id is written into the output, so it must be a token.
+    """
     if value is None:
         return ()
     items = value if many and isinstance(value, list) else [value]
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0 or (vocab is not None and item >= vocab):
-            inside = f"[0, {vocab})" if vocab is not None else ">= 0"
+        past = not many and vocab is not None and isinstance(item, int) and item >= vocab
+        if isinstance(item, bool) or not isinstance(item, int) or item < 0 or past:
+            inside = f" inside the vocabulary [0, {vocab})" if not many and vocab is not None else " (>= 0)"
             kind = "a token id or a list of them" if many else "a token id"
             raise GenerationConfigError(
-                f"{where!r}: field {name!r} is {value!r}, expected {kind} inside the vocabulary {inside}, or null; "
+                f"{where!r}: field {name!r} is {value!r}, expected {kind}{inside}, or null; "
                 f"fix {Path(where).name} (or remove the field)"
             )
-    return tuple(items)
+    return tuple(item for item in items if vocab is None or item < vocab)
 
 
 def _length(where: str, name: str, value: Any) -> int | None:
