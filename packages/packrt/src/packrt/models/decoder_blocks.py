@@ -12,6 +12,7 @@ module builds its model from these blocks and says what differs:
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
 - :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``.
+- :class:`DecoderWidths`: the sizes every one of these configs gives, read once with the family's defaults.
 - :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
@@ -24,6 +25,8 @@ applies the one asked for when it binds the weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +39,42 @@ from packrt.models.keymap import KeyMap, Rule
 from packrt.models.llama import RotaryTables
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
+
+
+@dataclass(frozen=True)
+class DecoderWidths:
+    """The sizes of a rotary decoder's config.json (checked by its schema before this is read)."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    intermediate: int
+    eps: float
+
+    @classmethod
+    def read(
+        cls, config: HFConfig, *, head_dim: int | None = None, kv_heads: int | None = None, eps: float = 1e-6
+    ) -> DecoderWidths:
+        """The sizes, where an absent ``head_dim`` / ``num_key_value_heads`` / ``rms_norm_eps`` takes the family's
+        default given here (``None``: ``hidden_size // num_attention_heads``, and one kv head per head)."""
+        hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
+        return cls(
+            hidden=hidden,
+            heads=heads,
+            kv_heads=config.optional_int("num_key_value_heads") or kv_heads or heads,
+            head_dim=config.optional_int("head_dim") or head_dim or hidden // heads,
+            layers=config.integer("num_hidden_layers"),
+            intermediate=config.integer("intermediate_size"),
+            eps=config.number("rms_norm_eps", eps),
+        )
+
+    def attention(self, index: int, **options: Any) -> RotaryAttention:
+        """Layer ``index``'s :class:`RotaryAttention` of these widths (``options``: its keyword options)."""
+        return RotaryAttention(
+            index=index, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, **options
+        )
 
 
 def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
@@ -164,7 +203,8 @@ class RotaryDecoderLM(CausalLM):
     """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring).
 
     A family's constructor calls :meth:`_declare` with its layers, its final norm and its rotary
-    frequencies per ``rope_kind``; the head is the embedding's Parameter itself when ``tied``.
+    frequencies per ``rope_kind``; the vocabulary, the pad id and whether the head is tied (then it is
+    the embedding's Parameter itself) are read from the config.
     """
 
     model_type = ""
@@ -173,17 +213,17 @@ class RotaryDecoderLM(CausalLM):
 
     def _declare(
         self,
+        config: HFConfig,
         *,
-        vocab: int,
         hidden: int,
         layers: list[nn.Module],
         norm: nn.Module,
-        tied: bool,
         rotaries: Mapping[str, RotaryTables],
-        pad_token_id: int | None,
+        tied_by_default: bool = False,
     ) -> None:
+        vocab, tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", tied_by_default)
         self.num_layers, self.vocab, self.hidden, self.tied = len(layers), vocab, hidden, tied
-        self.pad_token_id = pad_token_id
+        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
         self.rotaries = dict(rotaries)
         self.embed = nn.Embedding(vocab, hidden)
         self.layers = nn.ModuleList(layers)
@@ -238,4 +278,12 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, t
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
-__all__ = ["GatedMLP", "PreNormLayer", "RotaryAttention", "RotaryDecoderLM", "decoder_keymap", "layer_windows"]
+__all__ = [
+    "DecoderWidths",
+    "GatedMLP",
+    "PreNormLayer",
+    "RotaryAttention",
+    "RotaryDecoderLM",
+    "decoder_keymap",
+    "layer_windows",
+]

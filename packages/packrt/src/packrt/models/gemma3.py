@@ -37,7 +37,14 @@ import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step
 from packrt.models.config_schema import rope_by_layer_type
-from packrt.models.decoder_blocks import GatedMLP, Rotary, RotaryAttention, RotaryDecoderLM, decoder_keymap
+from packrt.models.decoder_blocks import (
+    DecoderWidths,
+    GatedMLP,
+    Rotary,
+    RotaryAttention,
+    RotaryDecoderLM,
+    decoder_keymap,
+)
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap
 from packrt.models.llama import RotaryTables, rope_frequencies
@@ -121,51 +128,35 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
-        hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
-        layers = config.integer("num_hidden_layers")
-        kv_heads = config.integer("num_key_value_heads", 4)
-        head_dim = config.integer("head_dim", 256)
-        eps = config.number("rms_norm_eps", 1e-6)
+        w = DecoderWidths.read(config, head_dim=256, kv_heads=4)  # Gemma3TextConfig's defaults
         bias = config.flag("attention_bias", False)
         scale = config.number("query_pre_attn_scalar", 256) ** -0.5
         window = config.optional_int("sliding_window") if "sliding_window" in config else 4096
-        intermediate = config.integer("intermediate_size")
-        kinds = layer_kinds(config, layers)
+        kinds = layer_kinds(config, w.layers)
         blocks: list[nn.Module] = []
         for index, kind in enumerate(kinds):
-            attention = RotaryAttention(
-                index=index,
-                hidden=hidden,
-                heads=heads,
-                kv_heads=kv_heads,
-                head_dim=head_dim,
+            attention = w.attention(
+                index,
                 qkv_bias=bias,
                 o_bias=bias,
                 window=window if kind == "sliding_attention" else None,
                 scale=scale,
-                head_norm=partial(OffsetRMSNorm, eps=eps),
+                head_norm=partial(OffsetRMSNorm, eps=w.eps),
             )
-            mlp = GatedMLP(hidden, intermediate, nn.GELU(approximate="tanh"))
-            blocks.append(SandwichLayer(attention, mlp, hidden, eps, kind))
+            mlp = GatedMLP(w.hidden, w.intermediate, nn.GELU(approximate="tanh"))
+            blocks.append(SandwichLayer(attention, mlp, w.hidden, w.eps, kind))
         rope = rope_by_layer_type(config)
         limit = config.get("max_position_embeddings")
         rotaries = {}
         for kind in sorted(set(kinds)):
             one = HFConfig({"rope_parameters": rope[kind], "max_position_embeddings": limit}, config.path)
-            rotaries[kind] = RotaryTables(rope_frequencies(one, head_dim))
+            rotaries[kind] = RotaryTables(rope_frequencies(one, w.head_dim))
         # transformers keeps sqrt(hidden) as a float32 tensor: the same rounding here
-        self.embed_scale = float(np.float32(math.sqrt(hidden)))
+        self.embed_scale = float(np.float32(math.sqrt(w.hidden)))
         cap = config.get("final_logit_softcapping")
         self.logit_softcap = None if cap is None else float(cap)
-        self._declare(
-            vocab=config.integer("vocab_size"),
-            hidden=hidden,
-            layers=blocks,
-            norm=OffsetRMSNorm(hidden, eps),
-            tied=config.flag("tie_word_embeddings", True),
-            rotaries=rotaries,
-            pad_token_id=(config.token_ids("pad_token_id") or (None,))[0],
-        )
+        norm = OffsetRMSNorm(w.hidden, w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries=rotaries, tied_by_default=True)
 
 
 def gemma3_keymap(config: HFConfig) -> KeyMap:

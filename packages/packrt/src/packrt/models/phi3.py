@@ -17,7 +17,7 @@ Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.w
 from __future__ import annotations
 
 from packrt import nn
-from packrt.models.decoder_blocks import GatedMLP, PreNormLayer, RotaryAttention, RotaryDecoderLM, decoder_keymap
+from packrt.models.decoder_blocks import DecoderWidths, GatedMLP, PreNormLayer, RotaryDecoderLM, decoder_keymap
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap
 from packrt.models.llama import RotaryTables, rope_frequencies
@@ -43,28 +43,15 @@ class Phi3ForCausalLM(RotaryDecoderLM):
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
-        hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
-        kv_heads = config.optional_int("num_key_value_heads") or heads
-        head_dim = config.optional_int("head_dim") or hidden // heads
-        eps = config.number("rms_norm_eps", 1e-5)
+        w = DecoderWidths.read(config, eps=1e-5)
         window = config.optional_int("sliding_window")
-        intermediate = config.integer("intermediate_size")
         blocks: list[nn.Module] = []
-        for index in range(config.integer("num_hidden_layers")):
-            attention = RotaryAttention(
-                index=index, hidden=hidden, heads=heads, kv_heads=kv_heads, head_dim=head_dim, fused=True, window=window
-            )
-            mlp = GatedMLP(hidden, intermediate, nn.SiLU(), fused=True)
-            blocks.append(PreNormLayer(attention, mlp, hidden, eps))
-        self._declare(
-            vocab=config.integer("vocab_size"),
-            hidden=hidden,
-            layers=blocks,
-            norm=nn.RMSNorm(hidden, eps=eps),
-            tied=config.flag("tie_word_embeddings", False),
-            rotaries={"default": RotaryTables(rope_frequencies(config, head_dim))},
-            pad_token_id=(config.token_ids("pad_token_id") or (None,))[0],
-        )
+        for index in range(w.layers):
+            mlp = GatedMLP(w.hidden, w.intermediate, nn.SiLU(), fused=True)
+            blocks.append(PreNormLayer(w.attention(index, fused=True, window=window), mlp, w.hidden, w.eps))
+        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
+        norm = nn.RMSNorm(w.hidden, eps=w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
 
 
 def phi3_keymap(config: HFConfig) -> KeyMap:

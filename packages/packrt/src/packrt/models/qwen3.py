@@ -20,9 +20,9 @@ from functools import partial
 
 from packrt import nn
 from packrt.models.decoder_blocks import (
+    DecoderWidths,
     GatedMLP,
     PreNormLayer,
-    RotaryAttention,
     RotaryDecoderLM,
     decoder_keymap,
     layer_windows,
@@ -57,38 +57,19 @@ class Qwen3ForCausalLM(RotaryDecoderLM):
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
-        hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
-        layers = config.integer("num_hidden_layers")
-        kv_heads = config.optional_int("num_key_value_heads") or heads
-        head_dim = config.optional_int("head_dim") or HEAD_DIM
-        eps = config.number("rms_norm_eps", 1e-6)
+        w = DecoderWidths.read(config, head_dim=HEAD_DIM)
         bias = config.flag("attention_bias", False)
         window = config.optional_int("sliding_window") if config.flag("use_sliding_window", False) else None
-        windows = layer_windows(config, layers, window)
-        intermediate = config.integer("intermediate_size")
+        windows = layer_windows(config, w.layers, window)
         blocks: list[nn.Module] = []
-        for index in range(layers):
-            attention = RotaryAttention(
-                index=index,
-                hidden=hidden,
-                heads=heads,
-                kv_heads=kv_heads,
-                head_dim=head_dim,
-                qkv_bias=bias,
-                o_bias=bias,
-                window=windows[index],
-                head_norm=partial(nn.RMSNorm, eps=eps),
+        for index in range(w.layers):
+            attention = w.attention(
+                index, qkv_bias=bias, o_bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
             )
-            blocks.append(PreNormLayer(attention, GatedMLP(hidden, intermediate, nn.SiLU()), hidden, eps))
-        self._declare(
-            vocab=config.integer("vocab_size"),
-            hidden=hidden,
-            layers=blocks,
-            norm=nn.RMSNorm(hidden, eps=eps),
-            tied=config.flag("tie_word_embeddings", False),
-            rotaries={"default": RotaryTables(rope_frequencies(config, head_dim))},
-            pad_token_id=(config.token_ids("pad_token_id") or (None,))[0],
-        )
+            blocks.append(PreNormLayer(attention, GatedMLP(w.hidden, w.intermediate, nn.SiLU()), w.hidden, w.eps))
+        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
+        norm = nn.RMSNorm(w.hidden, eps=w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
 
 
 def qwen3_keymap(config: HFConfig) -> KeyMap:
