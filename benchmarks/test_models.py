@@ -275,7 +275,7 @@ def test_greedy_decode(request: pytest.FixtureRequest, tmp_path_factory: pytest.
             return reference.generate(ids, generation_config=generation, use_cache=True)
 
     def packrt_call() -> Any:
-        return model.generate(packrt_ids, NEW_TOKENS)
+        return model.generate(packrt_ids, NEW_TOKENS, eos_token_id=None)
 
     case = f"model-decode-llama-greedy{NEW_TOKENS}-fp32-1x{PROMPT}-{threads}t"
     apply_thread_cap(threads)

@@ -269,7 +269,7 @@ def test_decode_peers(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
             return reference.generate(tprompt, generation_config=generation, use_cache=True)
 
     def packrt_call_of(model: Any) -> Callable[[], Any]:
-        return lambda: model.generate(pprompt, NEW_TOKENS)
+        return lambda: model.generate(pprompt, NEW_TOKENS, eos_token_id=None)
 
     case = f"peer-decode-{family}-greedy{NEW_TOKENS}-1x{PROMPT}-{THREADS}t"
     want = torch_call().numpy()[0, PROMPT:].tolist()

@@ -18,7 +18,16 @@ from packrt.models.hfconfig import HFConfig
 from packrt.models.pretrained import find_family
 
 # Where each family's weights sit in a transformers checkpoint (the class the architectures name).
-PREFIXES = {"llama": "model.", "qwen2": "model.", "mistral": "model.", "gpt2": "transformer.", "bert": ""}
+PREFIXES = {
+    "llama": "model.",
+    "qwen2": "model.",
+    "mistral": "model.",
+    "qwen3": "model.",
+    "gemma3_text": "model.",
+    "phi3": "model.",
+    "gpt2": "transformer.",
+    "bert": "",
+}
 
 LLAMA: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"],

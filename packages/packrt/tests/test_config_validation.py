@@ -24,7 +24,17 @@ from hypothesis import strategies as st
 
 import packrt
 from packrt.errors import CheckpointError, PackrtError
-from packrt.models import SentenceEncoder, UnsupportedModelError, bert, from_pretrained, gpt2, llama
+from packrt.models import (
+    SentenceEncoder,
+    UnsupportedModelError,
+    bert,
+    from_pretrained,
+    gemma3,
+    gpt2,
+    llama,
+    phi3,
+    qwen3,
+)
 from packrt.models.config_schema import SCHEMAS, ConfigError, validate
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.hfconfig import HFConfig
@@ -35,6 +45,16 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "llama": {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 16, **SMALL},
     "qwen2": {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 16, **SMALL},
     "bert": {"architectures": ["BertModel"], "model_type": "bert", "hidden_size": 16, **SMALL},
+    "qwen3": {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 16, "head_dim": 8, **SMALL},
+    "gemma3": {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "hidden_size": 16,
+        "head_dim": 8,
+        "num_key_value_heads": 1,
+        **SMALL,
+    },
+    "phi3": {"architectures": ["Phi3ForCausalLM"], "model_type": "phi3", "hidden_size": 16, **SMALL},
     "gpt2": {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -74,6 +94,7 @@ def test_every_model_type_packrt_builds_has_a_config_schema() -> None:
 
 
 LLAMA, GPT2, BERT, QWEN2 = CONFIGS["llama"], CONFIGS["gpt2"], CONFIGS["bert"], CONFIGS["qwen2"]
+QWEN3, GEMMA3, PHI3 = CONFIGS["qwen3"], CONFIGS["gemma3"], CONFIGS["phi3"]
 INF, NAN = math.inf, math.nan
 
 # (family, config, field named, value shown, message)
@@ -149,6 +170,33 @@ INVALID = [
     ),
     ("qwen2", {**QWEN2, "layer_types": ["full_attention", "x"]}, "layer_types[1]", "'x'", "not a value"),
     ("qwen2", {**QWEN2, "layer_types": ["full_attention"]}, "layer_types", "full_attention", "listing 1 layers"),
+    # the newer decoders' own fields
+    ("qwen3", {**QWEN3, "head_dim": 7}, "head_dim", "7", "must be even for rotary positions"),
+    ("gemma3", {**GEMMA3, "query_pre_attn_scalar": 0}, "query_pre_attn_scalar", "0", "finite positive number"),
+    ("gemma3", {**GEMMA3, "final_logit_softcapping": "30"}, "final_logit_softcapping", "'30'", "finite positive"),
+    ("gemma3", {**GEMMA3, "rope_local_base_freq": -1.0}, "rope_local_base_freq", "-1.0", "finite positive"),
+    (
+        "gemma3",
+        {**GEMMA3, "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": NAN}}},
+        "rope_parameters.sliding_attention.rope_theta",
+        "nan",
+        "finite positive",
+    ),
+    (
+        "gemma3",
+        {**GEMMA3, "rope_parameters": {"full_attention": {"rope_type": "linear"}}},
+        "rope_parameters.full_attention",
+        "linear",
+        "lacks 'factor'",
+    ),
+    ("gemma3", {**GEMMA3, "sliding_window_pattern": 0}, "sliding_window_pattern", "0", "positive integer"),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 1.5}},
+        "rope_parameters.partial_rotary_factor",
+        "1.5",
+        r"in \(0, 1\]",
+    ),
 ]
 
 
@@ -165,7 +213,14 @@ def test_an_invalid_config_value_is_refused_naming_file_field_value_and_fix_befo
     directory = write(tmp_path, family, CONFIGS[family])
     (directory / "config.json").write_text(json.dumps(config))  # json writes NaN / Infinity as transformers does
     built: list[str] = []
-    for module, name in ((llama, "LlamaForCausalLM"), (gpt2, "GPT2LMHeadModel"), (bert, "BertEncoder")):
+    for module, name in (
+        (llama, "LlamaForCausalLM"),
+        (gpt2, "GPT2LMHeadModel"),
+        (bert, "BertEncoder"),
+        (qwen3, "Qwen3ForCausalLM"),
+        (gemma3, "Gemma3ForCausalLM"),
+        (phi3, "Phi3ForCausalLM"),
+    ):
         monkeypatch.setattr(module, name, lambda *args, _name=name, **kwargs: built.append(_name))
     with pytest.raises(ConfigError, match=message) as info:
         from_pretrained(directory)
@@ -189,6 +244,33 @@ UNSUPPORTED = [
     ("bert", {**BERT, "hidden_act": "gelu_new"}, "hidden_act 'gelu_new'", "gelu"),
     ("gpt2", {**GPT2, "activation_function": "gelu_fast"}, "activation_function 'gelu_fast'", "gelu_new"),
     ("qwen2", {**QWEN2, "layer_types": ["full_attention", "chunked_attention"]}, "'chunked_attention'", "sliding"),
+    (
+        "phi3",
+        {**PHI3, "rope_scaling": {"type": "su", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
+        "rope_type 'su'",
+        "llama3",
+    ),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
+        "rope_type 'longrope'",
+        "default",
+    ),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}},
+        "partial_rotary_factor 0.75",
+        "1.0",
+    ),
+    ("qwen3", {**QWEN3, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'", "linear"),
+    ("gemma3", {**GEMMA3, "use_bidirectional_attention": True}, "use_bidirectional_attention True", "false"),
+    ("gemma3", {**GEMMA3, "hidden_activation": "gelu"}, "hidden_activation 'gelu'", "gelu_pytorch_tanh"),
+    (
+        "gemma3",
+        {**GEMMA3, "rope_parameters": {"sliding_attention": {"rope_type": "dynamic", "factor": 2.0}}},
+        "rope_type 'dynamic'",
+        "llama3",
+    ),
 ]
 
 
@@ -362,7 +444,9 @@ _ROPE_KEYS = ["rope_type", "type", "factor", "rope_theta", "low_freq_factor", "h
 
 @settings(max_examples=150, deadline=None)
 @given(
-    target=st.sampled_from(_FIELDS + [(t, "rope_parameters") for t in ("llama", "qwen2", "mistral")]),
+    target=st.sampled_from(
+        _FIELDS + [(t, "rope_parameters") for t in ("llama", "qwen2", "mistral", "qwen3", "gemma3_text", "phi3")]
+    ),
     value=_JSON,
     rope=st.dictionaries(st.sampled_from(_ROPE_KEYS), _JSON, max_size=4),
 )
@@ -372,7 +456,8 @@ def test_any_json_value_in_any_field_is_accepted_or_refused_with_a_packrt_config
     model_type, field = target
     family = "bert" if model_type == "bert" else "gpt2" if model_type == "gpt2" else "llama"
     base = {**CONFIGS[family], "model_type": model_type}
-    config = HFConfig({**base, field: rope if field == "rope_parameters" else value}, "/m/config.json")
+    nested = {"full_attention": rope} if model_type == "gemma3_text" else rope  # gemma3 keeps one per layer type
+    config = HFConfig({**base, field: nested if field == "rope_parameters" else value}, "/m/config.json")
     try:
         validate(config)
     except (ConfigError, UnsupportedModelError) as err:

@@ -422,7 +422,7 @@ def test_the_models_name_a_wrong_input_shape_or_length() -> None:
 
 def test_the_decoders_generate_refuses_bad_step_counts_and_lengths_past_max_positions() -> None:
     decoder = CausalDecoder(SMALL_DECODER)
-    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0 or None, got -1"):
         decoder.generate(packrt.tensor([[1, 2]]), -1)
     with pytest.raises(ShapeError, match=r"CausalDecoder.generate: 2 prompt tokens \+ 8 new ones exceed the model's 8"):
         decoder.generate(packrt.tensor([[1, 2]]), 8)

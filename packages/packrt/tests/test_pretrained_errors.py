@@ -44,7 +44,18 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
         from_pretrained(directory)
     assert isinstance(info.value, CheckpointError) and isinstance(info.value, ValueError)
     assert isinstance(info.value, PackrtError)
-    assert set(supported()) == {"bert", "roberta", "xlm-roberta", "gpt2", "llama", "qwen2", "mistral"}
+    assert set(supported()) == {
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "gpt2",
+        "llama",
+        "qwen2",
+        "mistral",
+        "qwen3",
+        "gemma3_text",
+        "phi3",
+    }
 
 
 def test_an_unknown_architecture_is_named_with_what_the_family_builds(tmp_path: Path) -> None:

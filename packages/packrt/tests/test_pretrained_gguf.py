@@ -143,8 +143,8 @@ def _logits(torch: ModuleType, model: Any, ids: np.ndarray) -> np.ndarray:
     return out
 
 
-def test_the_supported_architectures_are_llama_and_qwen2() -> None:
-    assert supported_architectures() == ("llama", "qwen2")
+def test_the_supported_architectures_are_llama_qwen2_qwen3_gemma3_and_phi3() -> None:
+    assert supported_architectures() == ("llama", "qwen2", "qwen3", "gemma3", "phi3")
 
 
 def test_unpermuting_inverts_llama_cpp_rotary_row_order() -> None:

@@ -2,7 +2,8 @@
 
 transformers reads the same file with the same gguf package (``from_pretrained(dir, gguf_file=...)``); packrt
 must tokenize the prompt to the same ids, give logits within 2e-4 of transformers' and the same 16 greedy
-tokens, and its memory report must say what is mapped from the file and what was dequantised.
+tokens, stop at the file's eos id when generating with no arguments as transformers does, and its memory
+report must say what is mapped from the file and what was dequantised.
 """
 
 from __future__ import annotations
@@ -62,9 +63,21 @@ def test_smollm2_greedy_16_tokens_equal_transformers_and_logits_are_close(
         ).numpy()
     diff = float(np.abs(model(ids).numpy() - expected).max())
     assert diff <= 2e-4, f"SmolLM2 Q4_1: max abs logits diff {diff:.2e} against transformers' GGUF loading"
-    ours = model.generate(ids, NEW_TOKENS).numpy()
+    ours = model.generate(ids, NEW_TOKENS, eos_token_id=None).numpy()
     assert ours.shape == (1, prompt_ids.shape[1] + NEW_TOKENS)
     np.testing.assert_array_equal(ours, theirs)
+
+
+def test_smollm2_generates_as_transformers_does_with_no_arguments_stopping_at_the_files_eos(
+    torch: ModuleType, reference: Any, served: Any, prompt_ids: np.ndarray, smollm2_gguf: Path
+) -> None:
+    with torch.no_grad():
+        theirs = reference.generate(torch.from_numpy(prompt_ids), do_sample=False).numpy()
+    ours = served.generate(packrt.from_numpy(prompt_ids)).numpy()
+    np.testing.assert_array_equal(ours, theirs)
+    eos = served.generation_defaults.eos_token_ids
+    assert eos and eos[0] == load_tokenizer(smollm2_gguf).token_to_id("<|im_end|>")
+    assert ours.shape[1] < prompt_ids.shape[1] + 20 and ours[0, -1] in eos, "the answer ends at the file's eos"
 
 
 def test_smollm2_memory_report_names_the_mapped_file_and_the_dequantised_types(served: Any, smollm2_gguf: Path) -> None:

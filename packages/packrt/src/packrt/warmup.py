@@ -91,7 +91,7 @@ def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | 
         model(_ids(batch, seq, vocab))
     if hasattr(model, "generate"):
         prompt = min(16, (limit or 32) - _DECODE_TOKENS)
-        model.generate(_ids(1, max(1, prompt), vocab), _DECODE_TOKENS)
+        model.generate(_ids(1, max(1, prompt), vocab), _DECODE_TOKENS, eos_token_id=None)  # every step compiles
 
 
 def warmup(

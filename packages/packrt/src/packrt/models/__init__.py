@@ -6,7 +6,9 @@
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
 
-:func:`from_pretrained` serves a Hugging Face directory or a GGUF file; :func:`load_tokenizer` gives the
+:func:`from_pretrained` serves a Hugging Face directory or a GGUF file (the causal families:
+:class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
+:class:`Phi3ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -20,12 +22,15 @@ from packrt.models.attention import KVCache
 from packrt.models.config_schema import ConfigError
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
+from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
+from packrt.models.phi3 import Phi3ForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
+from packrt.models.qwen3 import Qwen3ForCausalLM
 from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeError
@@ -37,8 +42,11 @@ __all__ = [
     "CausalLM",
     "ConfigError",
     "GPT2LMHeadModel",
+    "Gemma3ForCausalLM",
     "KVCache",
     "LlamaForCausalLM",
+    "Phi3ForCausalLM",
+    "Qwen3ForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",
     "TextTypeError",

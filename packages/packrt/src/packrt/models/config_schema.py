@@ -35,7 +35,7 @@ class ConfigError(CheckpointError):
     """A config.json field is missing, of the wrong type, out of range, or disagrees with the weights."""
 
 
-Kind = Literal["size", "count", "eps", "number", "bool", "choice", "token_ids", "layer_types"]
+Kind = Literal["size", "count", "eps", "number", "positive", "bool", "choice", "token_ids", "layer_types"]
 REQUIRED: Final = object()
 _FIX: Final = "config.json must describe the checkpoint beside it, as transformers' save_pretrained writes it"
 
@@ -66,6 +66,8 @@ HF_ACTIVATIONS: Final = (
 )
 HF_ROPE_TYPES: Final = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
 ROPE_TYPES: Final = ("default", "linear", "llama3")
+# Older names transformers still reads for one model type (Phi-3's "su" is longrope).
+LEGACY_ROPE_TYPES: Final[dict[str, tuple[str, ...]]] = {"phi3": ("su",)}
 HF_LAYER_TYPES: Final = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
@@ -74,7 +76,8 @@ class Field:
     """One config.json field: its kind, default (``REQUIRED`` when it must be present), and limits.
 
     ``size``: a positive int (``null`` allowed when ``nullable``); ``count``: an int >= 0; ``eps``: a
-    finite positive number; ``number``: a finite number; ``choice``: one of ``implemented`` (a value
+    finite positive number (an epsilon); ``positive``: any other finite positive number; ``number``: a
+    finite number; ``choice``: one of ``implemented`` (a value
     in ``known`` but not ``implemented`` is valid but not built by packrt); ``token_ids``: an id, a list
     of ids, or null, each inside the vocabulary; ``layer_types``: one of ``implemented`` per layer.
     ``held`` marks a width the weight files must hold: no larger than their largest tensor dimension.
@@ -96,7 +99,10 @@ class Schema:
     ``layers``: the field counting the layers the weights hold; ``divides``: (divisor, dividend)
     pairs; ``head_dim``: (width, heads, head_dim field) for rotary families, where an explicit
     ``head_dim`` replaces ``width // heads`` (and must be even); ``vocab``: the field token ids must
-    stay below; ``rope``: whether ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` apply.
+    stay below; ``rope``: whether ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` apply
+    (``"per_layer_type"``: one rope dict per attention type, as gemma3 keeps them: see
+    :func:`rope_by_layer_type`); ``off``: true/false fields packrt implements only when false (a true
+    value is valid for transformers but not built by packrt).
     """
 
     fields: tuple[Field, ...]
@@ -104,7 +110,8 @@ class Schema:
     vocab: str
     divides: tuple[tuple[str, str], ...] = ()
     head_dim: tuple[str, str, str] | None = None
-    rope: bool = False
+    rope: bool | Literal["per_layer_type"] = False
+    off: tuple[str, ...] = ()
 
 
 def _show(value: Any, limit: int = 80) -> str:
@@ -154,6 +161,8 @@ def _check_field(config: HFConfig, field: Field, value: Any, model_type: str) ->
         )
     if kind == "number" and not _is_number(value):
         raise error(config, name, value, "expected a finite number")
+    if kind == "positive" and not (_is_number(value) and value > 0):
+        raise error(config, name, value, "expected a finite positive number", f"set {name} to the model's value")
     if kind == "bool" and not isinstance(value, bool):
         raise error(config, name, value, "expected true or false", f"write {name} as a JSON boolean")
     if kind == "choice":
@@ -247,7 +256,13 @@ def validate(config: HFConfig) -> Schema:
                 f"listing {len(values[field.name])} layers, but {schema.layers} is {values[schema.layers]}",
                 "give one entry per layer",
             )
-    if schema.rope:
+    for name in schema.off:
+        if values.get(name):
+            raise unsupported(config, name, True, ("false",), model_type)
+    if schema.rope == "per_layer_type":
+        for layer_type, params in rope_by_layer_type(config).items():
+            check_rope_params(config, f"rope_parameters.{layer_type}", params, model_type)
+    elif schema.rope:
         check_rope(config, model_type)
     return schema
 
@@ -298,22 +313,61 @@ def check_rope(config: HFConfig, model_type: str) -> None:
     params = config.get(where) if where else {}
     if not isinstance(params, dict):
         raise error(config, where, params, "expected an object with rope_type and its parameters, or null")
+    if "rope_theta" not in params:
+        _rope_number(config, "", config, "rope_theta", 10000.0)
+    check_rope_params(config, where, params, model_type)
+
+
+def rope_by_layer_type(config: HFConfig) -> dict[str, dict[str, Any]]:
+    """Rotary settings per attention type, as transformers' Gemma3 config derives them.
+
+    ``rope_parameters`` holds one dict per type (``full_attention``, ``sliding_attention``); a type it
+    lacks is ``default``. Older files give the global layers' ``rope_theta`` (default 1e6) and
+    ``rope_scaling``, and the local layers' ``rope_local_base_freq`` (default 1e4) instead.
+    """
+    given = config.get("rope_parameters")
+    if given is not None and not isinstance(given, dict):
+        raise error(config, "rope_parameters", given, "expected an object with one rope dict per attention type")
+    given = given or {}
+    out: dict[str, dict[str, Any]] = {}
+    for layer_type, theta_key, theta in (
+        ("full_attention", "rope_theta", 1_000_000.0),
+        ("sliding_attention", "rope_local_base_freq", 10_000.0),
+    ):
+        params = given.get(layer_type) or {"rope_type": "default"}
+        if not isinstance(params, dict):
+            raise error(config, f"rope_parameters.{layer_type}", params, "expected an object with rope_type")
+        params = dict(params)
+        scaling = config.get("rope_scaling")
+        if layer_type == "full_attention" and isinstance(scaling, dict):
+            params.update(scaling)
+        params.setdefault("rope_theta", config.get(theta_key, theta))
+        out[layer_type] = params
+    return out
+
+
+def check_rope_params(config: HFConfig, where: str, params: Mapping[str, Any], model_type: str) -> None:
+    """One rope dict (found at ``where``): its theta, a type packrt implements and that type's numbers."""
     if "rope_theta" in params:
         _rope_number(config, where, params, "rope_theta")
-    else:
-        _rope_number(config, "", config, "rope_theta", 10000.0)
     type_key = "rope_type" if "rope_type" in params else "type"
     kind = params.get(type_key, "default")
+    known = HF_ROPE_TYPES + LEGACY_ROPE_TYPES.get(model_type, ())
     if kind not in ROPE_TYPES:
-        if isinstance(kind, str) and kind in HF_ROPE_TYPES:
+        if isinstance(kind, str) and kind in known:
             raise unsupported(config, "rope_type", kind, ROPE_TYPES, model_type)
         raise error(
             config,
             f"{where}.{type_key}",
             kind,
-            f"not a rope type transformers knows ({', '.join(HF_ROPE_TYPES)})",
+            f"not a rope type transformers knows ({', '.join(known)})",
             f"use one of {', '.join(ROPE_TYPES)}",
         )
+    partial = params.get("partial_rotary_factor", 1.0)
+    if partial != 1.0:
+        if _is_number(partial) and 0 < partial < 1:
+            raise unsupported(config, "partial_rotary_factor", partial, ("1.0",), model_type)
+        raise error(config, f"{where}.partial_rotary_factor", partial, "expected a number in (0, 1]")
     if kind in ("linear", "llama3"):
         _rope_number(config, where, params, "factor")
     if kind == "llama3":
@@ -423,8 +477,11 @@ _GPT2 = Schema(
 )
 
 
-def _decoder(*extra: Field) -> Schema:
-    """The llama-like decoders' schema (llama, qwen2, mistral), plus the fields one model type adds."""
+def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
+    """The llama-like decoders' schema (llama, qwen2, mistral, qwen3, phi3), plus the fields one model type adds.
+
+    ``head_dim``: the head width a config without ``head_dim`` means (None: hidden_size // heads).
+    """
     return Schema(
         fields=(
             Field("vocab_size", "size", held=True),
@@ -432,7 +489,7 @@ def _decoder(*extra: Field) -> Schema:
             Field("num_hidden_layers", "size"),
             Field("num_attention_heads", "size"),
             Field("num_key_value_heads", "size", None, nullable=True),
-            Field("head_dim", "size", None, held=True, nullable=True),
+            Field("head_dim", "size", head_dim, held=True, nullable=True),
             Field("intermediate_size", "size", held=True),
             Field("max_position_embeddings", "size", 2048),
             Field("rms_norm_eps", "eps", 1e-6),
@@ -454,6 +511,58 @@ def _decoder(*extra: Field) -> Schema:
 
 
 _WINDOW = Field("sliding_window", "size", None, nullable=True)
+_LAYER_TYPES = Field(
+    "layer_types",
+    "layer_types",
+    None,
+    implemented=("full_attention", "sliding_attention"),
+    known=HF_LAYER_TYPES,
+    nullable=True,
+)
+_QWEN_WINDOWS = (
+    _WINDOW,
+    Field("use_sliding_window", "bool", False),
+    Field("max_window_layers", "count", 28),
+    _LAYER_TYPES,
+)
+
+# Gemma3ForCausalLM's config (model_type gemma3_text): its own defaults, sandwich norms and two kinds of layer.
+_GEMMA3 = Schema(
+    fields=(
+        Field("vocab_size", "size", held=True),
+        Field("hidden_size", "size", held=True),
+        Field("num_hidden_layers", "size"),
+        Field("num_attention_heads", "size"),
+        Field("num_key_value_heads", "size", 4),
+        Field("head_dim", "size", 256, held=True),
+        Field("intermediate_size", "size", held=True),
+        Field("max_position_embeddings", "size", 131_072),
+        Field("rms_norm_eps", "eps", 1e-6),
+        Field(
+            "hidden_activation", "choice", "gelu_pytorch_tanh", implemented=("gelu_pytorch_tanh",), known=HF_ACTIVATIONS
+        ),
+        Field("attention_bias", "bool", False),
+        Field("tie_word_embeddings", "bool", True),
+        Field("query_pre_attn_scalar", "positive", 256),
+        Field("sliding_window", "size", 4096, nullable=True),
+        Field("sliding_window_pattern", "size", 6),
+        _LAYER_TYPES,
+        Field("final_logit_softcapping", "positive", None, nullable=True),
+        Field("attn_logit_softcapping", "positive", None, nullable=True),
+        Field("use_bidirectional_attention", "bool", False, nullable=True),
+        Field("rope_theta", "positive", 1_000_000.0),
+        Field("rope_local_base_freq", "positive", 10_000.0),
+        Field("pad_token_id", "token_ids", None),
+        Field("bos_token_id", "token_ids", None),
+        Field("eos_token_id", "token_ids", None),
+    ),
+    layers="num_hidden_layers",
+    vocab="vocab_size",
+    divides=(("num_key_value_heads", "num_attention_heads"),),
+    head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+    rope="per_layer_type",
+    off=("use_bidirectional_attention",),
+)
 
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
@@ -462,24 +571,16 @@ SCHEMAS: dict[str, Schema] = {
     "gpt2": _GPT2,
     "llama": _decoder(),
     "mistral": _decoder(_WINDOW),
-    "qwen2": _decoder(
-        _WINDOW,
-        Field("use_sliding_window", "bool", False),
-        Field("max_window_layers", "count", 28),
-        Field(
-            "layer_types",
-            "layer_types",
-            None,
-            implemented=("full_attention", "sliding_attention"),
-            known=HF_LAYER_TYPES,
-            nullable=True,
-        ),
-    ),
+    "qwen2": _decoder(*_QWEN_WINDOWS),
+    "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128),  # Qwen3Config's head_dim when none is given
+    "gemma3_text": _GEMMA3,
+    "phi3": _decoder(_WINDOW),
 }
 
 __all__ = [
     "HF_ACTIVATIONS",
     "HF_ROPE_TYPES",
+    "LEGACY_ROPE_TYPES",
     "ROPE_TYPES",
     "SCHEMAS",
     "ConfigError",
@@ -488,6 +589,8 @@ __all__ = [
     "UnsupportedModelError",
     "check_capacity",
     "check_rope",
+    "check_rope_params",
+    "rope_by_layer_type",
     "schema_for",
     "validate",
 ]

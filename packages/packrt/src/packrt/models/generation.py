@@ -9,6 +9,8 @@ and filling a :class:`KVCache` when given one) and ``_logits``; the base class p
   and 0 for padding; positions default to ``0..seq-1`` whatever the padding, as in transformers.
 - ``model.generate(input_ids, max_new_tokens, ...)``: the prompt plus the new tokens. The prompt
   runs once to fill the cache; each new token is then one GEMV-shaped step over the cached prefix.
+  What is not passed (the eos and pad ids, the length) comes from the model's
+  :class:`~packrt.models.generation_defaults.GenerationDefaults` (``generation_config.json``).
   Greedy decoding (``do_sample=False``) picks the argmax, which is transformers'
   ``generate(do_sample=False)`` token for token. With ``attention_mask`` (left padding), positions
   count real tokens only, as transformers' ``generate`` does.
@@ -16,7 +18,9 @@ and filling a :class:`KVCache` when given one) and ``_logits``; the base class p
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -24,7 +28,17 @@ import packrt
 from packrt import nn
 from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
+from packrt.models.generation_defaults import GenerationDefaults
 from packrt.models.layers import check_attention_mask, check_ids
+
+
+class FromModel(enum.Enum):
+    """The default of ``generate``'s ``eos_token_id`` and ``pad_token_id``: the model's generation defaults."""
+
+    FROM_MODEL = "the model's generation defaults"
+
+
+FROM_MODEL: Literal[FromModel.FROM_MODEL] = FromModel.FROM_MODEL
 
 
 def _is_token(value: object, vocab: int) -> bool:
@@ -145,6 +159,8 @@ class CausalLM(nn.Module):
     # The longest sequence the model can place (learned position tables); None when unbounded.
     max_positions: int | None = None
     pad_token_id: int | None = None
+    # generate's defaults; None: the model's own pad id and transformers' length default
+    generation_defaults: GenerationDefaults | None = None
 
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
@@ -181,54 +197,73 @@ class CausalLM(nn.Module):
         first = next(iter(self.parameters()), None)
         return packrt.Device("cpu") if first is None else first.device
 
-    def _check_prompt(self, input_ids: packrt.Tensor, max_new_tokens: int) -> tuple[int, int]:
-        """(batch, prompt length) of a prompt that leaves room for ``max_new_tokens`` more positions."""
+    def _defaults(self) -> GenerationDefaults:
+        found = self.generation_defaults
+        return found if found is not None else GenerationDefaults(pad_token_id=self.pad_token_id)
+
+    def _check_prompt(
+        self, input_ids: packrt.Tensor, max_new_tokens: int | None, defaults: GenerationDefaults
+    ) -> tuple[int, int, int]:
+        """(batch, prompt length, new tokens) of a prompt that leaves room for the new tokens
+        (``max_new_tokens``, or the model's default when None)."""
         batch, prompt = check_ids(self._name(), input_ids, None)
         if prompt == 0:
             raise ShapeError(f"{self._name()}.generate needs a prompt of at least one token")
+        if max_new_tokens is None:
+            max_new_tokens = defaults.new_tokens(prompt)
         if self.max_positions is not None and prompt + max_new_tokens > self.max_positions:
             raise ShapeError(
                 f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
                 f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
             )
-        return batch, prompt
+        return batch, prompt, max_new_tokens
 
     def generate(
         self,
         input_ids: packrt.Tensor,
-        max_new_tokens: int,
+        max_new_tokens: int | None = None,
         *,
         attention_mask: packrt.Tensor | None = None,
         do_sample: bool = False,
         temperature: float = 1.0,
         top_k: int | None = None,
         top_p: float | None = None,
-        eos_token_id: int | Sequence[int] | None = None,
+        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
         seed: int | None = None,
-        pad_token_id: int | None = None,
+        pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
     ) -> packrt.Tensor:
         """``input_ids`` (batch, prompt) followed by up to ``max_new_tokens`` new tokens each, int64.
 
         Greedy by default; ``do_sample=True`` samples with ``temperature``, ``top_k`` and ``top_p``
         from a numpy generator seeded with ``seed`` (the same seed gives the same tokens). A row
-        that produced an ``eos_token_id`` is continued with ``pad_token_id`` (default: config.json's,
-        else the first eos id) and generation stops early once every row has, as transformers does.
+        that produced an ``eos_token_id`` is continued with ``pad_token_id`` (else the first eos id)
+        and generation stops early once every row has, as transformers does.
+
+        Not given, ``max_new_tokens``, ``eos_token_id`` and ``pad_token_id`` come from the model's
+        ``generation_config.json`` (read by ``from_pretrained``; config.json's ids without it), and the
+        length defaults to 20 new tokens, as transformers' do (see
+        :mod:`packrt.models.generation_defaults`). A value given wins, ``None`` included:
+        ``eos_token_id=None`` stops at no token.
 
         Runs on the model's device (its parameters'): the ids each step feeds are placed there, the
         scores come back to the host with ``.cpu()`` to choose the next token, and the result is a
         tensor on that device, as transformers' ``generate`` returns it. Ids are checked first:
         integer prompt ids, prompt, eos and pad ids inside ``[0, vocab)``.
         """
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"generate: max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        if max_new_tokens is not None and (
+            isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
+        ):
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
         _check_sampling(temperature, top_k, top_p)
-        eos = _token_ids(eos_token_id, self.vocab)
-        if pad_token_id is not None and not _is_token(pad_token_id, self.vocab):
+        defaults = self._defaults()
+        eos = _token_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
+        pad = defaults.pad_token_id if pad_token_id is FROM_MODEL else pad_token_id
+        if pad is not None and not _is_token(pad, self.vocab):
             raise ValueError(
-                f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad_token_id!r}; it is "
+                f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad!r}; it is "
                 "written into the rows that have ended"
             )
-        batch, prompt = self._check_prompt(input_ids, max_new_tokens)
+        batch, prompt, max_new_tokens = self._check_prompt(input_ids, max_new_tokens, defaults)
         total = prompt + max_new_tokens
         device = self._device()
         tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
@@ -239,7 +274,7 @@ class CausalLM(nn.Module):
         key_mask = cache.key_mask if cache.padded else None
         rng = np.random.default_rng(seed)
         finished = np.zeros(batch, dtype=bool)
-        filler = next((p for p in (pad_token_id, self.pad_token_id) if p is not None), eos[0] if eos else 0)
+        filler = pad if pad is not None else eos[0] if eos else 0
         end = prompt
         ids = _placed(tokens[:, :prompt], device)
         start, length = 0, prompt
@@ -261,4 +296,4 @@ class CausalLM(nn.Module):
         return _placed(tokens[:, :end].copy(), device)
 
 
-__all__ = ["CausalLM", "check_positions", "check_token_range", "sample_next"]
+__all__ = ["FROM_MODEL", "CausalLM", "FromModel", "check_positions", "check_token_range", "sample_next"]

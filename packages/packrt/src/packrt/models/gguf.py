@@ -1,23 +1,30 @@
-"""``from_pretrained("model.gguf")``: a llama.cpp GGUF file served by packrt's llama family.
+"""``from_pretrained("model.gguf")``: a llama.cpp GGUF file served by one of packrt's decoder families.
 
 A GGUF file holds in one place what a Hugging Face directory spreads over config.json and the
 safetensors files. Loading it takes these steps, each checked before the next:
 
 1. The file is opened with :func:`packrt_io.open_gguf` (the ``gguf`` package's reader over a
-   copy-on-write mapping). ``general.architecture`` must be one of :data:`ARCHITECTURES`;
-   otherwise :class:`~packrt.models.UnsupportedModelError` names it and lists the supported ones.
+   copy-on-write mapping). ``general.architecture`` must be one of :data:`ARCHITECTURES` (llama,
+   qwen2, qwen3, gemma3, phi3: :mod:`packrt.models.gguf_architectures`); otherwise
+   :class:`~packrt.models.UnsupportedModelError` names it and lists the supported ones.
 2. The metadata becomes a config.json-like :class:`~packrt.models.hfconfig.HFConfig` through
-   :data:`CONFIG_KEYS` (``llama.embedding_length`` -> ``hidden_size``...); the head is tied when the
+   :data:`CONFIG_KEYS` and the architecture's own keys (``llama.embedding_length`` ->
+   ``hidden_size``...), plus what llama.cpp's loader fixes in code for it; the head is tied when the
    file has no ``output.weight``, as llama.cpp writes it.
-3. The model is declared under :func:`packrt.meta_init`, every tensor name goes through
-   :data:`TENSOR_RULES` (``blk.0.attn_q.weight`` -> ``layers.0.attention.q_proj.weight``), shapes are
-   checked, and every tensor's GGML type must be one packrt reads (see :mod:`packrt_io` for the
-   table): all before a tensor is read.
+3. The model is declared under :func:`packrt.meta_init`, the config checked against its schema, every
+   tensor name goes through the architecture's table (``blk.0.attn_q.weight`` ->
+   ``layers.0.attention.q_proj.weight``), shapes are checked, and every tensor's GGML type must be one
+   packrt reads (see :mod:`packrt_io` for the table): all before a tensor is read.
 4. F32/F16/BF16 tensors are bound as views of the mapped file (under ``"borrowed"`` the file stays
-   the only copy); quantised ones are dequantised to float32. llama.cpp stores a llama model's query
-   and key rows permuted for its rotary layout; those rows (:data:`PERMUTED`) are put back in
-   transformers' order, which makes a copy. ``memory_report`` counts the views as mapped and the
-   copies as converted, naming what each was made from.
+   the only copy); quantised ones (Q8_0 included: packrt's int8 road scales per output channel, Q8_0
+   every 32 weights, so its blocks cannot be served as stored) are dequantised to float32 at load.
+   llama.cpp stores a llama model's query and key rows permuted for its rotary layout, and Gemma's
+   norm weights as ``1 + w``; those are put back as transformers holds them, which makes a copy.
+   ``memory_report`` counts the views as mapped and the copies as converted, naming what each was
+   made from.
+
+``generate``'s eos and pad ids default to the file's ``tokenizer.ggml.*`` ids, as transformers' GGUF
+loading sets them.
 """
 
 from __future__ import annotations
@@ -33,30 +40,15 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models import llama
+from packrt.models.config_schema import validate
+from packrt.models.generation import CausalLM
+from packrt.models.generation_defaults import defaults_from
+from packrt.models.gguf_architectures import ARCHITECTURES, CONFIG_KEYS, GGUFArchitecture
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError
-from packrt.models.keymap import KeyMap, Mapped, Rule, template_of
+from packrt.models.keymap import KeyMap, Mapped, template_of
 from packrt_core.nn.memory import name_converted_array
 from packrt_core.nn.residency import check_residency
 
-# general.architecture -> (model_type, the architecture class it is served as)
-ARCHITECTURES: Final[dict[str, tuple[str, str]]] = {
-    "llama": ("llama", "LlamaForCausalLM"),
-    "qwen2": ("qwen2", "Qwen2ForCausalLM"),
-}
-# "<architecture>.<key>" in the metadata -> the config.json field it fills
-CONFIG_KEYS: Final[tuple[tuple[str, str], ...]] = (
-    ("block_count", "num_hidden_layers"),
-    ("embedding_length", "hidden_size"),
-    ("feed_forward_length", "intermediate_size"),
-    ("attention.head_count", "num_attention_heads"),
-    ("attention.head_count_kv", "num_key_value_heads"),
-    ("attention.key_length", "head_dim"),
-    ("attention.layer_norm_rms_epsilon", "rms_norm_eps"),
-    ("rope.freq_base", "rope_theta"),
-    ("context_length", "max_position_embeddings"),
-    ("vocab_size", "vocab_size"),
-)
 # tokenizer.ggml.<key> -> config.json field
 TOKEN_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("bos_token_id", "bos_token_id"),
@@ -64,34 +56,9 @@ TOKEN_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("padding_token_id", "pad_token_id"),
 )
 ROPE_SCALINGS: Final[tuple[str, ...]] = ("none", "linear")
-_PROJECTIONS = (("attn_q", "q_proj"), ("attn_k", "k_proj"), ("attn_v", "v_proj"), ("attn_output", "o_proj"))
-_MLP = (("ffn_gate", "gate"), ("ffn_up", "up"), ("ffn_down", "down"))
-TENSOR_RULES: Final[tuple[Rule, ...]] = (
-    Rule("token_embd.weight", "embed.weight"),
-    Rule("output_norm.weight", "norm.weight"),
-    Rule("output.weight", "lm_head.weight"),
-    Rule("blk.{i}.attn_norm.weight", "layers.{i}.attention_norm.weight"),
-    Rule("blk.{i}.ffn_norm.weight", "layers.{i}.mlp_norm.weight"),
-    *(
-        Rule(f"blk.{{i}}.{theirs}.{kind}", f"layers.{{i}}.attention.{ours}.{kind}")
-        for theirs, ours in _PROJECTIONS
-        for kind in ("weight", "bias")
-    ),
-    *(
-        Rule(f"blk.{{i}}.{theirs}.{kind}", f"layers.{{i}}.mlp.{ours}.{kind}")
-        for theirs, ours in _MLP
-        for kind in ("weight", "bias")
-    ),
-)
-# architecture -> (GGUF template, the config field giving its head count): rows llama.cpp permuted
-PERMUTED: Final[dict[str, dict[str, str]]] = {
-    "llama": {
-        "blk.{i}.attn_q.weight": "num_attention_heads",
-        "blk.{i}.attn_q.bias": "num_attention_heads",
-        "blk.{i}.attn_k.weight": "num_key_value_heads",
-        "blk.{i}.attn_k.bias": "num_key_value_heads",
-    },
-}
+# Gemma 3 27B (62 layers) scales its queries by hidden_size / heads, the others by their head width:
+# llama.cpp's loader applies this rule, which the metadata does not carry.
+GEMMA3_27B_LAYERS: Final = 62
 _NUMPY_DTYPES: Final[dict[str, Any]] = {
     "float32": np.float32,
     "float16": np.float16,
@@ -104,7 +71,7 @@ class GGUFConfig(HFConfig):
     """The config a GGUF file's metadata describes; its errors name the metadata key, not config.json."""
 
     def error(self, name: str, problem: str) -> CheckpointError:
-        arch = self._values.get("model_type", "")
+        arch = self._values.get("gguf_architecture", "")
         keys = {field: f"{arch}.{key}" for key, field in CONFIG_KEYS}
         keys.update({field: f"tokenizer.ggml.{key}" for key, field in TOKEN_KEYS})
         where = keys.get(name, name)
@@ -119,23 +86,35 @@ def supported_architectures() -> tuple[str, ...]:
     return tuple(ARCHITECTURES)
 
 
-def _architecture(file: packrt_io.GGUFFile) -> tuple[str, str, str]:
+def _architecture(file: packrt_io.GGUFFile) -> tuple[str, GGUFArchitecture]:
     arch = file.architecture
     if arch not in ARCHITECTURES:
-        listed = ", ".join(f"{name} (as {cls})" for name, (_, cls) in ARCHITECTURES.items())
+        listed = ", ".join(f"{name} (as {spec.architecture})" for name, spec in ARCHITECTURES.items())
         raise UnsupportedModelError(
             f"GGUF file {str(file.path)!r}: general.architecture {arch!r} is not one packrt can build; supported "
             f"GGUF architectures: {listed}"
         )
-    return arch, *ARCHITECTURES[arch]
+    spec = ARCHITECTURES[arch]
+    for name, feature in spec.refused.items():
+        if name in file.tensors:
+            raise UnsupportedModelError(
+                f"GGUF file {str(file.path)!r}: tensor {name!r} carries {feature}, which packrt does not implement "
+                f"for {arch!r} yet; supported: default rotary frequencies (serve this model with llama.cpp)"
+            )
+    return arch, spec
 
 
 def gguf_config(file: packrt_io.GGUFFile) -> HFConfig:
     """The config.json the metadata describes (see the module docstring), as an HFConfig naming the file."""
-    arch, model_type, architecture = _architecture(file)
+    arch, spec = _architecture(file)
     meta = file.metadata
-    values: dict[str, Any] = {"model_type": model_type, "architectures": [architecture], "hidden_act": "silu"}
-    for key, field in CONFIG_KEYS:
+    values: dict[str, Any] = {
+        "model_type": spec.model_type,
+        "architectures": [spec.architecture],
+        "gguf_architecture": arch,
+        **spec.fixed,
+    }
+    for key, field in (*CONFIG_KEYS, *spec.keys):
         if f"{arch}.{key}" in meta:
             values[field] = meta[f"{arch}.{key}"]
     for key, field in TOKEN_KEYS:
@@ -146,38 +125,54 @@ def gguf_config(file: packrt_io.GGUFFile) -> HFConfig:
         embed = file.tensors.get("token_embd.weight")
         values["vocab_size"] = len(tokens) if isinstance(tokens, list) else embed.shape[0] if embed else None
     heads, hidden = values.get("num_attention_heads"), values.get("hidden_size")
-    rotary = meta.get(f"{arch}.rope.dimension_count")
-    if isinstance(heads, int) and isinstance(hidden, int) and heads > 0 and rotary is not None:
+    if isinstance(heads, int) and isinstance(hidden, int) and heads > 0:
         head_dim = values.get("head_dim", hidden // heads)
-        if rotary != head_dim:
-            raise CheckpointError(
+        rotary = meta.get(f"{arch}.rope.dimension_count")
+        if rotary is not None and rotary != head_dim:
+            raise UnsupportedModelError(
                 f"GGUF file {str(file.path)!r}: {arch}.rope.dimension_count is {rotary}, but heads are {head_dim} "
-                "wide; packrt rotates whole heads only (partial rotary is not implemented)"
+                "wide: packrt does not implement partial rotary positions yet; supported: rotating whole heads"
             )
+        if arch == "gemma3":
+            wide = values.get("num_hidden_layers") == GEMMA3_27B_LAYERS
+            values["query_pre_attn_scalar"] = hidden // heads if wide else head_dim
+    pattern = values.get("sliding_window_pattern")
+    if isinstance(pattern, list):  # one flag per layer, true for a local (sliding) one
+        values["layer_types"] = ["sliding_attention" if flag else "full_attention" for flag in pattern]
+        del values["sliding_window_pattern"]
+    _rope(file, arch, spec, values)
+    values["tie_word_embeddings"] = "output.weight" not in file.tensors
+    # llama: a bias on all four projections; qwen2 puts one on q, k and v whatever this says
+    values["attention_bias"] = arch != "qwen2" and "blk.0.attn_q.bias" in file.tensors
+    values["mlp_bias"] = "blk.0.ffn_up.bias" in file.tensors
+    return GGUFConfig(values, file.path)
+
+
+def _rope(file: packrt_io.GGUFFile, arch: str, spec: GGUFArchitecture, values: dict[str, Any]) -> None:
+    """The rotary settings the metadata gives (``rope.scaling.type``: none or linear), into ``values``."""
+    meta = file.metadata
     scaling = meta.get(f"{arch}.rope.scaling.type", "none")
     if scaling not in ROPE_SCALINGS:
         raise UnsupportedModelError(
             f"GGUF file {str(file.path)!r}: packrt does not implement {arch}.rope.scaling.type {scaling!r} yet; "
             f"supported: {', '.join(ROPE_SCALINGS)}"
         )
+    theta = values.get("rope_theta", 10000.0)
+    params: dict[str, Any] = {"rope_type": "default", "rope_theta": theta}
     if scaling == "linear":
-        theta = values.get("rope_theta", 10000.0)
-        values["rope_parameters"] = {
-            "rope_type": "linear",
-            "factor": meta.get(f"{arch}.rope.scaling.factor"),
-            "rope_theta": theta,
-        }
-    values["tie_word_embeddings"] = "output.weight" not in file.tensors
-    values["attention_bias"] = arch == "llama" and "blk.0.attn_q.bias" in file.tensors
-    values["mlp_bias"] = "blk.0.ffn_up.bias" in file.tensors
-    return GGUFConfig(values, file.path)
+        params = {"rope_type": "linear", "factor": meta.get(f"{arch}.rope.scaling.factor"), "rope_theta": theta}
+    if spec.rope_per_layer_type:  # the scaling applies to the global layers; the local ones rotate as fixed
+        local = {"rope_type": "default", "rope_theta": values.get("rope_local_base_freq", 10_000.0)}
+        values["rope_parameters"] = {"full_attention": params, "sliding_attention": local}
+    elif scaling == "linear":
+        values["rope_parameters"] = params
 
 
-def gguf_keymap(config: HFConfig) -> KeyMap:
-    """:data:`TENSOR_RULES` as a KeyMap (without ``output.weight`` when the head is tied)."""
+def gguf_keymap(config: HFConfig, spec: GGUFArchitecture | None = None) -> KeyMap:
+    """The architecture's tensor table as a KeyMap (without ``output.weight`` when the head is tied)."""
+    rules = (spec or ARCHITECTURES["llama"]).tensors
     tied = config.flag("tie_word_embeddings", False)
-    rules = tuple(rule for rule in TENSOR_RULES if not (tied and rule.checkpoint == "output.weight"))
-    return KeyMap(rules)
+    return KeyMap(tuple(rule for rule in rules if not (tied and rule.checkpoint == "output.weight")))
 
 
 def plan_gguf(
@@ -228,7 +223,9 @@ def unpermute_rows(array: np.ndarray[Any, Any], heads: int) -> np.ndarray[Any, A
     return np.ascontiguousarray(grouped.swapaxes(1, 2).reshape(array.shape))
 
 
-def _tensor(file: packrt_io.GGUFFile, gguf_name: str, heads: int | None, cast: packrt.dtype | None) -> packrt.Tensor:
+def _tensor(
+    file: packrt_io.GGUFFile, gguf_name: str, heads: int | None, shifted: bool, cast: packrt.dtype | None
+) -> packrt.Tensor:
     """One GGUF tensor as a packrt Tensor: a view when served as stored, else a named conversion."""
     info = file.tensors[gguf_name]
     array = file.array(gguf_name)
@@ -236,6 +233,9 @@ def _tensor(file: packrt_io.GGUFFile, gguf_name: str, heads: int | None, cast: p
     if heads is not None:
         array = unpermute_rows(array, heads)
         steps.append("rows un-permuted from llama.cpp's rotary order")
+    if shifted:
+        array = (array.astype(np.float32) - np.float32(1)).astype(array.dtype)
+        steps.append("1 subtracted (llama.cpp stores Gemma norm weights as 1 + w)")
     target = None if cast is None else _NUMPY_DTYPES.get(str(cast).rsplit(".", 1)[-1])
     if target is not None and array.dtype != np.dtype(target):
         array = array.astype(target)
@@ -263,22 +263,26 @@ def from_gguf(
     """
     check_residency(weight_residency, "from_gguf")  # before any tensor is dequantised
     file = packrt_io.open_gguf(Path(os.fspath(path)))
-    arch, model_type, architecture = _architecture(file)
+    _, spec = _architecture(file)
     config = gguf_config(file)
     with packrt.meta_init():
-        model = llama.FAMILY.build(config)
-    name = f"{architecture} ({model_type}, GGUF)"
+        model = spec.family.build(config)
+    validate(config)  # after the family's typed reads, which name the metadata key; before any tensor is read
+    name = f"{spec.architecture} ({spec.model_type}, GGUF)"
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
-    plan = plan_gguf(file, gguf_keymap(config), expected, strict, name)
-    permuted = PERMUTED.get(arch, {})
+    plan = plan_gguf(file, gguf_keymap(config, spec), expected, strict, name)
+    generation = defaults_from(config, str(file.path), config.integer("vocab_size"))
     state: dict[str, packrt.Tensor] = {}
     for model_key, gguf_name in plan.items():
-        heads_field = permuted.get(template_of(gguf_name)[0])
+        template = template_of(gguf_name)[0]
+        heads_field = spec.permuted.get(template)
         heads = None if heads_field is None else config.integer(heads_field, config.get("num_attention_heads"))
-        state[model_key] = _tensor(file, gguf_name, heads, dtype)
+        state[model_key] = _tensor(file, gguf_name, heads, template in spec.shifted, dtype)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     file.guard(model)
     model.eval()
+    if isinstance(model, CausalLM):
+        model.generation_defaults = generation
     if device != "cpu":
         model.to(device)
     return model
@@ -287,9 +291,8 @@ def from_gguf(
 __all__ = [
     "ARCHITECTURES",
     "CONFIG_KEYS",
-    "PERMUTED",
+    "GEMMA3_27B_LAYERS",
     "ROPE_SCALINGS",
-    "TENSOR_RULES",
     "TOKEN_KEYS",
     "from_gguf",
     "gguf_config",

@@ -33,15 +33,26 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
-from packrt.models import bert, gpt2, llama, roberta
+from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
 from packrt.models.config_schema import check_capacity, validate
+from packrt.models.generation import CausalLM
+from packrt.models.generation_defaults import read_generation_defaults
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.quantization import check_quantize, quantize_linears
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 from packrt_core.nn.residency import check_residency
 
-FAMILIES: tuple[Family, ...] = (bert.FAMILY, roberta.FAMILY, roberta.XLM_FAMILY, gpt2.FAMILY, llama.FAMILY)
+FAMILIES: tuple[Family, ...] = (
+    bert.FAMILY,
+    roberta.FAMILY,
+    roberta.XLM_FAMILY,
+    gpt2.FAMILY,
+    llama.FAMILY,
+    qwen3.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
+)
 _SHOWN = 8  # problems listed in one message; the rest are counted
 
 
@@ -310,6 +321,7 @@ def from_pretrained(
     config = read_config(directory)
     family = find_family(config)
     schema = validate(config)
+    generation = read_generation_defaults(directory, config)  # checked before anything is built, like the config
     cast = _dtype(dtype)
     info = packrt_io.inspect_checkpoint(directory)
     keymap = family.keymap(config)
@@ -323,6 +335,8 @@ def from_pretrained(
     state = load_tensors(info, plan, cast, progress)
     model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
+    if isinstance(model, CausalLM):
+        model.generation_defaults = generation
     if quantize == "int8":
         quantize_linears(model, weight_residency)
     if device != "cpu":

@@ -8,7 +8,8 @@ GGUF architectures, GGML types and settings the code accepts.
 from __future__ import annotations
 
 import packrt_io
-from packrt.models import gguf, gguf_tokenizer, llama
+from packrt.models import generation_defaults, gguf, gguf_tokenizer
+from packrt.models.config_schema import ROPE_TYPES, SCHEMAS
 from packrt.models.pretrained import FAMILIES
 
 BEGIN, END = "<!-- support-table:begin -->", "<!-- support-table:end -->"
@@ -18,6 +19,21 @@ def _code(names: tuple[str, ...] | list[str]) -> str:
     return ", ".join(f"`{name}`" for name in names)
 
 
+def _settings() -> list[tuple[str, str, str]]:
+    """One row per config.json setting with a closed set of values packrt implements (from the schemas)."""
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for model_type, schema in SCHEMAS.items():
+        for field in schema.fields:
+            if field.kind in ("choice", "layer_types"):
+                grouped.setdefault((field.name, field.implemented), []).append(model_type)
+        for name in schema.off:
+            grouped.setdefault((name, ("false",)), []).append(model_type)
+    return [
+        (f"config.json `{name}` ({', '.join(types)})", _code(implemented), "implemented; other values refused")
+        for (name, implemented), types in grouped.items()
+    ]
+
+
 def support_rows() -> list[tuple[str, str, str]]:
     """(what, accepted values, served as) rows, in the order the table lists them."""
     rows = [
@@ -25,16 +41,32 @@ def support_rows() -> list[tuple[str, str, str]]:
         for family in FAMILIES
         for kind in family.model_types
     ]
+    rows += _settings()
     rows += [
-        ("GGUF `general.architecture`", f"`{arch}`", f"{cls} (`{model_type}`)")
-        for arch, (model_type, cls) in gguf.ARCHITECTURES.items()
+        (
+            "config.json `rope_type` (every rotary family; gemma3 per layer type)",
+            _code(ROPE_TYPES),
+            "rotary frequencies",
+        ),
+        (
+            f"`{generation_defaults.FILE}` (else config.json)",
+            _code(generation_defaults.FIELDS),
+            "generate's defaults; an argument given wins",
+        ),
+    ]
+    rows += [
+        ("GGUF `general.architecture`", f"`{arch}`", f"{spec.architecture} (`{spec.model_type}`)")
+        for arch, spec in gguf.ARCHITECTURES.items()
     ]
     rows += [
         ("GGUF tensor type", _code(list(packrt_io.GGUF_STORED_TYPES)), "as stored, mapped from the file"),
-        ("GGUF tensor type", _code(packrt_io.GGUF_DEQUANTISED_TYPES), "dequantised to float32 at load"),
+        (
+            "GGUF tensor type",
+            _code(packrt_io.GGUF_DEQUANTISED_TYPES),
+            'dequantised to float32 at load (`quantize="int8"`: then int8 per output channel)',
+        ),
         ("GGUF tokenizer (`tokenizer.ggml.model`)", _code(gguf_tokenizer.TOKENIZER_MODELS), "byte-level BPE"),
         ("GGUF split (`tokenizer.ggml.pre`)", _code(list(gguf_tokenizer.SPLITS)), "tokenizers pre-tokenizer"),
-        ("llama-family `rope_type`", _code(llama.ROPE_TYPES), "rotary frequencies"),
         ("GGUF `rope.scaling.type`", _code(gguf.ROPE_SCALINGS), "rotary frequencies"),
     ]
     return rows

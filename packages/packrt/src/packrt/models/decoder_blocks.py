@@ -1,0 +1,289 @@
+"""The pieces the rotary decoder families after llama share: attention, gated MLP, pre-norm layer, the LM.
+
+``qwen3``, ``gemma3`` and ``phi3`` are llama's decoder with one or two parts changed; each family
+module builds its model from these blocks and says what differs:
+
+- :class:`RotaryAttention`: grouped-query attention with rotary positions over a key/value cache.
+  Its projections are three Linears (``q_proj``, ``k_proj``, ``v_proj``) or one fused ``qkv_proj``
+  whose output rows are the queries, then the keys, then the values (phi3). ``head_norm`` adds a
+  norm over each head of the queries and of the keys before the rotation (``q_norm`` / ``k_norm``:
+  qwen3, gemma3); ``scale`` replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``);
+  ``window`` makes the layer see only the last ``window`` positions.
+- :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
+  ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
+- :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``.
+- :class:`DecoderWidths`: the sizes every one of these configs gives, read once with the family's defaults.
+- :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
+  the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
+  layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
+  global attention) each read their own frequencies.
+
+Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
+applies the one asked for when it binds the weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import packrt
+from packrt import nn
+from packrt.models.attention import KVCache, Step, attend
+from packrt.models.generation import CausalLM
+from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import KeyMap, Rule
+from packrt.models.llama import RotaryTables
+
+Rotary = tuple[packrt.Tensor, packrt.Tensor]
+
+
+@dataclass(frozen=True)
+class DecoderWidths:
+    """The sizes of a rotary decoder's config.json (checked by its schema before this is read)."""
+
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layers: int
+    intermediate: int
+    eps: float
+
+    @classmethod
+    def read(
+        cls, config: HFConfig, *, head_dim: int | None = None, kv_heads: int | None = None, eps: float = 1e-6
+    ) -> DecoderWidths:
+        """The sizes, where an absent ``head_dim`` / ``num_key_value_heads`` / ``rms_norm_eps`` takes the family's
+        default given here (``None``: ``hidden_size // num_attention_heads``, and one kv head per head)."""
+        hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
+        return cls(
+            hidden=hidden,
+            heads=heads,
+            kv_heads=config.optional_int("num_key_value_heads") or kv_heads or heads,
+            head_dim=config.optional_int("head_dim") or head_dim or hidden // heads,
+            layers=config.integer("num_hidden_layers"),
+            intermediate=config.integer("intermediate_size"),
+            eps=config.number("rms_norm_eps", eps),
+        )
+
+    def attention(self, index: int, **options: Any) -> RotaryAttention:
+        """Layer ``index``'s :class:`RotaryAttention` of these widths (``options``: its keyword options)."""
+        return RotaryAttention(
+            index=index, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, **options
+        )
+
+
+def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
+    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
+
+    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
+    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
+    derive ``layer_types`` from).
+    """
+    types = config.get("layer_types")
+    if types is None:
+        limit = config.integer("max_window_layers", 28)
+        sliding = config.flag("use_sliding_window", False) and window is not None
+        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
+    return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+
+class RotaryAttention(nn.Module):
+    """Rotary grouped-query attention (see the module docstring for the options)."""
+
+    def __init__(
+        self,
+        *,
+        index: int,
+        hidden: int,
+        heads: int,
+        kv_heads: int,
+        head_dim: int,
+        qkv_bias: bool = False,
+        o_bias: bool = False,
+        fused: bool = False,
+        window: int | None = None,
+        scale: float | None = None,
+        head_norm: Callable[[int], nn.Module] | None = None,
+    ) -> None:
+        super().__init__()
+        self.index, self.heads, self.kv_heads, self.head_dim = index, heads, kv_heads, head_dim
+        self.window, self.scale, self.fused = window, scale, fused
+        q_width, kv_width = heads * head_dim, kv_heads * head_dim
+        if fused:
+            self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=qkv_bias)
+        else:
+            self.q_proj = nn.Linear(hidden, q_width, bias=qkv_bias)
+            self.k_proj = nn.Linear(hidden, kv_width, bias=qkv_bias)
+            self.v_proj = nn.Linear(hidden, kv_width, bias=qkv_bias)
+        self.o_proj = nn.Linear(q_width, hidden, bias=o_bias)
+        self.normed = head_norm is not None
+        if head_norm is not None:
+            self.q_norm = head_norm(head_dim)
+            self.k_norm = head_norm(head_dim)
+
+    def _project(self, x: packrt.Tensor) -> tuple[packrt.Tensor, packrt.Tensor, packrt.Tensor]:
+        """Queries, keys and values as (batch, seq, heads, head_dim)."""
+        batch, seq, _ = x.shape
+        if self.fused:
+            qkv = self.qkv_proj(x)
+            q_end = self.heads * self.head_dim
+            k_end = q_end + self.kv_heads * self.head_dim
+            q, k, v = qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
+        else:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        return (
+            q.reshape(batch, seq, self.heads, self.head_dim),
+            k.reshape(batch, seq, self.kv_heads, self.head_dim),
+            v.reshape(batch, seq, self.kv_heads, self.head_dim),
+        )
+
+    def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
+        batch, seq, _ = x.shape
+        q, k, v = self._project(x)
+        if self.normed:
+            q, k = self.q_norm(q), self.k_norm(k)
+        cos, sin = rotary
+        q = nn.functional.rotary_embedding(q.transpose(1, 2), cos, sin)
+        k = nn.functional.rotary_embedding(k.transpose(1, 2), cos, sin)
+        v = v.transpose(1, 2)
+        out = attend(q, k, v, step=step, cache=cache, layer=self.index, window=self.window, scale=self.scale)
+        merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+        return merged
+
+
+class GatedMLP(nn.Module):
+    """``down(act(gate(x)) * up(x))``; one ``gate_up`` Linear (gate rows first) when ``fused``."""
+
+    def __init__(self, hidden: int, intermediate: int, act: nn.Module, *, bias: bool = False, fused: bool = False):
+        super().__init__()
+        self.intermediate, self.fused = intermediate, fused
+        if fused:
+            self.gate_up = nn.Linear(hidden, 2 * intermediate, bias=bias)
+        else:
+            self.gate = nn.Linear(hidden, intermediate, bias=bias)
+            self.up = nn.Linear(hidden, intermediate, bias=bias)
+        self.down = nn.Linear(intermediate, hidden, bias=bias)
+        self.act = act
+
+    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
+        if self.fused:
+            both = self.gate_up(x)
+            gate, up = both[..., : self.intermediate], both[..., self.intermediate :]
+        else:
+            gate, up = self.gate(x), self.up(x)
+        out: packrt.Tensor = self.down(self.act(gate) * up)
+        return out
+
+
+class PreNormLayer(nn.Module):
+    """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))`` (RMSNorm both)."""
+
+    def __init__(self, attention: RotaryAttention, mlp: GatedMLP, hidden: int, eps: float) -> None:
+        super().__init__()
+        self.rope_kind = "default"
+        self.attention_norm = nn.RMSNorm(hidden, eps=eps)
+        self.attention = attention
+        self.mlp_norm = nn.RMSNorm(hidden, eps=eps)
+        self.mlp = mlp
+
+    def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
+        x = x + self.attention(self.attention_norm(x), rotary, step, cache)
+        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x))
+        return out
+
+
+class RotaryDecoderLM(CausalLM):
+    """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring).
+
+    A family's constructor calls :meth:`_declare` with its layers, its final norm and its rotary
+    frequencies per ``rope_kind``; the vocabulary, the pad id and whether the head is tied (then it is
+    the embedding's Parameter itself) are read from the config.
+    """
+
+    model_type = ""
+    embed_scale: float | None = None
+    logit_softcap: float | None = None
+
+    def _declare(
+        self,
+        config: HFConfig,
+        *,
+        hidden: int,
+        layers: list[nn.Module],
+        norm: nn.Module,
+        rotaries: Mapping[str, RotaryTables],
+        tied_by_default: bool = False,
+    ) -> None:
+        vocab, tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", tied_by_default)
+        self.num_layers, self.vocab, self.hidden, self.tied = len(layers), vocab, hidden, tied
+        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
+        self.rotaries = dict(rotaries)
+        self.embed = nn.Embedding(vocab, hidden)
+        self.layers = nn.ModuleList(layers)
+        self.norm = norm
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        if tied:
+            self.lm_head.weight = self.embed.weight
+
+    def _name(self) -> str:
+        return f"{type(self).__name__}({self.model_type})"
+
+    def _hidden(
+        self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
+    ) -> packrt.Tensor:
+        x = self.embed(input_ids)
+        if self.embed_scale is not None:
+            # the scale is rounded to the embedding's dtype first, as transformers rounds it
+            x = x * float(np.asarray(self.embed_scale, dtype=np.float32).astype(x.dtype.numpy))
+        tables = {kind: rotary(step.offset, step.length, positions, x) for kind, rotary in self.rotaries.items()}
+        for layer in self.layers:
+            x = layer(x, tables[getattr(layer, "rope_kind", "default")], step, cache)
+        out: packrt.Tensor = self.norm(x)
+        return out
+
+    def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
+        logits: packrt.Tensor = self.lm_head(hidden)
+        if self.logit_softcap is not None:
+            logits = (logits / self.logit_softcap).tanh() * self.logit_softcap
+        return logits
+
+    def extra_repr(self) -> str:
+        return (
+            f"{self.model_type}: vocab={self.vocab}, hidden={self.hidden}, layers={self.num_layers}, tied={self.tied}"
+        )
+
+
+def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, tied_by_default: bool = False) -> KeyMap:
+    """A rotary decoder's key map: its per-layer rows (transformers' name after ``layers.{i}.``, packrt's)
+    plus what every such checkpoint holds (``model.embed_tokens``, ``model.norm``, ``lm_head``).
+
+    A tied head stored twice is left unused (the embedding is the one used); rotary ``inv_freq``
+    buffers some checkpoints carry are ignored.
+    """
+    tied = config.flag("tie_word_embeddings", tied_by_default)
+    rules = [Rule("embed_tokens.weight", "embed.weight"), Rule("norm.weight", "norm.weight")]
+    if not tied:
+        rules.append(Rule("lm_head.weight", "lm_head.weight", prefixed=False))
+    rules += [Rule(f"layers.{{i}}.{theirs}", f"layers.{{i}}.{ours}") for theirs, ours in layer_rows]
+    ignored = {"rotary_emb.inv_freq", "layers.{i}.self_attn.rotary_emb.inv_freq"}
+    if tied:
+        ignored.add("lm_head.weight")
+    return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
+
+
+__all__ = [
+    "DecoderWidths",
+    "GatedMLP",
+    "PreNormLayer",
+    "RotaryAttention",
+    "RotaryDecoderLM",
+    "decoder_keymap",
+    "layer_windows",
+]

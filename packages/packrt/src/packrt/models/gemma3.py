@@ -1,0 +1,179 @@
+"""The ``gemma3_text`` family (Gemma3ForCausalLM): Gemma 3's text decoder.
+
+What differs from llama's decoder (:mod:`packrt.models.llama`), each as transformers computes it:
+
+- the embedding is multiplied by ``sqrt(hidden_size)`` (rounded to float32, then to the weights' dtype);
+- every norm is Gemma's RMSNorm, ``x / sqrt(mean(x**2) + eps) * (1 + weight)``, computed in float32
+  and rounded once (a stored weight of zeros is the identity);
+- sandwich norms: ``x = x + post_attention_norm(attention(attention_norm(x)))``, then
+  ``x = x + post_mlp_norm(mlp(mlp_norm(x)))``;
+- the MLP is ``down(gelu_tanh(gate(x)) * up(x))``;
+- queries and keys are normalised per head (``q_norm`` / ``k_norm``, Gemma's RMSNorm) before the
+  rotation, and the scores are scaled by ``query_pre_attn_scalar ** -0.5``, not ``head_dim ** -0.5``;
+- local and global layers: the layers ``layer_types`` marks ``sliding_attention`` (by default five of
+  every six, ``sliding_window_pattern``) see the last ``sliding_window`` positions and rotate with
+  their own frequencies (``rope_local_base_freq``, default 1e4); the others see everything and use
+  ``rope_theta`` (default 1e6) and its scaling (see :func:`~packrt.models.config_schema.rope_by_layer_type`);
+- the logits are soft-capped, ``cap * tanh(logits / cap)``, when ``final_logit_softcapping`` is set.
+
+``attn_logit_softcapping`` is accepted and not applied: transformers' Gemma 3 attention does not apply
+it either (Gemma 3 replaced it by the q/k norms), and packrt serves what transformers computes.
+``use_bidirectional_attention`` is refused as not implemented.
+
+Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.{attention_norm, post_attention_norm,
+mlp_norm, post_mlp_norm}.weight``; ``layers.L.attention.{q,k,v,o}_proj.{weight,bias}``;
+``layers.L.attention.{q,k}_norm.weight``; ``layers.L.mlp.{gate,up,down}.weight``; ``norm.weight``;
+``lm_head.weight`` (the embedding's own Parameter when tied, the default).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import numpy as np
+
+import packrt
+from packrt import nn
+from packrt.models.attention import KVCache, Step
+from packrt.models.config_schema import rope_by_layer_type
+from packrt.models.decoder_blocks import (
+    DecoderWidths,
+    GatedMLP,
+    Rotary,
+    RotaryAttention,
+    RotaryDecoderLM,
+    decoder_keymap,
+)
+from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import Family, KeyMap
+from packrt.models.llama import RotaryTables, rope_frequencies
+
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
+LAYER_ROWS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm.weight", "attention_norm.weight"),
+    ("post_attention_layernorm.weight", "post_attention_norm.weight"),
+    ("pre_feedforward_layernorm.weight", "mlp_norm.weight"),
+    ("post_feedforward_layernorm.weight", "post_mlp_norm.weight"),
+    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
+    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
+    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
+    ("mlp.gate_proj.weight", "mlp.gate.weight"),
+    ("mlp.up_proj.weight", "mlp.up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+)
+LAYER_KINDS = ("full_attention", "sliding_attention")
+
+
+class OffsetRMSNorm(nn.Module):
+    """Gemma's RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * (1 + weight)``.
+
+    Computed in float32 whatever the input's dtype and rounded once to it, as transformers does; the
+    stored ``weight`` is the checkpoint's (zeros: the identity).
+    """
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(packrt.zeros(dim))
+
+    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
+        wide = x if x.dtype is packrt.float32 else x.to(packrt.float32)
+        weight = self.weight if self.weight.dtype is packrt.float32 else self.weight.to(packrt.float32)
+        out = nn.functional.rms_norm(wide, (self.dim,), None, self.eps) * (weight + 1.0)
+        return out if x.dtype is packrt.float32 else out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class SandwichLayer(nn.Module):
+    """``x + post_attention_norm(attention(attention_norm(x)))``, then ``x + post_mlp_norm(mlp(mlp_norm(x)))``."""
+
+    def __init__(self, attention: RotaryAttention, mlp: GatedMLP, hidden: int, eps: float, rope_kind: str) -> None:
+        super().__init__()
+        self.rope_kind = rope_kind
+        self.attention_norm = OffsetRMSNorm(hidden, eps)
+        self.attention = attention
+        self.post_attention_norm = OffsetRMSNorm(hidden, eps)
+        self.mlp_norm = OffsetRMSNorm(hidden, eps)
+        self.mlp = mlp
+        self.post_mlp_norm = OffsetRMSNorm(hidden, eps)
+
+    def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
+        x = x + self.post_attention_norm(self.attention(self.attention_norm(x), rotary, step, cache))
+        out: packrt.Tensor = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+        return out
+
+
+def layer_kinds(config: HFConfig, layers: int) -> list[str]:
+    """Each layer's attention type: ``layer_types``, else sliding for all but every ``sliding_window_pattern``-th."""
+    types = config.get("layer_types")
+    if types is None:
+        pattern = config.integer("sliding_window_pattern", 6)
+        types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(kind not in LAYER_KINDS for kind in types):
+        raise config.error("layer_types", f"is {types!r}, expected one of {LAYER_KINDS} per layer ({layers})")
+    return list(types)
+
+
+class Gemma3ForCausalLM(RotaryDecoderLM):
+    """A Gemma 3 text LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
+
+    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
+    """
+
+    model_type = "gemma3_text"
+
+    def __init__(self, config: HFConfig) -> None:
+        super().__init__()
+        w = DecoderWidths.read(config, head_dim=256, kv_heads=4)  # Gemma3TextConfig's defaults
+        bias = config.flag("attention_bias", False)
+        scale = config.number("query_pre_attn_scalar", 256) ** -0.5
+        window = config.optional_int("sliding_window") if "sliding_window" in config else 4096
+        kinds = layer_kinds(config, w.layers)
+        blocks: list[nn.Module] = []
+        for index, kind in enumerate(kinds):
+            attention = w.attention(
+                index,
+                qkv_bias=bias,
+                o_bias=bias,
+                window=window if kind == "sliding_attention" else None,
+                scale=scale,
+                head_norm=partial(OffsetRMSNorm, eps=w.eps),
+            )
+            mlp = GatedMLP(w.hidden, w.intermediate, nn.GELU(approximate="tanh"))
+            blocks.append(SandwichLayer(attention, mlp, w.hidden, w.eps, kind))
+        rope = rope_by_layer_type(config)
+        limit = config.get("max_position_embeddings")
+        rotaries = {}
+        for kind in sorted(set(kinds)):
+            one = HFConfig({"rope_parameters": rope[kind], "max_position_embeddings": limit}, config.path)
+            rotaries[kind] = RotaryTables(rope_frequencies(one, w.head_dim))
+        # transformers keeps sqrt(hidden) as a float32 tensor: the same rounding here
+        self.embed_scale = float(np.float32(math.sqrt(w.hidden)))
+        cap = config.get("final_logit_softcapping")
+        self.logit_softcap = None if cap is None else float(cap)
+        norm = OffsetRMSNorm(w.hidden, w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries=rotaries, tied_by_default=True)
+
+
+def gemma3_keymap(config: HFConfig) -> KeyMap:
+    """The table from transformers' Gemma3ForCausalLM names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
+    return decoder_keymap(config, LAYER_ROWS, tied_by_default=True)
+
+
+def _build(config: HFConfig) -> nn.Module:
+    return Gemma3ForCausalLM(config)
+
+
+FAMILY = Family(
+    name="gemma3",
+    model_types=("gemma3_text",),
+    architectures=("Gemma3ForCausalLM",),
+    build=_build,
+    keymap=gemma3_keymap,
+)
+
+__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "gemma3_keymap", "layer_kinds"]

@@ -1,0 +1,74 @@
+"""The ``phi3`` family: llama's decoder with fused projections.
+
+Each layer is pre-norm, ``x = x + attention(rms_norm(x)); x = x + mlp(rms_norm(x))``, as in
+:mod:`packrt.models.llama`. What Phi-3 changes: the queries, keys and values come from one
+``qkv_proj`` Linear (its output rows: the queries, then the keys, then the values), and the MLP's gate
+and up projections are one ``gate_up_proj`` Linear (gate rows first), so each is served as one GEMM.
+No projection has a bias. With ``sliding_window`` set, every layer sees the last ``sliding_window``
+positions only. Rotary frequencies: ``default`` only; ``longrope`` (``su`` in older files, the 128k
+models) and a ``partial_rotary_factor`` other than 1 are refused as not implemented yet.
+
+Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.weight``;
+``layers.L.attention.qkv_proj.weight``; ``layers.L.attention.o_proj.weight``;
+``layers.L.mlp_norm.weight``; ``layers.L.mlp.gate_up.weight``; ``layers.L.mlp.down.weight``;
+``norm.weight``; ``lm_head.weight`` (the embedding's own Parameter when tied).
+"""
+
+from __future__ import annotations
+
+from packrt import nn
+from packrt.models.decoder_blocks import DecoderWidths, GatedMLP, PreNormLayer, RotaryDecoderLM, decoder_keymap
+from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import Family, KeyMap
+from packrt.models.llama import RotaryTables, rope_frequencies
+
+# transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
+LAYER_ROWS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm.weight", "attention_norm.weight"),
+    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+    ("self_attn.qkv_proj.weight", "attention.qkv_proj.weight"),
+    ("self_attn.o_proj.weight", "attention.o_proj.weight"),
+    ("mlp.gate_up_proj.weight", "mlp.gate_up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+)
+
+
+class Phi3ForCausalLM(RotaryDecoderLM):
+    """A Phi-3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
+
+    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
+    """
+
+    model_type = "phi3"
+
+    def __init__(self, config: HFConfig) -> None:
+        super().__init__()
+        w = DecoderWidths.read(config, eps=1e-5)
+        window = config.optional_int("sliding_window")
+        blocks: list[nn.Module] = []
+        for index in range(w.layers):
+            mlp = GatedMLP(w.hidden, w.intermediate, nn.SiLU(), fused=True)
+            blocks.append(PreNormLayer(w.attention(index, fused=True, window=window), mlp, w.hidden, w.eps))
+        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
+        norm = nn.RMSNorm(w.hidden, eps=w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
+
+
+def phi3_keymap(config: HFConfig) -> KeyMap:
+    """The table from transformers' Phi-3 names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
+    return decoder_keymap(config, LAYER_ROWS)
+
+
+def _build(config: HFConfig) -> nn.Module:
+    return Phi3ForCausalLM(config)
+
+
+FAMILY = Family(
+    name="phi3",
+    model_types=("phi3",),
+    architectures=("Phi3ForCausalLM",),
+    build=_build,
+    keymap=phi3_keymap,
+)
+
+__all__ = ["FAMILY", "LAYER_ROWS", "Phi3ForCausalLM", "phi3_keymap"]

@@ -1,0 +1,92 @@
+"""The ``qwen3`` family: llama's decoder with an RMSNorm over each query head and each key head.
+
+Each layer is pre-norm, ``x = x + attention(rms_norm(x)); x = x + mlp(rms_norm(x))``, with a SwiGLU MLP
+and rotary grouped-query attention, as in :mod:`packrt.models.llama`. What Qwen3 adds: the queries and
+the keys are each normalised per head (an RMSNorm of width ``head_dim``, ``q_norm`` / ``k_norm``)
+after the projection and before the rotation. ``attention_bias`` puts a bias on all four projections;
+``head_dim`` defaults to 128 (transformers' default, not ``hidden_size // num_attention_heads``);
+with ``use_sliding_window`` the layers ``layer_types`` marks ``sliding_attention`` see the last
+``sliding_window`` positions only.
+
+Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.weight``;
+``layers.L.attention.{q,k,v,o}_proj.{weight,bias}``; ``layers.L.attention.{q,k}_norm.weight``;
+``layers.L.mlp_norm.weight``; ``layers.L.mlp.{gate,up,down}.weight``; ``norm.weight``;
+``lm_head.weight`` (the embedding's own Parameter when tied).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from packrt import nn
+from packrt.models.decoder_blocks import (
+    DecoderWidths,
+    GatedMLP,
+    PreNormLayer,
+    RotaryDecoderLM,
+    decoder_keymap,
+    layer_windows,
+)
+from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import Family, KeyMap
+from packrt.models.llama import RotaryTables, rope_frequencies
+
+HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
+
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
+# transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
+LAYER_ROWS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm.weight", "attention_norm.weight"),
+    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
+    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
+    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
+    ("mlp.gate_proj.weight", "mlp.gate.weight"),
+    ("mlp.up_proj.weight", "mlp.up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+)
+
+
+class Qwen3ForCausalLM(RotaryDecoderLM):
+    """A Qwen3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
+
+    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
+    """
+
+    model_type = "qwen3"
+
+    def __init__(self, config: HFConfig) -> None:
+        super().__init__()
+        w = DecoderWidths.read(config, head_dim=HEAD_DIM)
+        bias = config.flag("attention_bias", False)
+        window = config.optional_int("sliding_window") if config.flag("use_sliding_window", False) else None
+        windows = layer_windows(config, w.layers, window)
+        blocks: list[nn.Module] = []
+        for index in range(w.layers):
+            attention = w.attention(
+                index, qkv_bias=bias, o_bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
+            )
+            blocks.append(PreNormLayer(attention, GatedMLP(w.hidden, w.intermediate, nn.SiLU()), w.hidden, w.eps))
+        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
+        norm = nn.RMSNorm(w.hidden, eps=w.eps)
+        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
+
+
+def qwen3_keymap(config: HFConfig) -> KeyMap:
+    """The table from transformers' Qwen3 names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
+    return decoder_keymap(config, LAYER_ROWS)
+
+
+def _build(config: HFConfig) -> nn.Module:
+    return Qwen3ForCausalLM(config)
+
+
+FAMILY = Family(
+    name="qwen3",
+    model_types=("qwen3",),
+    architectures=("Qwen3ForCausalLM",),
+    build=_build,
+    keymap=qwen3_keymap,
+)
+
+__all__ = ["FAMILY", "HEAD_DIM", "LAYER_ROWS", "Qwen3ForCausalLM", "qwen3_keymap"]
