@@ -165,7 +165,8 @@ def hammer(
 def _assert_clean(outcomes: Outcomes, swaps: int) -> None:
     assert swaps > 0, "the swapper never ran"
     assert sum(outcomes.matched.values()) > 0, "no forward completed"
-    assert outcomes.mixed == 0 and not outcomes.errors, outcomes.summary() + f" over {swaps} swaps; {outcomes.first_error}"
+    seen = outcomes.summary() + f" over {swaps} swaps; {outcomes.first_error}"
+    assert outcomes.mixed == 0 and not outcomes.errors, seen
 
 
 def test_a_forward_sees_one_version_of_the_weights_while_loads_and_residency_changes_run() -> None:
@@ -219,7 +220,7 @@ def test_a_forward_sees_one_version_of_the_weights_while_loads_and_residency_cha
 @pytest.mark.parametrize("residency", ["borrowed", "per_call", "packed"])
 def test_an_in_place_edit_of_a_bound_weight_is_seen_whole_or_not_at_all(residency: str) -> None:
     rng = np.random.default_rng(5)
-    weights = {"A": rng.standard_normal((64, 64)).astype(np.float32), "B": rng.standard_normal((64, 64)).astype(np.float32)}
+    weights = {name: rng.standard_normal((64, 64)).astype(np.float32) for name in ("A", "B")}
     x = rng.standard_normal((2, 64)).astype(np.float32)
     references = {}
     for name, w in weights.items():

@@ -42,6 +42,7 @@ from packrt_core.errors import ResidencyError, StateDictError
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
 from packrt_core.nn.state import WEIGHT_RESIDENCIES
+from packrt_core.publication import publishing
 from packrt_core.revision import current_revision
 from packrt_core.tensor import WRITES, Tensor
 
@@ -160,11 +161,13 @@ class PackedLayer(Module):
         return self._decision if self._residency == "auto" else self._residency
 
     def set_weight_residency(self, residency: str) -> None:
-        """Change how this layer keeps its weights; the next forward applies it."""
+        """Change how this layer keeps its weights; the next forward applies it. A publication: a
+        forward running on another thread finishes in the old residency first."""
         check_residency(residency, type(self).__name__)
-        self._release()
-        self._residency = residency
-        self._decision = None
+        with publishing():
+            self._release()
+            self._residency = residency
+            self._decision = None
 
     @property
     def is_packed(self) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 
 from packrt_core.errors import ReadOnlyError, ResidencyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
+from packrt_core.publication import commit_joined, publishing, serialized
 from packrt_core.tensor import Tensor, _Lineage
 
 if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
@@ -84,13 +85,26 @@ def load_state_dict(
     pack: bool,
     weight_residency: str | None,
 ) -> _IncompatibleKeys:
-    """``root.load_state_dict(...)``: validate everything, prepare every layer, then write."""
+    """``root.load_state_dict(...)``: validate everything, prepare every layer, then write, as one
+    publication: a forward on another thread runs wholly before the writes or wholly after."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
     if weight_residency is not None and weight_residency not in WEIGHT_RESIDENCIES:
         raise ResidencyError(
             f"unknown weight_residency {weight_residency!r}: expected one of {', '.join(WEIGHT_RESIDENCIES)} or None"
         )
+    with serialized():  # no other change lands between the checks and the writes; forwards go on
+        return _load(root, state_dict, strict, assign, pack, weight_residency)
+
+
+def _load(
+    root: Module,
+    state_dict: Mapping[str, Any],
+    strict: bool,
+    assign: bool,
+    pack: bool,
+    weight_residency: str | None,
+) -> _IncompatibleKeys:
     ties, extra = _layout(root)
     expected = {key for tie in ties for key in tie.keys} | set(extra)
     unexpected = [key for key in state_dict if key not in expected]
@@ -119,20 +133,22 @@ def load_state_dict(
     commits = _prepare(root, chosen, assign, pack, weight_residency)
     bindings = _bindings(chosen) if assign else {}  # every new Parameter/Buffer object, made before any write
     undo = _Undo(root, chosen, assign, [(key, module) for key, module in extra.items() if key in state_dict])
-    try:
-        for key, module in undo.extra:
-            module.set_extra_state(state_dict[key])
-        _write(chosen, assign, bindings)
-        for commit in commits:
-            commit()
-        if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
-            bound = {module for tie, _ in chosen for module, _, _ in tie.places}
-            for module in root.modules():
-                if module not in bound:
-                    module._pack_now()
-    except BaseException:  # KeyboardInterrupt and MemoryError included: the model goes back as it was
-        undo.restore()
-        raise
+    with publishing():  # the commit: forwards in flight have finished, new ones wait for its end
+        try:
+            for key, module in undo.extra:
+                module.set_extra_state(state_dict[key])
+            _write(chosen, assign, bindings)
+            for commit in commits:
+                commit()
+            if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
+                bound = {module for tie, _ in chosen for module, _, _ in tie.places}
+                for module in root.modules():
+                    if module not in bound:
+                        module._pack_now()
+            commit_joined()  # a caller's step that lands with this load (load_checkpoint's file guard)
+        except BaseException:  # KeyboardInterrupt and MemoryError included: the model goes back as it was
+            undo.restore()
+            raise
     return _IncompatibleKeys(missing, unexpected)
 
 
@@ -333,7 +349,8 @@ def _bind(value: Tensor, old: Tensor) -> Tensor:
     edit through the module is seen by its layer; a write through the checkpoint's handle
     reaches the storage but not a pack made from it."""
     cls: type[Tensor] = Parameter if isinstance(old, Parameter) else Buffer if isinstance(old, Buffer) else Tensor
-    new = cls._make(value._data, value._device, value._dtype, _Lineage(), value._shape)
+    value._publish_writes()  # its storage is the model's now: a write through the caller's handle publishes too
+    new = cls._make(value._data, value._device, value._dtype, _Lineage(published=True), value._shape)
     if isinstance(old, Buffer):
         new.persistent = old.persistent  # type: ignore[attr-defined]
     return new
