@@ -8,35 +8,41 @@ version of every weight for its whole run, never a mixture, and never a state a 
 through. Loads, residency changes, ``to()`` / casts, ``to_empty`` and in-place writes to any tensor
 a module binds (a Parameter, a Buffer, or a view or alias sharing its lineage) publish.
 
-The reader's cost is what a call pays: one thread-local read, two stores of a counter and two
-reads of :data:`GATE`'s ``pending`` flag; a reader only touches a lock when a publication is
-pending. A publication waits for every call in flight in the process, of any model (one gate,
-not one per model: a module does not know its root), and calls wait while it commits.
+What a call pays is one read of :data:`GATE`'s ``pending`` flag. A call keeps no count of itself:
+a publication finds the calls in flight by looking at each thread's stack for a frame of a module
+call (:func:`count_as_call`), polling until there is none, and calls that find it pending park
+until it ends (nested calls go on: their top-level call is one it waits for). The price is paid
+by the publication instead: a scan of the threads' stacks each poll, and a wait for every call in
+flight in the process, of any model (one gate, not one per model: a module does not know its root).
 
 A change made *inside* a call (a forward hook that loads, a forward writing a buffer) belongs to
 that call: it is not held back, since the call's own thread could never leave to let it through,
 and it is not published atomically to other threads' calls.
 
-Nested calls of one thread are part of their top-level call. A call that hands work to another
-thread and waits for it there must not call modules on that thread while a publication is
-pending (the worker's call would wait for the publication, which waits for the caller).
+A call that hands work to another thread and waits for it there must not call modules on that
+thread while a publication is pending (the worker's call would wait for the publication, which
+waits for the caller). Writes that bypass packrt (through a numpy array sharing the storage, or to
+a mapped file) are not published.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import CodeType, FrameType, TracebackType
 
 
 class Reader:
-    """A thread's depth of module calls: nonzero while the thread is inside one."""
+    """What a publication needs to know of one thread beyond its stack."""
 
-    __slots__ = ("__weakref__", "depth", "write_begun")
+    __slots__ = ("__weakref__", "depth", "parked", "write_begun")
 
     def __init__(self) -> None:
-        self.depth = 0
+        self.depth = 0  # reading() blocks open on this thread
+        self.parked = False  # a top-level call waiting for a publication to end: not in flight
         self.write_begun = False  # whether the in-place write under way on this thread publishes
 
 
@@ -54,44 +60,79 @@ class Gate:
 
 
 GATE = Gate()
-THREAD = threading.local()  # THREAD.reader: this thread's Reader, made at its first call
-_readers: weakref.WeakSet[Reader] = weakref.WeakSet()  # every live thread's Reader
-_changes = threading.Condition(threading.Lock())  # calls leaving, publications ending
+_THREAD = threading.local()  # _THREAD.reader: this thread's Reader, made when first needed
+_readers: weakref.WeakValueDictionary[int, Reader] = weakref.WeakValueDictionary()  # by thread ident
+_call_codes: set[CodeType] = set()  # a frame running one of these is a module call
+_changes = threading.Condition(threading.Lock())  # publications ending, parked calls waking
 _serial = threading.Lock()  # one publication at a time
+_POLL_FIRST, _POLL_MOST = 1e-5, 1e-3  # seconds between looks for calls in flight, doubling
+
+
+def count_as_call(code: CodeType) -> None:
+    """Frames running ``code`` are module calls (``Module.__call__`` registers its code)."""
+    _call_codes.add(code)
 
 
 def reader() -> Reader:
     """This thread's Reader (registered at first use; it goes with the thread)."""
     try:
-        found: Reader = THREAD.reader
+        found: Reader = _THREAD.reader
         return found
     except AttributeError:
         made = Reader()
         with _changes:
-            _readers.add(made)
-        THREAD.reader = made
+            _readers[threading.get_ident()] = made
+        _THREAD.reader = made
         return made
 
 
-def wait_turn(me: Reader) -> None:
-    """A top-level call found a publication pending (its depth already says it is inside): step
-    back out, wait for the publication to end, and come back in. The publishing thread's own calls
-    go straight through."""
+def _in_call(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code in _call_codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def inside_call() -> bool:
+    """Whether this thread is inside a module call or a :func:`reading` block (a change it makes is
+    that call's own)."""
+    return reader().depth > 0 or _in_call(sys._getframe(1))
+
+
+def _calls_in_flight(mine: int) -> bool:
+    """Whether a thread other than ``mine`` is inside a module call or a reading block, not parked."""
+    for ident, frame in sys._current_frames().items():
+        if ident == mine:
+            continue
+        found = _readers.get(ident)
+        if found is not None and found.parked:
+            continue
+        if (found is not None and found.depth) or _in_call(frame):
+            return True
+    return False
+
+
+def arrive() -> None:
+    """A module call found a publication pending (``Module.__call__`` asks only then). A nested call
+    goes on, as does a call on the publishing thread; a top-level call parks until the publication
+    ends, and then sees all of it."""
     if GATE.owner == threading.get_ident():
         return
-    depth = me.depth
-    me.depth = 0
-    with _changes:
-        _changes.notify_all()  # the publication may have counted this call in flight
-        while GATE.pending:
-            _changes.wait()
-        me.depth = depth  # under the lock: a publication starting now counts this call
+    me = reader()
+    if me.depth or _in_call(sys._getframe(2)):  # frame 1 is the call that asked; 2 is its caller
+        return
+    _park(me)
 
 
-def left() -> None:
-    """A top-level call ended while a publication was pending: let it look again."""
+def _park(me: Reader) -> None:
     with _changes:
-        _changes.notify_all()
+        me.parked = True
+        try:
+            while GATE.pending:
+                _changes.wait()
+        finally:
+            me.parked = False  # under the lock: a publication starting now counts this call in flight
 
 
 def generation() -> int:
@@ -102,21 +143,15 @@ def generation() -> int:
     return GATE.generation
 
 
-def inside_call() -> bool:
-    """Whether this thread is inside a module call (a change it makes is that call's own)."""
-    return reader().depth > 0
-
-
 def begin(exclusive: bool = True) -> bool:
     """Hold the gate: no other thread prepares or publishes a change until :func:`end`. With
     ``exclusive`` (a publication) also wait for calls on other threads to leave and hold new ones off
     until the block that asked ends. Blocks of one thread nest. Returns False, doing nothing, inside
     a module call (see the module doc)."""
-    me = reader()
-    if me.depth:
-        return False
     ident = threading.get_ident()
     if GATE.owner != ident:
+        if reader().depth or _in_call(sys._getframe(1)):
+            return False
         _serial.acquire()
         GATE.owner = ident
     GATE.holds += 1
@@ -125,8 +160,10 @@ def begin(exclusive: bool = True) -> bool:
             with _changes:
                 GATE.pending = True
                 GATE.exclusive_at = GATE.holds
-                while any(r.depth for r in list(_readers) if r is not me):
-                    _changes.wait()
+                delay = _POLL_FIRST
+                while _calls_in_flight(ident):
+                    _changes.wait(delay)  # lets parked calls take the lock and settle
+                    delay = min(2 * delay, _POLL_MOST)
         except BaseException:  # interrupted while waiting: nothing was changed, let the calls in
             _release(committed=False)
             raise
@@ -179,21 +216,21 @@ def publishing() -> Iterator[None]:
         end(begun)
 
 
-@contextmanager
-def reading() -> Iterator[None]:
-    """Read weights as a module call does: no publication lands while the block runs (what a top-level
-    call does for its forward; for code that reads several weights outside a call and needs one version)."""
-    me = reader()
-    depth = me.depth
-    try:
-        me.depth = depth + 1
-        if GATE.pending and not depth:
-            wait_turn(me)
-        yield
-    finally:
-        me.depth = depth
-        if GATE.pending and not depth:
-            left()
+class reading:  # noqa: N801 - used as a function: ``with publication.reading():``
+    """Read weights as a module call does: no publication lands while the block runs (for code that
+    reads several weights outside a call and needs them of one version). Blocks nest."""
+
+    def __enter__(self) -> None:
+        me = reader()
+        me.depth += 1
+        top_level = me.depth == 1 and GATE.owner != threading.get_ident()
+        if GATE.pending and top_level and not _in_call(sys._getframe(1)):
+            _park(me)  # parked readers are not in flight, whatever their depth
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        reader().depth -= 1
 
 
 @contextmanager
@@ -218,9 +255,9 @@ def joining(step: Callable[[], None]) -> Iterator[list[bool]]:
 
 def _joined() -> list[Callable[[], None]]:
     try:
-        steps: list[Callable[[], None]] = THREAD.joined
+        steps: list[Callable[[], None]] = _THREAD.joined
     except AttributeError:
-        steps = THREAD.joined = []
+        steps = _THREAD.joined = []
     return steps
 
 
@@ -233,19 +270,18 @@ def commit_joined() -> None:
 
 __all__ = [
     "GATE",
-    "THREAD",
     "Gate",
     "Reader",
+    "arrive",
     "begin",
     "commit_joined",
+    "count_as_call",
     "end",
     "generation",
     "inside_call",
     "joining",
-    "left",
     "publishing",
     "reader",
     "reading",
     "serialized",
-    "wait_turn",
 ]
