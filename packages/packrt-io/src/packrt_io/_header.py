@@ -12,15 +12,18 @@ there is one, and what was expected against what was found.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final, NamedTuple, NoReturn, cast
 
 from packrt_core.errors import CheckpointError
-from packrt_io import _json
+from packrt_io import _fs, _json
 from packrt_io._dtypes import BY_NAME, SUPPORTED_NAMES, FileDType
+from packrt_io._fs import PathLike
 
 PREFIX_BYTES: Final = 8
 # The safetensors library refuses headers above this size; packrt holds files to the same cap.
@@ -305,6 +308,26 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def read_header(path: PathLike, fd: int | None = None) -> Header:
+    """The validated header of the safetensors file at ``path``, reading the header bytes only; with
+    ``fd``, of that open descriptor (``path`` names it in errors). The one header reader: loads,
+    ``inspect_checkpoint``, ``read_metadata`` and the index's shards all come here."""
+    if fd is None:
+        where, opened = _fs.open_for_reading(path)
+        try:
+            return read_header(where, opened)
+        finally:
+            os.close(opened)
+    where = _fs.path_text(path)
+    file_id = _fs.identity(fd)
+    file_size = file_id[2]
+    length = header_length(os.pread(fd, PREFIX_BYTES, 0), file_size, where)
+    raw = os.pread(fd, length, PREFIX_BYTES)
+    if len(raw) != length:
+        fail(where, f"header length {length} runs past the end of the file, which shrank while being read")
+    return dataclasses.replace(parse_header(raw, file_size, where), identity=file_id)
+
+
 def parse_header(raw: bytes, file_size: int, path: str) -> Header:
     """Validate the header bytes ``raw`` (the ``N`` bytes after the prefix) of a ``file_size``-byte file."""
     with gc_paused():
@@ -342,4 +365,5 @@ __all__ = [
     "gc_paused",
     "header_length",
     "parse_header",
+    "read_header",
 ]
