@@ -104,7 +104,7 @@ def test_load_checkpoint_switches_the_guard_to_the_new_file_inside_the_loads_own
     from packrt_core import publication
     from packrt_core.nn import state
 
-    model, path = _served(tmp_path)
+    model, _ = _served(tmp_path)
     other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
     guard = model._packrt_io_mapped_files[0]
     seen: list[tuple[bool, list[str]]] = []
