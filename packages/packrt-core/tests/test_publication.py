@@ -248,3 +248,51 @@ def test_a_publication_interrupted_while_it_waits_for_calls_changes_nothing_and_
     pause.go.set()
     in_flight.join(WAIT)
     np.testing.assert_array_equal(model(X).numpy(), _expected(1, X))
+
+
+def test_steps_joined_to_a_load_run_at_the_outermost_commit_only() -> None:
+    model, pause = _model()
+    pause.go.set()
+    inner, _ = _model(3)
+    ran: list[int] = []
+
+    class Outer(nn.Module):  # restoring its extra state loads another model: a load inside a load's commit
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = model
+
+        def get_extra_state(self) -> Any:
+            return 0
+
+        def set_extra_state(self, state: Any) -> None:
+            inner.load_state_dict(_weights(4))
+            ran.append(len(joined_ran))
+
+    outer = Outer()
+    joined_ran: list[bool] = []
+    state = {**{f"body.{k}": v for k, v in _weights(2).items()}, "_extra_state": 0}
+    with publication.joining(lambda: joined_ran.append(True)) as done:
+        outer.load_state_dict(state)
+    assert ran == [0]  # the inner load's commit did not run the step joined to the outer load
+    assert done == [True] and joined_ran == [True]
+
+
+def test_a_reading_block_interrupted_while_it_waits_leaves_no_reader_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, pause = _model()
+    pause.go.set()
+
+    def interrupted(me: publication.Reader) -> None:
+        raise Stop("interrupted while parked")
+
+    monkeypatch.setattr(publication, "_park", interrupted)
+    publication.GATE.pending = True  # as if a publication were committing on another thread
+    try:
+        with pytest.raises(Stop, match="interrupted while parked"), publication.reading():
+            pass
+    finally:
+        publication.GATE.pending = False
+    assert publication.reader().depth == 0
+    monkeypatch.undo()
+    # a reader left behind would make this thread's changes count as made inside a call: unpublished
+    model.load_state_dict(_weights(2))
+    np.testing.assert_array_equal(model(X).numpy(), _expected(2, X))

@@ -225,7 +225,11 @@ class reading:  # noqa: N801 - used as a function: ``with publication.reading():
         me.depth += 1
         top_level = me.depth == 1 and GATE.owner != threading.get_ident()
         if GATE.pending and top_level and not _in_call(sys._getframe(1)):
-            _park(me)  # parked readers are not in flight, whatever their depth
+            try:
+                _park(me)  # parked readers are not in flight, whatever their depth
+            except BaseException:  # interrupted while parked: the block never opened
+                me.depth -= 1
+                raise
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -262,7 +266,11 @@ def _joined() -> list[Callable[[], None]]:
 
 
 def commit_joined() -> None:
-    """Run the steps joined on this thread (a committing publication calls this as its last step)."""
+    """Run the steps joined on this thread (a committing publication calls this as its last step).
+    Only the block that made the publication exclusive runs them: a load nested in another's commit
+    leaves them to the outer one, which may still fail and undo."""
+    if GATE.owner == threading.get_ident() and GATE.exclusive_at != GATE.holds:
+        return
     steps = _joined()
     while steps:
         steps.pop(0)()
