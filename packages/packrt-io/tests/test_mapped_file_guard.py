@@ -96,3 +96,47 @@ def test_memory_report_names_the_file_behind_mapped_weights_and_counts_them(tmp_
     borrowed, _ = _served(tmp_path / "b", "borrowed")
     totals = nn.memory_report(borrowed).totals()
     assert totals["mapped"] == totals["borrowed"] + 2 * 16 * 4 and totals["borrowed"] > 0
+
+
+def test_load_checkpoint_switches_the_guard_to_the_new_file_inside_the_loads_own_publication(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packrt_core import publication
+    from packrt_core.nn import state
+
+    model, _ = _served(tmp_path)
+    other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
+    guard = model._packrt_io_mapped_files[0]
+    seen: list[tuple[bool, list[str]]] = []
+    original = state.commit_joined
+
+    def watched() -> None:  # the load's last step, as it runs: calls on other threads are held off
+        original()
+        seen.append((publication.GATE.pending, [mapped.path for mapped in guard.files]))
+
+    monkeypatch.setattr(state, "commit_joined", watched)
+    packrt_io.load_checkpoint(model, other, weight_residency="borrowed")
+    assert seen == [(True, [str(other)])]
+
+
+def test_a_load_that_fails_at_its_commit_leaves_the_guard_watching_the_old_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, path = _served(tmp_path)
+    other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
+    guard = model._packrt_io_mapped_files[0]
+
+    class Stop(BaseException):  # plays KeyboardInterrupt, which pytest itself would act on
+        pass
+
+    def fail(*args: object) -> None:
+        raise Stop("stopped at the commit")
+
+    monkeypatch.setattr(nn.PackedLayer, "_release", fail)
+    with pytest.raises(Stop, match="stopped at the commit"):
+        packrt_io.load_checkpoint(model, other, weight_residency="borrowed")
+    monkeypatch.undo()
+    assert [mapped.path for mapped in guard.files] == [str(path)]
+    os.truncate(path, 100)  # the file the model still serves from
+    with pytest.raises(CheckpointError, match="shrank"):
+        model(prt.ones(2, 16))

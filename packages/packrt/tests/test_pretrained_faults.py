@@ -52,6 +52,8 @@ STEPS = [
     (pretrained, "plan_load"),
     (pretrained, "check_dtypes"),
     (packrt_io, "load_arrays"),
+    (packrt_io, "guarding"),
+    (nn.Module, "register_forward_pre_hook"),
     (nn.Module, "load_state_dict"),
     (nn.Module, "eval"),
 ]

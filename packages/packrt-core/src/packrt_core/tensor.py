@@ -21,7 +21,7 @@ from typing import Any, ClassVar, NamedTuple, Self
 
 import numpy as np
 
-from packrt_core import dispatch, tensor_math
+from packrt_core import dispatch, publication, tensor_math
 from packrt_core.device import CPU, Device, as_device
 from packrt_core.dtypes import (
     as_dtype,
@@ -69,16 +69,23 @@ class _Lineage:
 
     An in-place write runs inside ``with lineage:``, which holds :data:`WRITES`, counts the
     write as in progress and bumps the version when it ends; a layer building a pack from the
-    storage checks both (a seqlock) so it never packs half of an edit.
+    storage checks both (a seqlock) so it never packs half of an edit. The lineage of a tensor a
+    module binds (a Parameter, a Buffer) is *published*: a write to it outside a module call is
+    a publication (:mod:`packrt_core.publication`), so no forward on another thread reads it halfway.
     """
 
-    __slots__ = ("__weakref__", "version", "writers")
+    __slots__ = ("__weakref__", "published", "version", "writers")
 
-    def __init__(self) -> None:
+    def __init__(self, published: bool = False) -> None:
         self.version = 0
         self.writers = 0
+        self.published = published
 
     def __enter__(self) -> None:
+        if self.published:
+            # a write does not nest in another on its thread (WRITES is not re-entrant): one flag will do
+            me = publication.reader()
+            me.write_begun = publication.begin()
         WRITES.acquire()
         self.writers += 1
 
@@ -86,6 +93,10 @@ class _Lineage:
         self.writers -= 1
         self.version += 1
         WRITES.release()
+        if self.published:
+            me = publication.reader()
+            begun, me.write_begun = me.write_begun, False
+            publication.end(begun)
 
 
 class MaxResult(NamedTuple):
@@ -183,6 +194,10 @@ class Tensor:
         self._lineage = other._lineage
         self._shape = other._shape
 
+    def _publish_writes(self) -> None:
+        """A module binds this tensor: its writes (and those through its views) publish from now on."""
+        self._lineage.published = True
+
     def _wrap(self, data: Any) -> Tensor:
         """A new tensor (own lineage) on this tensor's device."""
         return Tensor._make(data, self._device)
@@ -200,7 +215,7 @@ class Tensor:
             self._device = device
         self._dtype = from_numpy_dtype(data.dtype)
         self._shape = tuple(data.shape)
-        self._lineage = _Lineage()
+        self._lineage = _Lineage(self._lineage.published)
 
     def _declare(self, shape: tuple[int, ...], dtype_: DType, device: Device) -> None:
         """Make this object storage-free with the given geometry (a new lineage)."""
@@ -208,7 +223,7 @@ class Tensor:
         self._shape = shape
         self._dtype = dtype_
         self._device = device
-        self._lineage = _Lineage()
+        self._lineage = _Lineage(self._lineage.published)
 
     # -- storage ---------------------------------------------------------------------
     @property
@@ -492,7 +507,7 @@ class Tensor:
         new._device = self._device
         new._dtype = self._dtype
         new._shape = self._shape
-        new._lineage = _Lineage()
+        new._lineage = _Lineage(self._lineage.published)  # a copied model's weights are bound in the copy
         state = getattr(self, "__dict__", None)
         if state:
             kept = {k: v for k, v in state.items() if k not in self._not_copied}

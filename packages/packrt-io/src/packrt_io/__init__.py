@@ -5,7 +5,8 @@
 - :func:`load_arrays` is the numpy level underneath, and returns a :class:`LoadReport` with the arrays.
 - :func:`read_metadata` returns a file's ``__metadata__`` (str -> str).
 - :func:`save_checkpoint` / :func:`load_checkpoint` move a module's whole state (ties, extra state,
-  metadata) to and from one file or Hugging Face style shards with an index.
+  metadata) to and from one file or Hugging Face style shards with an index; :func:`guarding` gives a
+  module loaded from mapped files the check of those files before each call that ``load_checkpoint`` gives.
 - :func:`inspect_checkpoint` reads a checkpoint's layout from its headers alone; :func:`check_checkpoint`
   compares it with a module's keys, shapes and dtypes without reading tensor data.
 - :func:`open_gguf` reads a GGUF file (llama.cpp's format; the ``gguf`` extra): metadata, layout, and
@@ -29,6 +30,7 @@ from packrt_io._check import CheckReport, Mismatch, check_checkpoint
 from packrt_io._checkpoint import (
     CheckpointModule,
     as_tensors,
+    guarding,
     load_checkpoint,
     load_checkpoint_arrays,
     save_checkpoint,
@@ -38,6 +40,7 @@ from packrt_io._fs import CheckpointWriteError
 from packrt_io._gguf import DEQUANTISED_TYPES as GGUF_DEQUANTISED_TYPES
 from packrt_io._gguf import STORED_TYPES as GGUF_STORED_TYPES
 from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, open_gguf
+from packrt_io._guard import MappedFile
 from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
 from packrt_io._reader import LoadReport, load_arrays, read_metadata
 from packrt_io._sharding import parse_size
@@ -97,10 +100,12 @@ __all__ = [
     "GGUFFile",
     "GGUFTensor",
     "LoadReport",
+    "MappedFile",
     "Mismatch",
     "SupportsNumpy",
     "TensorInfo",
     "check_checkpoint",
+    "guarding",
     "inspect_checkpoint",
     "is_gguf",
     "load_arrays",

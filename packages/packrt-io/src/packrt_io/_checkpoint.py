@@ -17,12 +17,14 @@ import json
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
+from packrt_core.publication import joining, publishing
 from packrt_io._arrays import as_array
 from packrt_io._guard import FileGuard, MappedFile
 from packrt_io._header import gc_paused
@@ -180,24 +182,49 @@ def load_checkpoint(
         state[alias] = state[primary]
     state.update(info.extra_state())
     files = tuple(r.mapped_file for r in reports if r.mapped_file is not None) if assign else ()
-    # The guard hook is registered before the commit (a registration can fail); the commit then
-    # only stores the new file list into it.
-    file_guard, registered = _prepare_guard(module, files)
     try:
-        result = module.load_state_dict(
-            state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency
-        )
+        with guarding(module, files):
+            return module.load_state_dict(
+                state, strict=strict, assign=assign, pack=pack, weight_residency=weight_residency
+            )
     except BaseException as err:
-        if registered:
-            _withdraw_guard(module)
         if isinstance(err, PackrtError):
             _annotate(err, info)
         elif isinstance(err, Exception):
             err.add_note(f"while loading checkpoint {str(info.path)!r} into {type(module).__name__}")
         raise
-    if file_guard is not None:
-        file_guard.files = files
-    return result
+
+
+@contextmanager
+def guarding(module: Any, files: tuple[MappedFile, ...]) -> Iterator[None]:
+    """The block loads ``module`` from ``files`` (mapped pages it binds); from the load's commit on,
+    each call of the module first checks they are unchanged (:class:`FileGuard`).
+
+    The guard hook is registered before the block (a registration can fail). The load's commit
+    stores the new file list into it as its own last step (``packrt_core.publication.joining``), so
+    a forward on another thread checks exactly the files of the weights it serves. A block that
+    raises withdraws a registration made for it and leaves the guard's files as they were. A module
+    keeps one guard across loads; a load that maps no file leaves it watching none.
+    """
+    file_guard, registered = _prepare_guard(module, files)
+    if file_guard is None:
+        yield
+        return
+    chosen = file_guard
+
+    def store() -> None:
+        chosen.files = files
+
+    try:
+        with joining(store) as ran:
+            yield
+    except BaseException:
+        if registered:
+            _withdraw_guard(module)
+        raise
+    if not ran[0]:  # a module whose load does not commit through packrt_core's publication
+        with publishing():
+            store()
 
 
 _GUARD_HANDLE = "_packrt_io_mapped_files"
@@ -342,6 +369,7 @@ def save_checkpoint(
 __all__ = [
     "CheckpointModule",
     "as_tensors",
+    "guarding",
     "load_checkpoint",
     "load_checkpoint_arrays",
     "open_progress",

@@ -118,6 +118,13 @@ def open_for_reading(path: PathLike, what: str = "checkpoint") -> tuple[str, int
     return where, fd
 
 
+def identity(fd: int) -> tuple[int, ...]:
+    """What tells one file from another at the same path: device, inode, size, modification time (ns).
+    A header read is reused, and a mapped file keeps serving, only while the file is still this one."""
+    info = os.fstat(fd)
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+
+
 def read_all(path: PathLike, what: str) -> tuple[str, bytes]:
     """The whole content of the regular file at ``path`` (an index), or a CheckpointError naming it."""
     where, fd = open_for_reading(path, what)
@@ -226,6 +233,7 @@ __all__ = [
     "PathLike",
     "create_exclusive",
     "existing_mode",
+    "identity",
     "kind_of",
     "open_for_reading",
     "path_text",

@@ -30,6 +30,7 @@ import numpy as np
 from packrt_core.errors import CheckpointError
 from packrt_core.nn.memory import name_converted_array, name_mapped_file
 from packrt_io._checkpoint import _guard_mapped_files
+from packrt_io._fs import identity
 from packrt_io._guard import MappedFile
 from packrt_io._layout import CheckpointInfo, TensorInfo
 
@@ -218,8 +219,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     reader_class = _fast_reader(package)
     fd = os.open(where, os.O_RDONLY)
     try:
-        info = os.fstat(fd)
-        mapped = MappedFile(str(where), fd, (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns))
+        mapped = MappedFile(str(where), fd, identity(fd))
     except BaseException:
         os.close(fd)
         raise
@@ -230,7 +230,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     mapping = _mapping_under(reader.data)
     if mapping is not None:
         name_mapped_file(mapping, str(where))  # so memory_report names the file a weight's pages come from
-    if len(reader.data) != info.st_size:
+    if len(reader.data) != mapped.identity[2]:
         raise CheckpointError(f"GGUF file {str(where)!r} changed size while it was opened; open it again")
     return GGUFFile(where, reader, mapped)
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from packrt_core.errors import CheckpointError
+from packrt_io._fs import identity
 
 
 class MappedFile:
@@ -33,8 +34,7 @@ class MappedFile:
 
     def check(self) -> None:
         """CheckpointError when the mapped file is no longer what was loaded."""
-        info = os.fstat(self.fd)
-        now = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        now = identity(self.fd)
         if now == self.identity:
             return
         size_then, size_now = self.identity[2], now[2]

@@ -11,7 +11,6 @@ Nothing here unpickles: headers are JSON and tensor bytes are reinterpreted, nev
 
 from __future__ import annotations
 
-import dataclasses
 import mmap as _mmap
 import os
 from dataclasses import dataclass, field
@@ -23,8 +22,9 @@ import safetensors
 
 from packrt_core.nn.memory import name_mapped_file
 from packrt_io import _fs
+from packrt_io._fs import identity
 from packrt_io._guard import MappedFile
-from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, header_length, parse_header
+from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, read_header
 
 PathLike = _fs.PathLike
 
@@ -74,24 +74,6 @@ def _reference_check(path: str, header: Header) -> None:
 def _short(err: BaseException) -> str:
     text = str(err)
     return text if len(text) <= 300 else text[:300] + f"... ({len(text) - 300} more characters)"
-
-
-def identity(fd: int) -> tuple[int, ...]:
-    """What tells one file from another at the same path: device, inode, size, modification time."""
-    info = os.fstat(fd)
-    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
-
-
-def read_header(path: str, fd: int) -> Header:
-    """The validated header of the open file ``fd`` (named ``path`` in errors)."""
-    file_id = identity(fd)
-    file_size = file_id[2]
-    prefix = os.pread(fd, 8, 0)
-    length = header_length(prefix, file_size, path)
-    raw = os.pread(fd, length, 8)
-    if len(raw) != length:
-        fail(path, f"header length {length} runs past the end of the file, which shrank while being read")
-    return dataclasses.replace(parse_header(raw, file_size, path), identity=file_id)
 
 
 def _view(buffer: Any, header: Header, entry: TensorEntry) -> np.ndarray[Any, Any]:
@@ -192,20 +174,13 @@ def load_with_header(
 
 def read_metadata(path: PathLike) -> dict[str, str]:
     """The ``__metadata__`` of a safetensors file (empty when it has none), after full validation."""
-    where, fd = _fs.open_for_reading(path)
-    try:
-        header = read_header(where, fd)
-    finally:
-        os.close(fd)
-    return dict(header.metadata)
+    return dict(read_header(path).metadata)
 
 
 __all__ = [
     "REFERENCE_CHECK_MAX_HEADER",
     "LoadReport",
-    "identity",
     "load_arrays",
     "load_with_header",
-    "read_header",
     "read_metadata",
 ]

@@ -26,6 +26,7 @@ from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationErr
 from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.state import _IncompatibleKeys
+from packrt_core.publication import GATE, arrive, count_as_call, reading
 from packrt_core.tensor import Tensor
 from packrt_hooks import HookRegistry, RemovableHandle, call_with_hooks
 
@@ -69,6 +70,11 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} defines no forward(): subclasses of Module must")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # The one check a call makes for hot swap: while a publication (a load, a residency change,
+        # a cast, a write to a bound tensor) commits, a top-level call waits for it to end; the
+        # publication waits for the calls whose frames it finds in flight (packrt_core.publication).
+        if GATE.pending:
+            arrive()
         if self._hooked:
             return call_with_hooks(self, self.forward, args, kwargs, self._forward_pre_hooks, self._forward_hooks)
         return self.forward(*args, **kwargs)
@@ -134,6 +140,8 @@ class Module:
                 f"cannot register a {type(param).__name__} as parameter {name!r}: a packrt.nn.Parameter or None "
                 "is expected (wrap it: Parameter(t))"
             )
+        if param is not None:
+            param._publish_writes()
         self._parameters[name] = param
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
@@ -147,6 +155,8 @@ class Module:
             )
         if isinstance(tensor, Buffer):
             persistent = tensor.persistent
+        if tensor is not None:
+            tensor._publish_writes()
         self._buffers[name] = tensor
         if persistent:
             self._non_persistent.discard(name)
@@ -199,6 +209,8 @@ class Module:
             if isinstance(value, Buffer):
                 self.register_buffer(name, value)
             else:
+                if value is not None:
+                    value._publish_writes()
                 d["_buffers"][name] = value
         elif isinstance(value, Buffer):
             # Not filed anywhere yet; a plain attribute of that name stays, so registering refuses it.
@@ -590,10 +602,15 @@ class Module:
         """Pack this module's bound weights now (layers override; plain modules have none)."""
 
     def initialize(self) -> Self:
-        """Revision 1's eager warm-up: pack every bound weight of the tree now. Returns the module."""
-        for module in self.modules():
-            module._pack_now()
+        """Revision 1's eager warm-up: pack every bound weight of the tree now. Returns the module.
+        It reads the weights as a call does, so a publication on another thread lands before or after."""
+        with reading():
+            for module in self.modules():
+                module._pack_now()
         return self
+
+
+count_as_call(Module.__call__.__code__)  # a frame of this code is a call a publication waits for
 
 
 def _kind_of(module: Module, name: str) -> str:

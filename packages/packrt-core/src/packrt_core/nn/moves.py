@@ -16,6 +16,7 @@ from packrt_core.device import Device, as_device
 from packrt_core.dtypes import dtype
 from packrt_core.errors import DTypeError
 from packrt_core.placement import parse_to_args
+from packrt_core.publication import publishing
 from packrt_core.tensor import Tensor
 
 if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
@@ -51,15 +52,16 @@ def place(module: Module, device: Device | None, dtype_: dtype | None) -> None:
         dispatch.backend_for(device)  # an unreachable device fails before anything moves
     for path, sub in module.named_modules():
         sub._check_placement(path, device, dtype_)
-    for t in tensors_of(module):
-        dev = device if device is not None else t.device
-        dt = dtype_ if dtype_ is not None and t.dtype.is_floating_point else t.dtype
-        if dev == t.device and dt is t.dtype:
-            continue
-        if t.has_storage:
-            t._rebind(t._placed(dev, dt), dev)
-        else:
-            t._declare(t.shape, dt, dev)
+    with publishing():  # a forward on another thread runs wholly before the move or wholly after
+        for t in tensors_of(module):
+            dev = device if device is not None else t.device
+            dt = dtype_ if dtype_ is not None and t.dtype.is_floating_point else t.dtype
+            if dev == t.device and dt is t.dtype:
+                continue
+            if t.has_storage:
+                t._rebind(t._placed(dev, dt), dev)
+            else:
+                t._declare(t.shape, dt, dev)
 
 
 def to_empty(module: Module, device: Any, recurse: bool) -> None:
@@ -67,10 +69,11 @@ def to_empty(module: Module, device: Any, recurse: bool) -> None:
     target = as_device(device) if device is not None else None
     if target is not None:
         dispatch.backend_for(target)
-    for t in tensors_of(module, recurse):
-        dev = target if target is not None else t.device
-        if t.has_storage:
-            empty = dispatch.backend_for(dev).empty(t.shape, t.dtype.numpy, dev.index or 0)
-            t._rebind(empty, dev)
-        else:
-            t._declare(t.shape, t.dtype, dev)
+    with publishing():
+        for t in tensors_of(module, recurse):
+            dev = target if target is not None else t.device
+            if t.has_storage:
+                empty = dispatch.backend_for(dev).empty(t.shape, t.dtype.numpy, dev.index or 0)
+                t._rebind(empty, dev)
+            else:
+                t._declare(t.shape, t.dtype, dev)

@@ -40,6 +40,7 @@ from packrt_core.errors import StateDictError
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
 from packrt_core.nn.residency import check_residency, resolve
+from packrt_core.publication import publishing
 from packrt_core.revision import current_revision
 from packrt_core.tensor import WRITES, Tensor
 
@@ -126,11 +127,13 @@ class PackedLayer(Module):
         return self._decision if self._residency == "auto" else self._residency
 
     def set_weight_residency(self, residency: str | None) -> None:
-        """Change how this layer keeps its weights (None: the layer's default); the next forward applies it."""
+        """Change how this layer keeps its weights (None: the layer's default); the next forward applies it.
+        A publication: a forward running on another thread finishes in the old residency first."""
         check_residency(residency, type(self).__name__)
-        self._release()
-        self._residency = residency or self.default_residency
-        self._decision = None
+        with publishing():
+            self._release()
+            self._residency = residency or self.default_residency
+            self._decision = None
 
     @property
     def is_packed(self) -> bool:

@@ -27,6 +27,7 @@ def _adopt_or_empty(obj: Tensor, data: Tensor | None, kind: str) -> None:
     if not isinstance(data, Tensor):
         raise TypeError(f"{kind} wraps a packrt Tensor, got {type(data).__name__}: make one with packrt.tensor(...)")
     obj._adopt(data)
+    obj._publish_writes()
 
 
 class Parameter(Tensor):
@@ -49,23 +50,33 @@ class Parameter(Tensor):
             self._source = other._source
 
     # -- lending storage to a pack ----------------------------------------------------------
+    # A reader on another thread (a state_dict, a forward of another layer) may look while a
+    # pack drops or restores the storage: the source is set before the storage goes and the
+    # storage is back before the source goes, so at every moment one of the two answers.
     def _drop(self, source: ValueSource) -> None:
         """Release the raw storage while ``source.rebuild()`` can give its values back.
         Neither this nor a later read counts as a write (the lineage's version stays)."""
-        self._data = None
         self._source = source
+        self._data = None
 
     def _restore(self) -> Any:
         """Bring dropped storage back (a no-op when the parameter holds its storage)."""
-        if self._data is None and self._source is not None:
-            self._data = self._source.rebuild()
+        source = self._source
+        if self._data is None and source is not None:
+            self._data = source.rebuild()
             self._source = None
         return self._data
 
     def _array(self) -> Any:
-        if self._data is None and self._source is not None:
-            return self._source.rebuild()
-        return super()._array()
+        while True:  # each pass that finds neither saw a drop or a restore land between its reads
+            data = self._data
+            if data is not None:
+                return data
+            source = self._source
+            if source is not None:
+                return source.rebuild()
+            if self._data is None and self._source is None:
+                return super()._array()  # storage-free: StorageFreeError
 
     def _write_target(self) -> Any:
         return self._restore()  # under WRITES: a pack cannot drop it again before the write lands

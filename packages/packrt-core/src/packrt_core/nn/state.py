@@ -18,6 +18,7 @@ import numpy as np
 from packrt_core.errors import ReadOnlyError, StateDictError, StorageFreeError
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.residency import check_residency
+from packrt_core.publication import commit_joined, publishing, serialized
 from packrt_core.tensor import Tensor, _Lineage
 
 if TYPE_CHECKING:  # module.py imports this module; at run time a module is only an argument here
@@ -84,10 +85,23 @@ def load_state_dict(
     pack: bool,
     weight_residency: str | None,
 ) -> _IncompatibleKeys:
-    """``root.load_state_dict(...)``: validate everything, prepare every layer, then write."""
+    """``root.load_state_dict(...)``: validate everything, prepare every layer, then write, as one
+    publication: a forward on another thread runs wholly before the writes or wholly after."""
     if not isinstance(state_dict, Mapping):
         raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
     check_residency(weight_residency, "load_state_dict")
+    with serialized():  # no other change lands between the checks and the writes; forwards go on
+        return _load(root, state_dict, strict, assign, pack, weight_residency)
+
+
+def _load(
+    root: Module,
+    state_dict: Mapping[str, Any],
+    strict: bool,
+    assign: bool,
+    pack: bool,
+    weight_residency: str | None,
+) -> _IncompatibleKeys:
     ties, extra = _layout(root)
     match = _match(state_dict, ties, extra, assign)
     if strict and (match.missing or match.unexpected):
@@ -146,20 +160,22 @@ def _apply(
     commits = _prepare(root, chosen, assign, pack, residency)
     bindings = _bindings(chosen) if assign else {}  # every new Parameter/Buffer object, made before any write
     undo = _Undo(root, chosen, assign, extra)
-    try:
-        for key, module in extra:
-            module.set_extra_state(state_dict[key])
-        _write(chosen, assign, bindings)
-        for commit in commits:
-            commit()
-        if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
-            bound = {module for tie, _ in chosen for module, _, _ in tie.places}
-            for module in root.modules():
-                if module not in bound:
-                    module._pack_now()
-    except BaseException:
-        undo.restore()
-        raise
+    with publishing():  # the commit: forwards in flight have finished, new ones wait for its end
+        try:
+            for key, module in extra:
+                module.set_extra_state(state_dict[key])
+            _write(chosen, assign, bindings)
+            for commit in commits:
+                commit()
+            if pack:  # the layers this load did not bind pack too: pack=True readies the whole tree
+                bound = {module for tie, _ in chosen for module, _, _ in tie.places}
+                for module in root.modules():
+                    if module not in bound:
+                        module._pack_now()
+            commit_joined()  # a caller's step that lands with this load (load_checkpoint's file guard)
+        except BaseException:  # KeyboardInterrupt and MemoryError included: the model goes back as it was
+            undo.restore()
+            raise
 
 
 class _Undo:
@@ -359,7 +375,8 @@ def _bind(value: Tensor, old: Tensor) -> Tensor:
     edit through the module is seen by its layer; a write through the checkpoint's handle
     reaches the storage but not a pack made from it."""
     cls: type[Tensor] = Parameter if isinstance(old, Parameter) else Buffer if isinstance(old, Buffer) else Tensor
-    new = cls._make(value._data, value._device, value._dtype, _Lineage(), value._shape)
+    value._publish_writes()  # its storage is the model's now: a write through the caller's handle publishes too
+    new = cls._make(value._data, value._device, value._dtype, _Lineage(published=True), value._shape)
     if isinstance(old, Buffer):
         new.persistent = old.persistent  # type: ignore[attr-defined]
     return new

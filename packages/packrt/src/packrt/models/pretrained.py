@@ -16,7 +16,9 @@ The steps, each checked before the next:
    tensor data is touched.
 4. Each file is memory-mapped (``packrt.io``) and the tensors are bound to the model with
    ``load_state_dict(assign=True)``: under ``"borrowed"`` the mapped files stay the only copy of
-   the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file).
+   the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file). As
+   ``packrt.io.load_checkpoint`` does, the model then checks the files it holds views of before
+   each call: a file truncated or rewritten in place is a CheckpointError, not a crash.
 """
 
 from __future__ import annotations
@@ -254,14 +256,17 @@ def _dtype(dtype: packrt.dtype | str | None) -> packrt.dtype | None:
 
 def load_tensors(
     info: packrt_io.CheckpointInfo, plan: dict[str, Mapped], dtype: packrt.dtype | None, progress: bool | None
-) -> dict[str, packrt.Tensor]:
-    """The planned tensors, memory-mapped file by file (transposed views where the key map says)."""
+) -> tuple[dict[str, packrt.Tensor], tuple[packrt_io.MappedFile, ...]]:
+    """The planned tensors, memory-mapped file by file (transposed views where the key map says), and
+    the mapped files some of them are views of (a tensor cast to ``dtype`` is a copy, not a view)."""
     wanted = {mapped.checkpoint: model_key for model_key, mapped in plan.items()}
     state: dict[str, packrt.Tensor] = {}
+    files: list[packrt_io.MappedFile] = []
     bar = _progress_bar(progress, info.total_bytes, f"loading {info.path.parent.name or info.path.name}")
     try:
         for shard in info.shards:
             arrays, report = packrt_io.load_arrays(shard, mmap=True)
+            viewed = False
             for key, array in arrays.items():
                 model_key = wanted.get(key)
                 if model_key is None:
@@ -269,13 +274,17 @@ def load_tensors(
                 tensor = packrt.from_numpy(array.T if plan[model_key].transform == "transpose" else array)
                 if dtype is not None and tensor.dtype.is_floating_point and tensor.dtype is not dtype:
                     tensor = tensor.to(dtype)
+                else:
+                    viewed = True
                 state[model_key] = tensor
+            if viewed and report.mapped_file is not None:
+                files.append(report.mapped_file)
             if bar is not None:
                 bar.update(report.data_bytes)
     finally:
         if bar is not None:
             bar.close()
-    return state
+    return state, tuple(files)
 
 
 def from_pretrained(
@@ -332,8 +341,9 @@ def from_pretrained(
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
     plan = plan_load(info, keymap, expected, strict, name)
     check_dtypes(info, plan, cast, name)
-    state = load_tensors(info, plan, cast, progress)
-    model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
+    state, files = load_tensors(info, plan, cast, progress)
+    with packrt_io.guarding(model, files):  # each call checks the mapped files it may serve from
+        model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
     model.eval()
     if isinstance(model, CausalLM):
         model.generation_defaults = generation
