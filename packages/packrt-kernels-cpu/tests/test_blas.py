@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -143,6 +144,39 @@ def test_auto_falls_back_to_numpy_where_mkl_does_not_load(monkeypatch: pytest.Mo
     with kernel_settings.override(blas="auto"):
         assert blas.provider() == "numpy"
         np.testing.assert_array_equal(blas.matmul(np.eye(3, dtype=np.float32), np.full((3, 2), 2, np.float32)), 2.0)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "road"),
+    [("GenuineIntel", "mkl"), ("AuthenticAMD", "numpy"), ("HygonGenuine", "numpy"), ("", "numpy")],
+)
+def test_auto_takes_mkl_on_intel_cpus_only(vendor: str, road: str) -> None:
+    assert mkl.auto_road(vendor) == road
+
+
+def test_auto_on_a_cpu_not_intels_takes_openblas_with_mkl_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):  # decided afresh
+        assert blas.provider() == "numpy"
+        with kernel_settings.override(blas="mkl"):  # asked for by name, MKL is still taken where it loads
+            try:
+                assert blas.provider() == "mkl"
+            except BlasUnavailableError:
+                pytest.skip("MKL does not load here")
+
+
+def test_auto_on_an_intel_cpu_takes_mkl_where_it_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: mkl.INTEL)
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):
+        loads = isinstance(mkl._loaded(), mkl.Mkl)
+        assert blas.provider() == ("mkl" if loads else "numpy")
+
+
+def test_the_cpu_vendor_is_the_vendor_id_cpuinfo_names(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert mkl.read_vendor(str(info)) == "AuthenticAMD"
+    assert isinstance(mkl.read_vendor(str(tmp_path / "missing")), str)  # unreadable: the platform's word, or ""
 
 
 def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_is_chosen() -> None:
