@@ -9,6 +9,7 @@ from typing import Any
 
 from packrt_base.geometry import Conv2dGeometry, IntPair, Padding
 from packrt_base.kernels import Dims, Kernels
+from packrt_base.plan import PlanKernels
 
 
 class Owned:
@@ -91,6 +92,10 @@ def quantize(w: Any) -> tuple[Any, Any]:
     return w, w
 
 
+def no_plan() -> PlanKernels | None:
+    return None
+
+
 TABLE = Kernels(
     linear=linear,
     embedding=embedding,
@@ -114,4 +119,5 @@ TABLE = Kernels(
     pack_quantized_linear=pack_quantized,
     borrow_quantized_linear=pack_quantized,
     quantize_per_channel=quantize,
+    plan_kernels=no_plan,
 )

@@ -136,14 +136,16 @@ def _gemm_in_float(a: Array, b: Array, out: Array) -> Array:
     return out
 
 
-def linear(x: Array, q: Array, w_scale: Array, w_sum: Array, bias: Array | None) -> Array:
+def linear(x: Array, q: Array, w_scale: Array, w_sum: Array, bias: Array | None, out: Array | None = None) -> Array:
     """``x @ (q * w_scale)^T + bias`` through int8: float32 ``x`` (M, K), int8 ``q`` (N, K), float32
-    ``w_scale`` (N,), ``w_sum = weight_sums(q)``, float32 ``bias`` (N,) or None; float32 (M, N) out.
+    ``w_scale`` (N,), ``w_sum = weight_sums(q)``, float32 ``bias`` (N,) or None; float32 (M, N) out
+    (written into ``out``, a C-contiguous float32 (M, N), when given).
 
     Each activation row is quantized (:func:`quantize_rows`), multiplied in int32, and its product
     turned back into float32 with the row's and the column's scales and the bias in one pass."""
     m, n = x.shape[0], q.shape[0]
-    out = np.empty((m, n), _F32)
+    if out is None:
+        out = np.empty((m, n), _F32)
     if out.size == 0:
         return out
     k = x.shape[1]
