@@ -321,6 +321,18 @@ def test_out_may_be_a_strided_slice_and_only_its_slice_is_written(with_bias: boo
 
 
 @pytest.mark.usefixtures("blas_road")
+@pytest.mark.usefixtures("blas_road")
+def test_out_may_interleave_its_matrices_as_merged_attention_heads_do() -> None:
+    rng = np.random.default_rng(5)
+    scores = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)  # (batch, heads, seq, seq)
+    values = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)  # (batch, heads, seq, dim)
+    merged = np.zeros((2, 4, 3 * 5), np.float32)  # (batch, seq, heads * dim): heads interleave in a row
+    view = merged.reshape(2, 4, 3, 5).transpose(0, 2, 1, 3)
+    assert blas.matmul(scores, values, out=view) is view
+    expected = np.matmul(scores, values).transpose(0, 2, 1, 3).reshape(2, 4, 15)
+    np.testing.assert_allclose(merged, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_an_out_of_the_wrong_shape_raises_numpys_error() -> None:
     a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
     with pytest.raises(ValueError, match="mismatch"):

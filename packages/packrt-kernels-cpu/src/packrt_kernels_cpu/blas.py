@@ -184,13 +184,16 @@ def _gemms(
         gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, ldc)
         return
     count = a.shape[-3]
-    if a.ndim == 3 and a.dtype == _F32 and library.sgemm_batch is not None:  # one stack (a conv band's, attention's)
+    # MKL's strided batch refuses output matrices closer than one whole matrix apart (stride_c < ldc * m),
+    # as attention's heads are when written merged, (seq, heads * dim): those take a call per matrix.
+    batched = a.dtype == _F32 and library.sgemm_batch is not None and sc >= ldc * m
+    if a.ndim == 3 and batched:  # one stack (a conv band's, attention's)
         pa, pb, po = a.ctypes.data, b.ctypes.data, out.ctypes.data
         library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
         return
     for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
         pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
-        if a.dtype == _F32 and library.sgemm_batch is not None:
+        if batched:
             library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
             continue
         for j in range(count):
