@@ -186,15 +186,15 @@ def _gemms(
     count = a.shape[-3]
     # MKL's strided batch refuses output matrices closer than one whole matrix apart (stride_c < ldc * m),
     # as attention's heads are when written merged, (seq, heads * dim): those take a call per matrix.
-    batched = a.dtype == _F32 and library.sgemm_batch is not None and sc >= ldc * m
-    if a.ndim == 3 and batched:  # one stack (a conv band's, attention's)
+    batch = library.sgemm_batch if a.dtype == _F32 and sc >= ldc * m else None
+    if a.ndim == 3 and batch is not None:  # one stack (a conv band's, attention's)
         pa, pb, po = a.ctypes.data, b.ctypes.data, out.ctypes.data
-        library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
+        batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
         return
     for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
         pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
-        if batched:
-            library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
+        if batch is not None:
+            batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
             continue
         for j in range(count):
             at, bt, ot = (
