@@ -69,6 +69,13 @@ class ResidualNormKernel(Protocol):
     ) -> Array: ...
 
 
+class GatedKernel(Protocol):
+    """``out = act(x[:, :n]) * x[:, n:]`` for ``x`` (rows, 2n) (a gated MLP's gate and up projections side
+    by side, as one plan linear gives them), ``activation`` one of :data:`ACTIVATIONS`."""
+
+    def __call__(self, x: Array, activation: str, out: Array) -> Array: ...
+
+
 class SelfAttentionKernel(Protocol):
     """Multi-head self-attention of ``batch`` sequences read from a fused projection ``qkv``
     (batch * seq, 3 * heads * head_dim; each row its queries, keys then values, head after head),
@@ -89,6 +96,7 @@ class PlanKernels:
     fuses: FusesKernel
     residual_norm: ResidualNormKernel
     self_attention: SelfAttentionKernel
+    gated: GatedKernel
 
 
 class PlanKernelsOf(Protocol):
@@ -100,6 +108,7 @@ class PlanKernelsOf(Protocol):
 __all__ = [
     "ACTIVATIONS",
     "FusesKernel",
+    "GatedKernel",
     "PlanKernels",
     "PlanKernelsOf",
     "PlanLinear",

@@ -28,6 +28,7 @@ from packrt_kernels_cpu._numba_kernels import (
 
 Array = Any
 NO_ACTIVATION = -1  # the epilogue adds the bias only
+_NO_BIAS = np.empty(0, np.float32)
 __all__ = ["GELU_ERF", "GELU_TANH", "NO_ACTIVATION", "RELU", "SILU"]
 
 
@@ -108,3 +109,27 @@ def masked_shift(x: Array, keys: Array, per_mask: int) -> None:
 
 def masked_shift_serial(x: Array, keys: Array, per_mask: int) -> None:
     _masked_shift_rows(x, keys, per_mask, 0, x.shape[0])
+
+
+@_serial
+def _gated_rows(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
+    """``out[r] = act(x[r, :n]) * x[r, n:]`` for rows lo:hi: the activation is :mod:`._numba_kernels`' own,
+    applied to ``out`` in place, then one multiply per element."""
+    n = out.shape[1]
+    for r in range(lo, hi):
+        row, gate, up = out[r], x[r, :n], x[r, n:]
+        for j in range(n):
+            row[j] = gate[j]
+        activate_in_place(op, row, _NO_BIAS)
+        for j in range(n):
+            row[j] = row[j] * up[j]
+
+
+@_parallel
+def gated(op: int, x: Array, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _gated_rows(op, x, out, r, r + 1)
+
+
+def gated_serial(op: int, x: Array, out: Array) -> None:
+    _gated_rows(op, x, out, 0, x.shape[0])

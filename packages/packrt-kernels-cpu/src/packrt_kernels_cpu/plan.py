@@ -248,18 +248,32 @@ def self_attention(
     return out
 
 
+def gated(x: Array, activation: str, out: Array) -> Array:
+    """``out = act(x[:, :n]) * x[:, n:]`` (a gated MLP: SwiGLU's ``silu(gate) * up``), in one pass."""
+    n = int(out.shape[-1])
+    if _fast(x, out) and x.ndim == 2:
+        _launch("gated", out.size, _OPS[activation], x, out)
+        return out
+    gate = np.ascontiguousarray(x[:, :n])
+    out[...] = _activate(activation, gate, None) * x[:, n:]
+    return out
+
+
 def plan_kernels() -> PlanKernels | None:
     """The CPU's plan kernels (numpy roads included: a plan serves without numba too)."""
     return CPU_PLAN
 
 
-CPU_PLAN = PlanKernels(linear=plan_linear, fuses=fuses, residual_norm=residual_norm, self_attention=self_attention)
+CPU_PLAN = PlanKernels(
+    linear=plan_linear, fuses=fuses, residual_norm=residual_norm, self_attention=self_attention, gated=gated
+)
 
 __all__ = [
     "CPU_PLAN",
     "FloatPlanLinear",
     "QuantizedPlanLinear",
     "fuses",
+    "gated",
     "plan_kernels",
     "plan_linear",
     "residual_norm",

@@ -8,8 +8,8 @@ module, as always. The rules a user relies on:
 - **A hook sees every call.** While any inner module has a forward hook or pre-hook, every call takes
   the plain road (hooks on the model itself run either way: they wrap the top-level call).
 - **The plan is the model's current weights.** A plan records what it was built from: every module's
-  registrations (a replaced submodule, a new Parameter), every parameter's object, lineage and version
-  (an in-place edit, a load, a cast or a move), every layer's residency and resident pack. A call
+  registrations (a replaced submodule, a new Parameter, a residency set), every parameter's object,
+  lineage and version (an in-place edit, a load, a cast or a move). A call
   that finds any of them changed drops the plan and builds a new one (or serves the plain road while
   a hook is registered); a plan is never used over weights it was not built from.
 - **Both roads give the same numbers** within the road tolerance
@@ -40,13 +40,11 @@ from packrt_core import dispatch
 from packrt_core.errors import PackrtError
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
-from packrt_core.nn.residency import PackedLayer
 
 _epoch = operator.attrgetter("_epoch")
 _hooked = operator.attrgetter("_hooked")
 _lineage = operator.attrgetter("_lineage")
 _version = operator.attrgetter("version")
-_served = operator.attrgetter("_served")
 
 
 class PlanUnavailableError(PackrtError, ValueError):
@@ -70,7 +68,6 @@ class Guard:
     def __init__(self, root: Module, record: Any, device: Any) -> None:
         self.modules = [module for _, module in root.named_modules()]
         self.inner = self.modules[1:]
-        self.layers = [m for m in self.modules if isinstance(m, PackedLayer)]
         self.record, self.device = record, device  # the device's kernels (a test may put another backend in)
         self.epochs = list(map(_epoch, self.modules))
         self.tables = [m._parameters for m in self.modules for _ in m._parameters]
@@ -79,12 +76,6 @@ class Guard:
         present = [p for p in self.params if p is not None]
         self.lineages = list(map(_lineage, present))
         self.versions = list(map(_version, self.lineages))
-        self.devices = {p.device for p in present}
-        self.served: list[Any] = []
-
-    def settle(self) -> None:
-        """Record the layers' resident packs as the builder left them (after any adoption)."""
-        self.served = list(map(_served, self.layers))
 
     def hooked(self) -> Module | None:
         """The first inner module with a forward hook or pre-hook, else None."""
@@ -104,8 +95,6 @@ class Guard:
         lineages = [p._lineage for p in params if p is not None]
         if lineages != self.lineages or list(map(_version, lineages)) != self.versions:
             return "a weight was written, loaded, cast or moved since the plan was built"
-        if list(map(_served, self.layers)) != self.served:
-            return "a layer repacked or released its pack since the plan was built"
         return None
 
 
@@ -216,9 +205,7 @@ def _rebuild(slot: _Slot, root: Module, device: Any, build: Builder) -> tuple[An
             plan = build(root, kernels)
         except PlanUnavailableError as err:
             slot.unavailable = str(err)
-            guard.settle()
             return None, slot.unavailable
-        guard.settle()
         if guard.stale(device) is not None:  # a write landed while the plan was built: not this plan
             slot.guard = None
             return None, "the weights changed while the plan was being built"
