@@ -54,9 +54,10 @@ def test_a_result_of_another_dtype_or_shape_is_not_the_same_result() -> None:
 def test_a_model_output_agrees_within_its_fraction_of_the_largest_value_and_not_beyond(dtype: Any) -> None:
     expected = np.array([[4.0, -0.5], [0.0, 1.0]], dtype=dtype)
     fraction = MODEL_ROAD_TOLERANCES[np.dtype(dtype).name]
-    near = (expected.astype(np.float64) + [[0.0, 0.0], [0.9 * fraction * 4.0, 0.0]]).astype(dtype)
-    assert_same_model_output(near, expected)  # a small value may move by a share of the largest
-    far = (expected.astype(np.float64) + [[0.0, 0.0], [3.0 * fraction * 4.0, 0.0]]).astype(dtype)
+    step = np.array([[0.0, 0.0], [fraction * 4.0, 0.0]])  # a share of the largest |value|, on a small one
+    near = (expected.astype(np.float64) + 0.9 * step).astype(dtype)
+    assert_same_model_output(near, expected)
+    far = (expected.astype(np.float64) + 3.0 * step).astype(dtype)
     with pytest.raises(AssertionError, match="Not equal to tolerance"):
         assert_same_model_output(far, expected)
     with pytest.raises(AssertionError, match="dtype float64 != "):

@@ -111,18 +111,18 @@ class QuantizedPlanLinear:
     def __init__(self, pack: PackedQuantizedLinear, activation: str | None, parts: tuple[Any, ...]) -> None:
         self.pack, self.activation, self.parts = pack, activation, parts
         self.out_features = pack.out_features
+        self._operands = pack.int8_operands() if type(pack.q) is np.ndarray else None
         self.nbytes = int(pack.nbytes) if parts else 0
-        self._sums = int8.weight_sums(np.ascontiguousarray(pack.q)) if type(pack.q) is np.ndarray else None
-        self._bias = None if pack.b is None else np.ascontiguousarray(astype(pack.b, FLOAT32))
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
-        pack = self.pack
-        if self._sums is None or type(x) is not np.ndarray or x.dtype == np.float64:
+        pack, operands = self.pack, self._operands
+        if operands is None or type(x) is not np.ndarray or x.dtype == np.float64:
             return _activate(self.activation, pack.forward(x), None)
         x32 = np.ascontiguousarray(astype(x, FLOAT32))
         if out is not None and (out.dtype != FLOAT32 or out.shape != (x32.shape[0], self.out_features)):
             out = None
-        y = int8.linear(x32, pack.q, pack.scale, self._sums, self._bias, out=out)
+        sums, bias, panels = operands
+        y = int8.linear(x32, pack.q, pack.scale, sums, bias, out=out, panels=panels)
         return y if self.activation is None else _activate(self.activation, y, None)
 
 
