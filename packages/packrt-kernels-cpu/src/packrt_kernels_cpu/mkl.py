@@ -5,7 +5,8 @@ first use, and again only when :func:`packrt_kernels_cpu.settings.override` chan
 ``auto`` takes MKL on Intel CPUs only (:func:`auto_road`). On other x86-64 CPUs oneMKL runs its generic
 code, not the kernels it tunes for Intel's: on a 2-core AMD EPYC (Zen 4, AVX-512) its float32 GEMM
 measured 56-88 GFLOP/s at an encoder's shapes against OpenBLAS's 94-100, and its int8 GEMM 42 GOP/s
-against 88 for the int8 road's exact float32 chunks on OpenBLAS. ``PACKRT_BLAS=mkl`` still takes MKL there.
+against 88 for the int8 road's exact float32 chunks on OpenBLAS (and 380-430 for :mod:`.vnni`, which
+int8 layers take off MKL's road). ``PACKRT_BLAS=mkl`` still takes MKL there.
 
 MKL runs on libgomp, the OpenMP runtime numba's pool uses, so the two share one pool; its global thread
 count follows the settings' thread cap (``set_num_threads``).
