@@ -97,7 +97,8 @@ class PackedQuantizedLinear:
     panels (about the int8 weight's size again): all derived once, at the first such forward, and
     kept beside the pack; :attr:`nbytes` counts the panels once they exist."""
 
-    def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int) -> None:
+    def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int, *, repacks: bool = True) -> None:
+        self.repacks = repacks  # may derive VNNI panels (a copy): owned packs, not borrowed views
         self.q = q
         self.scale = scale
         self.b = b
@@ -137,7 +138,8 @@ class PackedQuantizedLinear:
         if operands is None:
             bias = None if self.b is None else np.ascontiguousarray(astype(self.b, FLOAT32))
             q = np.ascontiguousarray(self.q)
-            operands = self._int8 = (int8.weight_sums(q), bias, vnni.pack(q) if int8.uses_vnni() else None)
+            panels = vnni.pack(q) if self.repacks and int8.uses_vnni() else None
+            operands = self._int8 = (int8.weight_sums(q), bias, panels)
         return operands
 
     def _forward_int8(self, x: Array, dt: np.dtype[Any]) -> Array:
@@ -163,8 +165,9 @@ class PackedQuantizedLinear:
 def borrow_quantized_linear(
     q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
 ) -> PackedQuantizedLinear:
-    """Serve straight from the declared int8 weight, scales and bias, copying nothing."""
-    return PackedQuantizedLinear(q, scale, b, scratch_bytes)
+    """Serve straight from the declared int8 weight, scales and bias, copying nothing (so not repacked
+    for the VNNI road: a borrowed int8 layer multiplies on the float32-chunk or MKL road)."""
+    return PackedQuantizedLinear(q, scale, b, scratch_bytes, repacks=False)
 
 
 def pack_quantized_linear(

@@ -78,15 +78,16 @@ def _f32(a: Any) -> Any:
     return None if a is None else a.astype(np.float32) if a.dtype != np.float32 else a
 
 
-def _joined(kernels: PlanKernels, layers: list[Any], activation: str | None = None) -> tuple[tuple[Any, ...], bool]:
-    """One plan linear over ``layers`` (their packs joined and adopted) or one each; and whether joined."""
+def _joined(kernels: PlanKernels, layers: list[Any], activation: str | None = None) -> tuple[tuple[Any, ...], int]:
+    """One plan linear over ``layers`` (their packs joined and adopted) or one each; and the bytes the
+    plan holds beyond the layers' packs (-1: not joined)."""
     packs = [layer._serving_pack() for layer in layers]
     if len(layers) > 1 and all(layer.serving_residency() == "packed" for layer in layers) and kernels.fuses(packs):
         fused = kernels.linear(packs, activation)
-        for layer, old, part in zip(layers, packs, fused.parts, strict=True):
-            layer._adopt(old, part)
-        return (fused,), True
-    return tuple(kernels.linear([p], activation) for p in packs), False
+        shared = [layer._adopt(old, part) for layer, old, part in zip(layers, packs, fused.parts, strict=True)]
+        views = sum(int(part.nbytes) for part in fused.parts) if all(shared) else 0
+        return (fused,), int(fused.nbytes) - views
+    return tuple(kernels.linear([p], activation) for p in packs), -1
 
 
 def _into(parts: tuple[Any, ...], h: Any, width: int) -> Any:
@@ -136,6 +137,7 @@ class DecoderPlan:
         self.device = model.embed.weight.device
         self.dtype = model.embed.weight.dtype
         self.record = dispatch.kernels_for(self.device)
+        self.nbytes = 0  # grown by each layer's joined weights beyond the layers' packs, then the norms
         joined, layers = [], []
         for i, layer in enumerate(model.layers):
             planned, both = self._layer(layer, f"layers.{i}")
@@ -143,7 +145,7 @@ class DecoderPlan:
             joined.append(both)
         self.layers = tuple(layers)
         self.norm = _Norm.of(model.norm, "norm")
-        self.nbytes = sum(a.nbytes for n in self._norms() for a in (n.w, n.b) if a is not None)
+        self.nbytes += sum(a.nbytes for n in self._norms() for a in (n.w, n.b) if a is not None)
         what = "q, k, v" + (" and gate, up" if family == "llama" else "")
         self.fused = (
             f"{len(layers)} layers; {what}: one GEMM each, the layers' packs views of its weight"
@@ -166,15 +168,15 @@ class DecoderPlan:
             o = _exact(attention.o_proj, _LINEARS, f"{path}.attention.o_proj")
             act = _activation(mlp.act, f"{path}.mlp.act")
             gate_up = [_exact(getattr(mlp, n), _LINEARS, f"{path}.mlp.{n}") for n in ("gate", "up")]
-            up, joined_up = _joined(k, gate_up)
+            up, up_extra = _joined(k, gate_up)
             window, scale = attention.window, None
         else:
             projections = [_exact(attention.qkv, _LINEARS, f"{path}.attention.qkv")]
             o = _exact(attention.out, _LINEARS, f"{path}.attention.out")
             act = _activation(mlp.act, f"{path}.mlp.act")
-            up, joined_up = _joined(k, [_exact(mlp.up, _LINEARS, f"{path}.mlp.up")], act)
+            up, up_extra = _joined(k, [_exact(mlp.up, _LINEARS, f"{path}.mlp.up")], act)
             window, scale = None, attention.scale
-        qkv, joined_qkv = _joined(k, projections)
+        qkv, qkv_extra = _joined(k, projections)
         planned = _Layer(
             norm1=_Norm.of(layer.attention_norm, f"{path}.attention_norm"),
             qkv=qkv,
@@ -186,7 +188,9 @@ class DecoderPlan:
             scale=scale,
             act=act,
         )
-        return planned, (joined_qkv or self.family == "gpt2") and (joined_up or self.family == "gpt2")
+        self.nbytes += max(qkv_extra, 0) + max(up_extra, 0)
+        joined = (qkv_extra >= 0 or self.family == "gpt2") and (up_extra >= 0 or self.family == "gpt2")
+        return planned, joined
 
     def _embed(self, input_ids: Tensor, step: Step, positions: Tensor | None) -> Any | None:
         ids = input_ids._array()

@@ -116,7 +116,8 @@ def _plan_layer(kernels: PlanKernels, kinds: Kinds, layer: Any, path: str, heads
         shared = [linear._adopt(old, part) for linear, old, part in zip(projections, packs, fused.parts, strict=True)]
         qkv: tuple[Any, ...] = (fused,)
         note = "q, k, v: one GEMM over one weight, which the three layers' packs are views of"
-        extra = 0 if all(shared) else fused.nbytes
+        # what the joined weight holds beyond the layers' views of it (int8: its VNNI panels), or all of it
+        extra = fused.nbytes - sum(int(part.nbytes) for part in fused.parts) if all(shared) else fused.nbytes
     else:
         qkv = tuple(kernels.linear([p]) for p in packs)
         note = "q, k, v: three GEMMs into one buffer (weights not packed, or not joinable)"
