@@ -297,7 +297,7 @@ def test_a_call_computes_from_the_plan_it_validated_whatever_lands_meanwhile(mod
 def _plan_of(model: nn.Module) -> Any:
     from packrt_core.nn import plan as plan_module
 
-    return plan_module._SLOTS[model].plan
+    return plan_module._slot(model).plan
 
 
 def test_threads_share_one_plan_and_each_gets_the_plain_roads_numbers(model: TwoBlocks) -> None:
@@ -347,3 +347,30 @@ def test_a_layer_adopting_a_view_of_its_pack_keeps_its_values_and_frees_its_own_
     assert layer._adopt(old, joined.parts[1]) is False  # ``old`` is no longer the resident pack
     layer.weight.add_(1.0)
     assert layer._serving_pack() is not joined.parts[0]  # an edit repacks, as always
+
+
+def test_a_planned_model_is_freed_when_its_last_reference_goes() -> None:
+    import gc
+    import weakref
+
+    model = TwoBlocks()
+    model(_x())
+    assert nn.plan_report(model).road == "plan"
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None  # the plan refers to the model's modules but does not keep it alive
+
+
+def test_a_copy_plans_its_own_weights(model: TwoBlocks) -> None:
+    import copy
+
+    x = _x()
+    expected = model(x).numpy()
+    twin = copy.deepcopy(model)
+    assert nn.plan_report(twin).reason == "not called yet"
+    assert_same_model_output(twin(x).numpy(), expected)
+    report = nn.plan_report(twin)
+    assert (report.road, report.builds) == ("plan", 1)
+    twin.first.a.weight.mul_(0.0)  # the copy's weights are its own: the original's plan holds
+    np.testing.assert_array_equal(model(x).numpy(), expected)

@@ -30,7 +30,6 @@ import contextlib
 import operator
 import os
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
@@ -100,7 +99,9 @@ class Guard:
 
 @dataclass
 class _Slot:
-    """One model's plan and what its last calls did (kept beside the model, not on it)."""
+    """One model's plan and what its last calls did, kept in the model's ``__dict__`` (the plan refers to
+    the model's modules: kept beside it in a weak table, it would keep the model alive). A copy or an
+    unpickled model starts with an empty slot and plans its own weights."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     plan: Any = None
@@ -112,17 +113,23 @@ class _Slot:
     planned_calls: int = 0
     plain_calls: int = 0
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Slot:
+        return _Slot()
 
-_SLOTS: weakref.WeakKeyDictionary[Module, _Slot] = weakref.WeakKeyDictionary()
+    def __reduce__(self) -> tuple[type[_Slot], tuple[()]]:
+        return (_Slot, ())
+
+
+_SLOT = "_serving_plan_slot"
 _SLOTS_LOCK = threading.Lock()
 _enabled = [os.environ.get("PACKRT_PLAN", "1").strip() != "0"]
 
 
 def _slot(root: Module) -> _Slot:
-    slot = _SLOTS.get(root)
+    slot: _Slot | None = root.__dict__.get(_SLOT)
     if slot is None:
         with _SLOTS_LOCK:
-            slot = _SLOTS.setdefault(root, _Slot())
+            slot = root.__dict__.setdefault(_SLOT, _Slot())
     return slot
 
 
@@ -242,7 +249,7 @@ def plan_report(model: Module) -> PlanReport:
     """Which road ``model``'s last call took and why, and what its plan fuses. Reading it changes nothing."""
     if not isinstance(model, Module):
         raise TypeError(f"plan_report takes a packrt Module, got {type(model).__name__}")
-    slot = _SLOTS.get(model)
+    slot = model.__dict__.get(_SLOT)
     if slot is None:
         reason = "not called yet" if _has_builder(model) else f"{type(model).__name__} has no serving plan"
         return PlanReport("none", reason, (), 0, 0, 0, 0)
