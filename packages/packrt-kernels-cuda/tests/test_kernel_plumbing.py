@@ -279,12 +279,18 @@ def test_the_record_replaces_exactly_the_gpu_entries() -> None:
         "borrow_linear",
         "pack_quantized_linear",
         "borrow_quantized_linear",
+        "plan_kernels",
     }
     for name in CPU_KERNELS.__dataclass_fields__:
         mine, cpu = getattr(kernels.CUDA_KERNELS, name), getattr(CPU_KERNELS, name)
         assert (mine is not cpu) == (name in replaced), name
         if name in replaced:
             assert mine is getattr(kernels, name)
+
+
+def test_the_gpu_has_no_serving_plan_kernels_so_its_models_serve_module_by_module() -> None:
+    assert kernels.CUDA_KERNELS.plan_kernels() is None
+    assert CPU_KERNELS.plan_kernels() is not None
 
 
 def test_numpy_inputs_are_served_by_the_cpu_kernels_without_cupy() -> None:
