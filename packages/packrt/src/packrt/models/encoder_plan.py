@@ -238,8 +238,6 @@ class EncoderPlan:
             out = np.empty((rows, hidden), np.float32) if i == last else other
             kernels.residual_norm(down, h, layer.norm2.w, layer.norm2.b, layer.norm2.eps, out)
             h, other = out, h
-        if not self.layers:
-            h = h.copy()
         result = h.reshape(batch, seq, hidden)
         if self.dtype is not float32:
             result = result.astype(self.dtype.numpy)
