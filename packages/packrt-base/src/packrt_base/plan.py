@@ -25,19 +25,22 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")  # what a plan linear's epil
 class PlanLinear(Protocol):
     """One GEMM serving one or more linear layers that read the same input, bias and activation included.
 
-    ``parts`` holds, when the weights were concatenated into one, a serving form per layer that reads
-    its columns of the fused weight in place (a layer may serve from it instead of its own copy);
-    empty when the plan linear serves the layer's own pack. ``nbytes`` counts what it holds beyond
-    the packs it was built from (the fused weight, when it made one)."""
+    A layer may serve from its part of the fused weight instead of its own copy (``parts``)."""
 
     @property
-    def nbytes(self) -> int: ...
+    def nbytes(self) -> int:
+        """Bytes held beyond the packs it was built from (the fused weight, when it made one)."""
+        ...
 
     @property
-    def out_features(self) -> int: ...
+    def out_features(self) -> int:
+        """The width of one output row: the layers' output widths added up."""
+        ...
 
     @property
-    def parts(self) -> tuple[Any, ...]: ...
+    def parts(self) -> tuple[Any, ...]:
+        """Per layer, a serving form over its columns of the fused weight; empty when none was made."""
+        ...
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``act(x @ W^T + b)`` of a 2-D ``x`` (rows, in), into ``out`` (rows, out_features) when given."""
