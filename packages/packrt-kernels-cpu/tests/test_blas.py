@@ -3,6 +3,7 @@ one PACKRT_BLAS asks for, or an error that names the fix; MKL's threads follow t
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from pathlib import Path
@@ -170,6 +171,32 @@ def test_auto_on_an_intel_cpu_takes_mkl_where_it_loads(monkeypatch: pytest.Monke
     with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):
         loads = isinstance(mkl._loaded(), mkl.Mkl)
         assert blas.provider() == ("mkl" if loads else "numpy")
+
+
+def test_auto_on_a_cpu_not_intels_still_gives_conv2d_mkls_batched_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMMs take OpenBLAS there, but conv2d's compiled bands (and its Winograd road) need MKL's strided
+    batch, which measured faster on that CPU; PACKRT_BLAS=numpy still keeps MKL out entirely."""
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"):
+        assert blas.sgemm_batch() is None
+        with kernel_settings.override(blas="auto"):
+            assert blas.provider() == "numpy"
+            loaded = mkl._loaded()
+            if not isinstance(loaded, mkl.Mkl) or loaded.sgemm_batch is None:
+                pytest.skip("MKL (2020 or newer) does not load here")
+            assert blas.sgemm_batch() is loaded.sgemm_batch
+
+
+def test_an_mkl_loaded_off_its_road_follows_the_thread_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto", threads=1):
+        loaded = mkl.batch_handle()
+        if loaded is None:
+            pytest.skip("MKL does not load here")
+        max_threads = ctypes.CDLL(loaded.path).MKL_Get_Max_Threads
+        assert max_threads() == 1
+        with kernel_settings.override(threads=2):
+            assert max_threads() == 2
 
 
 def test_the_cpu_vendor_is_the_vendor_id_cpuinfo_names(tmp_path: Path) -> None:

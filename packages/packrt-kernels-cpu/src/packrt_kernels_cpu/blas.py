@@ -214,9 +214,10 @@ def _gemms(
 
 def sgemm_batch() -> Any | None:
     """MKL's ``cblas_sgemm_batch_strided`` as a ctypes function that compiled code may call (numba takes
-    it as an argument; pointers are ``array.ctypes``), or None off MKL's road or before MKL 2020. A
-    compiled loop of many GEMMs calls it without coming back to Python (and the GIL) between them."""
-    library = mkl.handle()
+    it as an argument; pointers are ``array.ctypes``), or None where :func:`mkl.batch_handle` gives no
+    MKL or before MKL 2020. A compiled loop of many GEMMs calls it without coming back to Python (and the
+    GIL) between them."""
+    library = mkl.batch_handle()
     return None if library is None else library.sgemm_batch
 
 
