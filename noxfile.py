@@ -287,6 +287,9 @@ def lint(session: nox.Session) -> None:
         "pytest>=8",
         "hypothesis>=6.120",
         "ray[data,serve]>=2.40,<3",  # packrt_ray's types come from Ray Data and Ray Serve
+        "fastapi>=0.100",  # packrt.serve's types (packrt[serve])
+        "uvicorn>=0.23",
+        "jinja2>=3.0",
     )
     sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(RAY / "src"), str(CONFORMANCE / "src")]
     linted = ["packages", "conformance", "benchmarks", "noxfile.py"]
