@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -102,9 +103,15 @@ def wait_healthy(base: str, deadline_s: float = START_S) -> None:
         time.sleep(0.05)
 
 
+@dataclass
+class Running:
+    base: str  # http://127.0.0.1:PORT
+    app: Any  # the FastAPI application (its state: app.state.packrt)
+
+
 @contextmanager
-def running(path: Path, limits: ServeLimits | None = None) -> Iterator[str]:
-    """``packrt serve``'s app for ``path`` on a free loopback port, in a thread; yields its base URL."""
+def running(path: Path, limits: ServeLimits | None = None) -> Iterator[Running]:
+    """``packrt serve``'s app for ``path`` on a free loopback port, in a thread."""
     import uvicorn
 
     app = create_app(ServedModel.load(path), limits)
@@ -115,7 +122,7 @@ def running(path: Path, limits: ServeLimits | None = None) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(base)
-        yield base
+        yield Running(base, app)
     finally:
         server.should_exit = True
         thread.join(timeout=START_S)

@@ -34,14 +34,14 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType
 
 @pytest.fixture(scope="module")
 def encoder_server(encoder_dir: Path) -> Iterator[str]:
-    with running(encoder_dir) as base:
-        yield base
+    with running(encoder_dir) as server:
+        yield server.base
 
 
 @pytest.fixture(scope="module")
 def llama_server(llama_dir: Path) -> Iterator[str]:
-    with running(llama_dir) as base:
-        yield base
+    with running(llama_dir) as server:
+        yield server.base
 
 
 def _client(base: str) -> Any:
