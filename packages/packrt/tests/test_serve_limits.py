@@ -228,7 +228,9 @@ def test_a_request_past_its_timeout_is_a_504_and_its_queued_work_is_never_run(de
         while state.worker.pending:
             assert time.monotonic() < until
             time.sleep(0.01)
-        assert state.metrics.batch_texts == before + 1  # the held call finished; the queued request's texts were dropped
+        assert (
+            state.metrics.batch_texts == before + 1
+        )  # the held call finished; the queued request's texts were dropped
         after = _post(started.base, "/v1/embeddings", {"input": ["the server serves on"]})
         assert after.status_code == 200
 
