@@ -278,7 +278,7 @@ def test_metrics_count_requests_by_endpoint_and_status_and_show_the_queue(server
 @pytest.fixture(scope="module")
 def plain_llama(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Iterator[Running]:
     directory = tiny_llama(tmp_path_factory.mktemp("plain-llama"), transformers, chat_template=None)
-    with running(directory, ServeLimits(max_tokens_per_text=16, max_new_tokens=32)) as started:
+    with running(directory, ServeLimits(max_tokens_per_text=16, max_new_tokens=240)) as started:
         yield started
 
 
@@ -289,8 +289,8 @@ def test_chat_with_a_model_without_a_chat_template_is_a_clear_400(plain_llama: R
 
 def test_completion_bounds_are_400s_or_422s_naming_the_field(plain_llama: Running) -> None:
     base = plain_llama.base
-    assert "more than this server's bound of 32" in _error(
-        _post(base, "/v1/completions", {"prompt": "hello", "max_tokens": 33}), 400, "max_tokens"
+    assert "more than this server's bound of 240" in _error(
+        _post(base, "/v1/completions", {"prompt": "hello", "max_tokens": 241}), 400, "max_tokens"
     )
     _error(_post(base, "/v1/completions", {"prompt": "hello " * 20}), 400, "prompt", "context_length_exceeded")
     _error(_post(base, "/v1/completions", {"prompt": "\ud800"}), 400, "prompt")
@@ -320,3 +320,29 @@ def test_the_decode_loop_stops_between_steps_once_cancelled_or_past_its_deadline
     assert (finish, steps) == ("cancelled", 3)
     with pytest.raises(completions.RequestTimeoutError):
         completions.run(served, prompt, pieces.append, time.monotonic() - 1, threading.Event())
+
+
+def test_a_stream_whose_client_goes_away_stops_decoding_at_the_next_step(
+    plain_llama: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from packrt.serve import completions
+
+    pushed: list[int] = []
+    original = completions.Decoder.push
+
+    def counted(self: completions.Decoder, token: int) -> str:
+        pushed.append(token)
+        return original(self, token)
+
+    monkeypatch.setattr(completions.Decoder, "push", counted)
+    state = plain_llama.app.state.packrt
+    body = {"prompt": "hello world the cat", "max_tokens": 240, "temperature": 0, "stream": True}
+    with httpx.stream("POST", f"{plain_llama.base}/v1/completions", json=body, timeout=WAIT_S) as response:
+        lines = response.iter_lines()
+        assert next(line for line in lines if line).startswith("data: {")
+    # the connection is closed after one chunk: the decode loop must end without running to 240 tokens
+    until = time.monotonic() + WAIT_S
+    while state.worker.pending:
+        assert time.monotonic() < until, "the abandoned stream kept the worker busy"
+        time.sleep(0.01)
+    assert 1 <= len(pushed) < 240

@@ -145,3 +145,36 @@ def test_sampling_with_a_seed_repeats_and_stop_strings_end_the_text(llama_server
     expected = first.choices[0].text[: first.choices[0].text.index(stop)]
     assert cut.choices[0].text == expected
     assert cut.choices[0].finish_reason == "stop"
+
+
+def test_a_plain_encoder_directory_serves_masked_mean_pooled_normalized_vectors(
+    tmp_path: Path, transformers: ModuleType, minilm_dir: Path
+) -> None:
+    import torch
+
+    directory = tiny_encoder(tmp_path / "bert", transformers, minilm_dir, seed=1)
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (directory / name).unlink()
+    texts = ["hello world", "the cat sat on the mat and then ran"]
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_file=str(directory / "tokenizer.json"))
+    batch = tokenizer(texts, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        hidden = transformers.BertModel.from_pretrained(directory).eval()(**batch).last_hidden_state
+    mask = batch["attention_mask"][:, :, None].float()
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    reference = torch.nn.functional.normalize(pooled, dim=-1).numpy()
+    with running(directory) as server:
+        answer = _client(server.base).embeddings.create(model="bert", input=texts)
+    np.testing.assert_allclose(np.asarray([d.embedding for d in answer.data]), reference, atol=1e-5)
+
+
+def test_chat_content_given_as_text_parts_is_the_same_as_a_string(llama_server: str) -> None:
+    client = _client(llama_server)
+    as_string = [{"role": "user", "content": "hello cat"}]
+    as_parts = [{"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "cat"}]}]
+    one = client.chat.completions.create(model="t", messages=as_string, max_tokens=6, temperature=0)
+    two = client.chat.completions.create(model="t", messages=as_parts, max_tokens=6, temperature=0)
+    assert one.choices[0].message.content == two.choices[0].message.content
+    image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
+    with pytest.raises(openai.BadRequestError, match="content part 'image_url' is not served: text parts only"):
+        client.chat.completions.create(model="t", messages=image, max_tokens=6)

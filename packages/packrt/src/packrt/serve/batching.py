@@ -15,6 +15,7 @@ sequential); its deadline is checked between decode steps by the caller's loop.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import queue
 import threading
 import time
@@ -23,6 +24,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+
+def _settle(future: concurrent.futures.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+    """Give ``future`` its outcome unless it has one (its client gave up and cancelled it meanwhile)."""
+    with contextlib.suppress(concurrent.futures.InvalidStateError):
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
 
 
 class QueueFullError(Exception):
@@ -144,6 +154,9 @@ class EmbedWorker(Worker):
             jobs, stop = self._gather(first)
             try:
                 self._serve(jobs)
+            except BaseException as err:  # a defect outside the model call: fail these jobs, keep the worker
+                for job in jobs:
+                    _settle(job.future, error=err)
             finally:
                 self._done(len(jobs))
 
@@ -172,8 +185,7 @@ class EmbedWorker(Worker):
                 vectors = self._encode([job.texts[i] for job, i in live])
             except BaseException as err:  # fails the requests in this call only
                 for job in {id(job): job for job, _ in live}.values():
-                    if not job.future.done():
-                        job.future.set_exception(err)
+                    _settle(job.future, error=err)
                 continue
             if self._on_batch is not None:
                 self._on_batch(len(live), sum(job.tokens[i] for job, i in live))
@@ -181,8 +193,8 @@ class EmbedWorker(Worker):
                 assert job.vectors is not None
                 job.vectors[i] = vectors[row]
                 job.left -= 1
-                if job.left == 0 and not job.future.done():
-                    job.future.set_result(job.vectors)
+                if job.left == 0:
+                    _settle(job.future, result=job.vectors)
 
 
 __all__ = ["CallWorker", "EmbedJob", "EmbedWorker", "QueueFullError", "Worker"]

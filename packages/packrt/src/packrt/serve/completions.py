@@ -53,6 +53,23 @@ def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
     return found
 
 
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message whose ``content`` is a list of parts (``[{"type": "text", "text": ...}]``) with its text
+    parts joined, as chat templates expect a string; a part of another type is a 400."""
+    content = message.get("content")
+    if isinstance(content, list):
+        for part in content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ServeError(
+                    400,
+                    f"content part {part.get('type')!r} is not served: text parts only",
+                    "invalid_request_error",
+                    "messages",
+                )
+        message["content"] = "".join(part["text"] for part in content)
+    return message
+
+
 def render_chat(served: ServedModel, request: ChatRequest) -> str:
     """The chat's prompt text by the model's template; 400 when the model has none or it fails on these messages."""
     if served.chat_template is None:
@@ -71,7 +88,7 @@ def render_chat(served: ServedModel, request: ChatRequest) -> str:
 
     environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     environment.globals["raise_exception"] = raise_exception
-    messages = [message.model_dump(exclude_none=True) for message in request.messages]
+    messages = [_message(message.model_dump(exclude_none=True)) for message in request.messages]
     try:
         template = environment.from_string(served.chat_template)
         return template.render(messages=messages, add_generation_prompt=True, **(served.special_tokens or {}))
@@ -166,6 +183,10 @@ def run(
     """
     lm = served.module
     assert isinstance(lm, CausalLM)
+    if cancelled.is_set():  # given up while it waited in the queue: no step is computed
+        return "cancelled", 0
+    if time.monotonic() > deadline:
+        raise RequestTimeoutError
     served.check_files()
     sample = prompt.temperature > 0
     steps = lm.stream(
