@@ -14,7 +14,6 @@ second), p50/p95/p99 latency, non-200 answers, requests without an answer. With 
 takes under 2 minutes (two servers' start-up, 2 x 30 s of load, one round).
 """
 
-
 import argparse
 import json
 import random
