@@ -237,7 +237,6 @@ class _App:
         prompt, chat = self._prompt(request)
         deadline, cancelled = self.deadline(), threading.Event()
         ident = new_id("chatcmpl" if chat else "cmpl")
-        self.metrics.add_tokens("prompt", len(prompt.ids))
         if request.stream:
             return self._stream(prompt, chat, ident, deadline, cancelled)
         pieces: list[str] = []
@@ -248,6 +247,7 @@ class _App:
             raise as_serve_error(completions.RequestTimeoutError()) from None
         finally:
             cancelled.set()  # a timeout or a client gone: the decode loop stops at its next step
+        self.metrics.add_tokens("prompt", len(prompt.ids))
         self.metrics.add_tokens("completion", count)
         body = completion_response(ident, self.served.name, "".join(pieces), finish, len(prompt.ids), count, chat)
         return JSONResponse(body)
@@ -291,6 +291,7 @@ class _App:
                     if kind == "text":
                         yield f"data: {dumps(completion_chunk(ident, name, value, None, chat))}\n\n"
                     elif kind == "end":
+                        self.metrics.add_tokens("prompt", len(prompt.ids))
                         self.metrics.add_tokens("completion", value[1])
                         yield f"data: {dumps(completion_chunk(ident, name, '', value[0], chat))}\n\n"
                         break
