@@ -19,6 +19,9 @@ from typing import Any
 
 import numba
 import numpy as np
+from llvmlite import ir  # type: ignore[import-untyped]
+from numba.core import types
+from numba.extending import intrinsic
 
 Array = Any
 
@@ -99,9 +102,54 @@ def gelu_tanh_value(v: Any) -> Any:
     return _HALF * v * (_ONE + tanh_value(_TANH_SCALE * (v + _CUBIC * v * v * v)))
 
 
+def _bitcast_int32_to_float32(typingctx: Any, bits: Any) -> Any:
+    signature = types.float32(types.int32)
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return signature, codegen
+
+
+# _float32_from_bits(bits): the float32 whose bits are the int32 ``bits``, a reinterpretation LLVM
+# vectorises (numba has no scalar bit cast of its own)
+_float32_from_bits: Any = intrinsic(_bitcast_int32_to_float32)
+
+
+# exp(v) = 2^n e^r with n = round(v / ln 2) and |r| <= ln(2)/2: r by Cody and Waite's two-part ln 2 (the
+# high part has few bits, so n * high is exact), e^r by its Taylor polynomial to r^7 (truncation below
+# 2e-9 relative), 2^n as two float32 powers of two built from their bits, so neither leaves the normal
+# range where the result does not. Within 1.3 units in the last place over float32's normal range.
+_LOG2E = np.float32(1.0 / math.log(2.0))
+_LN2_HI = np.float32(0.693359375)
+_LN2_LO = np.float32(math.log(2.0) - 0.693359375)
+_EXP_HI = np.float32(88.72283935546875)  # above: inf
+_EXP_LO = np.float32(-103.97)  # below: 0 (exp rounds to zero past the subnormals)
+_E2, _E3, _E4, _E5, _E6, _E7 = (np.float32(1.0 / math.factorial(k)) for k in range(2, 8))
+_ZERO = np.float32(0.0)
+_INF = np.float32(np.inf)
+_BIAS = np.int32(127)
+_MANTISSA_BITS = np.int32(23)
+
+
+@_contracting
+def exp_value(v: Any) -> Any:
+    """float32 ``exp(v)`` within 1.3 units in the last place (exactly inf above 88.7228, 0 below -103.97,
+    NaN for NaN); plain arithmetic, so a loop over it vectorises where ``math.exp`` keeps it scalar."""
+    x = min(max(v, _EXP_LO), _EXP_HI)
+    n = np.floor(x * _LOG2E + _HALF)
+    r = (x - n * _LN2_HI) - n * _LN2_LO
+    p = ((((((_E7 * r + _E6) * r + _E5) * r + _E4) * r + _E3) * r + _E2) * r + _ONE) * r + _ONE
+    k = np.int32(n)
+    half = k >> np.int32(1)
+    low = _float32_from_bits((half + _BIAS) << _MANTISSA_BITS)
+    high = _float32_from_bits((k - half + _BIAS) << _MANTISSA_BITS)
+    return _INF if v > _EXP_HI else _ZERO if v < _EXP_LO else p * low * high
+
+
 @_serial
 def silu_value(v: Any) -> Any:
-    return v / (_ONE + math.exp(-v))
+    return v / (_ONE + exp_value(-v))
 
 
 @_serial
@@ -363,11 +411,11 @@ def _softmax_rows(x: Array, out: Array, lo: int, hi: int) -> None:
     width = x.shape[1]
     for r in range(lo, hi):
         top = _row_max(x[r])
+        for j in range(width):  # its own loop, so it vectorises (the float64 sum below stays in order)
+            out[r, j] = exp_value(x[r, j] - top)
         total = 0.0
         for j in range(width):
-            e = math.exp(x[r, j] - top)
-            out[r, j] = e
-            total += e
+            total += out[r, j]
         inv = np.float32(1.0 / total)
         for j in range(width):
             out[r, j] *= inv
