@@ -407,8 +407,12 @@ def benchmarks(session: nox.Session) -> None:
     The kernel cases get one thread per side unless overridden (``nox -s benchmarks --
     --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
     ``-- --compare`` (not passed to pytest) makes report.py fail the session when a tracked ratio
-    worsens beyond its margin in benchmarks/margins.json.
+    worsens beyond its margin in benchmarks/margins.json. ``-- --against [REV]`` runs the same-run A/B
+    of the kernel cases instead (benchmarks/ab.py; its options follow, e.g. ``--quick``).
     """
+    if any(arg == "--against" or arg.startswith("--against=") for arg in session.posargs):
+        _ab(session, *session.posargs)
+        return
     _install_from_dist(
         session,
         "packrt[mkl]",  # the road x86-64 users are told to install; PACKRT_BLAS=numpy measures OpenBLAS's
@@ -468,6 +472,24 @@ def benchmarks(session: nox.Session) -> None:
         )
     report = ["python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md")]
     session.run(*report, "--plot", str(out / "latest.png"), *(["--compare"] if compare else []))
+
+
+def _ab(session: nox.Session, *args: str) -> None:
+    """benchmarks/ab.py in a light venv: the workers import packrt from each revision's sources, so only
+    the kernels' own dependencies are installed (those packrt-kernels-cpu's wheel declares)."""
+    _install_from_dist(session, "packrt-kernels-cpu")
+    session.chdir(str(ROOT))
+    session.run("python", "benchmarks/ab.py", *args)
+
+
+@nox.session(requires=["build"])
+def benchmarks_ab(session: nox.Session) -> None:
+    """The A/B gate of the --quick kernel cases against the previous commit (threshold 1.5), then the
+    A/B's own tests, a seeded 30% GELU slowdown caught included (benchmarks/test_ab.py --ab-gate)."""
+    _install_from_dist(session, "packrt-kernels-cpu", "pytest>=8", "pytest-benchmark>=4.0")
+    session.chdir(str(ROOT))
+    session.run("python", "benchmarks/ab.py", "--against", "HEAD~1", "--quick", "--threshold", "1.5")
+    session.run("python", "-m", "pytest", "benchmarks/test_ab.py", "-p", "no:cacheprovider", "-q", "--ab-gate")
 
 
 @nox.session(requires=["build"])

@@ -28,11 +28,12 @@ _ERFC = np.frompyfunc(math.erfc, 1, 1)  # the reference only: evaluated once per
 
 @dataclass
 class Built:
-    """One built case: ``run()`` calls the packrt kernel on the case's inputs (nothing else), ``expected``
-    is its result computed by numpy in float64, ``torch_run`` builds torch's call on the same inputs."""
+    """One built case: ``run()`` calls the packrt kernel on the case's inputs (nothing else), ``reference()``
+    computes its result in numpy in float64 (only where the case is checked), ``torch_run`` builds torch's call
+    on the same inputs."""
 
     run: Callable[[], Any]
-    expected: np.ndarray
+    reference: Callable[[], np.ndarray]
     tolerance: float
     torch_run: Callable[[Any], Callable[[], Any]] | None = None
 
@@ -118,7 +119,7 @@ def _gelu(approximate: str) -> Callable[[], Built]:
         x = _rand(ACT_SHAPE)
         return Built(
             lambda: functional.gelu(x, approximate),
-            _gelu_ref(x, approximate),
+            lambda: _gelu_ref(x, approximate),
             1e-5,
             _torch(lambda torch, t: torch.nn.functional.gelu(t, approximate=approximate), x),
         )
@@ -131,7 +132,7 @@ def _gelu_bf16() -> Built:
 
     x = _rand(ACT_SHAPE, dtype=BF16)
     torch_run = _torch(lambda torch, t: torch.nn.functional.gelu(t), x)
-    return Built(lambda: functional.gelu(x), _gelu_ref(x), 1e-2, torch_run)
+    return Built(lambda: functional.gelu(x), lambda: _gelu_ref(x), 1e-2, torch_run)
 
 
 def _silu() -> Built:
@@ -140,7 +141,7 @@ def _silu() -> Built:
     x = _rand(ACT_SHAPE)
     return Built(
         lambda: functional.silu(x),
-        _silu_ref(x),
+        lambda: _silu_ref(x),
         1e-5,
         _torch(lambda torch, t: torch.nn.functional.silu(t), x),
     )
@@ -152,7 +153,7 @@ def _relu() -> Built:
     x = _rand(ACT_SHAPE)
     return Built(
         lambda: functional.relu(x),
-        np.maximum(_f64(x), 0.0),
+        lambda: np.maximum(_f64(x), 0.0),
         0.0,
         _torch(lambda torch, t: torch.relu(t), x),
     )
@@ -164,7 +165,7 @@ def _add() -> Built:
     a, b = _rand(ROW_SHAPE, 1), _rand(ROW_SHAPE, 2)
     return Built(
         lambda: fused.binary("add", a, b),
-        _f64(a) + _f64(b),
+        lambda: _f64(a) + _f64(b),
         1e-6,
         _torch(lambda torch, ta, tb: ta + tb, a, b),
     )
@@ -180,7 +181,9 @@ def _layer_norm() -> Built:
         t, tw, tb = (torch.from_numpy(a) for a in (x, w, b))
         return lambda: torch.nn.functional.layer_norm(t, (width,), tw, tb, 1e-12)
 
-    return Built(lambda: functional.layer_norm(x, width, w, b, 1e-12), _layer_norm_ref(x, w, b, 1e-12), 1e-4, torch_run)
+    return Built(
+        lambda: functional.layer_norm(x, width, w, b, 1e-12), lambda: _layer_norm_ref(x, w, b, 1e-12), 1e-4, torch_run
+    )
 
 
 def _rms_norm() -> Built:
@@ -193,7 +196,7 @@ def _rms_norm() -> Built:
         t, tw = torch.from_numpy(x), torch.from_numpy(w)
         return lambda: torch.nn.functional.rms_norm(t, (width,), tw, 1e-6)
 
-    return Built(lambda: functional.rms_norm(x, width, w, 1e-6), _rms_norm_ref(x, w, 1e-6), 1e-4, torch_run)
+    return Built(lambda: functional.rms_norm(x, width, w, 1e-6), lambda: _rms_norm_ref(x, w, 1e-6), 1e-4, torch_run)
 
 
 SCORES_SHAPE = (12, 128, 128)  # one layer's attention scores: 12 heads, 128 queries x 128 keys
@@ -205,7 +208,7 @@ def _softmax() -> Built:
     x = _rand(SCORES_SHAPE)
     return Built(
         lambda: functional.softmax(x, -1),
-        _softmax_ref(x),
+        lambda: _softmax_ref(x),
         1e-5,
         _torch(lambda torch, t: torch.softmax(t, -1), x),
     )
@@ -224,7 +227,7 @@ def _softmax_in_place() -> Built:
         fused.softmax_in_place(work)
         return work
 
-    return Built(run, _softmax_ref(x), 1e-5)
+    return Built(run, lambda: _softmax_ref(x), 1e-5)
 
 
 def _rotary() -> Built:
@@ -242,7 +245,7 @@ def _rotary() -> Built:
         t, tc, ts = torch.from_numpy(x), torch.from_numpy(cos), torch.from_numpy(sin)
         return lambda: t * tc + torch.cat([-t[..., 32:], t[..., :32]], -1) * ts
 
-    return Built(lambda: functional.rotary_embedding(x, cos, sin), v * cos + turned * sin, 1e-5, torch_run)
+    return Built(lambda: functional.rotary_embedding(x, cos, sin), lambda: v * cos + turned * sin, 1e-5, torch_run)
 
 
 # -- casts, GEMV, attention -------------------------------------------------------------------------------
@@ -252,7 +255,9 @@ def _cast(widen: bool) -> Callable[[], Built]:
 
         x = _rand(ACT_SHAPE, dtype=BF16 if widen else F32)
         target = F32 if widen else BF16
-        expected = _f64(x.astype(target))  # ml_dtypes' conversion: the bits the fused cast must give
+
+        def expected() -> np.ndarray:  # ml_dtypes' conversion: the bits the fused cast must give
+            return _f64(x.astype(target))
 
         def torch_run(torch: Any) -> Callable[[], Any]:
             if widen:
@@ -277,7 +282,7 @@ def _gemv(packed: bool) -> Callable[[], Built]:
         wt = np.ascontiguousarray(w.T) if packed else w.T  # a pack's (in, out) layout, or a borrowed weight's view
         return Built(
             lambda: gemv.gemv(x, wt, b),
-            _f64(x) @ _f64(w).T + _f64(b),
+            lambda: _f64(x) @ _f64(w).T + _f64(b),
             1e-5,
             _torch(lambda torch, tx, tw, tb: torch.nn.functional.linear(tx, tw, tb), x, w, b),
         )
@@ -301,7 +306,7 @@ def _attention() -> Built:
 
     return Built(
         lambda: scaled_dot_product_attention(q, k, v, is_causal=True),
-        _attention_ref(q, k, v, hidden),
+        lambda: _attention_ref(q, k, v, hidden),
         1e-4,
         torch_run,
     )
@@ -318,7 +323,10 @@ def _plan_attention() -> Built:
     split = qkv.reshape(1, 128, 3, 12, 64)
     q, k, v = (split[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
     hidden = np.broadcast_to(~key_mask[:, None, None, :], (1, 12, 128, 128))
-    expected = _attention_ref(q, k, v, hidden).transpose(0, 2, 1, 3).reshape(128, 768)
+
+    def expected() -> np.ndarray:
+        return _attention_ref(q, k, v, hidden).transpose(0, 2, 1, 3).reshape(128, 768)
+
     return Built(lambda: plan.self_attention(qkv, 1, 12, key_mask, None, out), expected, 1e-4)
 
 
@@ -331,8 +339,11 @@ def _residual_norm(rms: bool) -> Callable[[], Built]:
 
         x, w, b = _rand(ROW_SHAPE), _rand(ROW_SHAPE[-1:], 1), _rand(ROW_SHAPE[-1:], 2)
         residual, out = _rand(ROW_SHAPE, 3), np.empty(ROW_SHAPE, np.float32)
-        start = _f64(residual) + _f64(x)
-        expected = _rms_norm_ref(start, w, 1e-6) if rms else _layer_norm_ref(start, w, b, 1e-12)
+        start = residual + x  # what the first call normalises (float32 sum, as the kernel's)
+
+        def expected() -> np.ndarray:
+            return _rms_norm_ref(start, w, 1e-6) if rms else _layer_norm_ref(start, w, b, 1e-12)
+
         first = [True]
 
         def run() -> np.ndarray:
@@ -351,7 +362,7 @@ def _gated() -> Built:
 
     x = _rand((128, 2 * 2048))
     out = np.empty((128, 2048), np.float32)
-    return Built(lambda: plan.gated(x, "silu", out), _silu_ref(x[:, :2048]) * _f64(x[:, 2048:]), 1e-5)
+    return Built(lambda: plan.gated(x, "silu", out), lambda: _silu_ref(x[:, :2048]) * _f64(x[:, 2048:]), 1e-5)
 
 
 def _epilogue() -> Built:
@@ -367,7 +378,7 @@ def _epilogue() -> Built:
         np.copyto(y, base)
         return activate("gelu", y, b)
 
-    return Built(run, _gelu_ref(_f64(base) + _f64(b)), 1e-5)
+    return Built(run, lambda: _gelu_ref(_f64(base) + _f64(b)), 1e-5)
 
 
 # -- int8 and conv ------------------------------------------------------------------------------------------
@@ -381,7 +392,7 @@ def _int8_quantize() -> Built:
         return (u.astype(np.float32) - zero[:, None]) * scale[:, None]  # checked as the values it stands for
 
     step = float(np.max(np.maximum(x.max(1), 0) - np.minimum(x.min(1), 0)) / 255)
-    return Built(run, _f64(x), step / float(np.max(np.abs(x))))
+    return Built(run, lambda: _f64(x), step / float(np.max(np.abs(x))))
 
 
 def _conv2d() -> Built:
@@ -389,9 +400,11 @@ def _conv2d() -> Built:
 
     x, w, b = _rand((1, 32, 32, 32)), _rand((32, 32, 3, 3), 1) * np.float32(0.1), _rand((32,), 2)
     geometry = conv2d_geometry((3, 3), padding=1)
-    padded = np.pad(_f64(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (1, C, H, W, 3, 3)
-    expected = np.einsum("nchwij,ocij->nohw", windows, _f64(w)) + _f64(b)[None, :, None, None]
+
+    def expected() -> np.ndarray:
+        padded = np.pad(_f64(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (1, C, H, W, 3, 3)
+        return np.einsum("nchwij,ocij->nohw", windows, _f64(w)) + _f64(b)[None, :, None, None]
 
     def torch_run(torch: Any) -> Callable[[], Any]:
         tx, tw, tb = (torch.from_numpy(a) for a in (x, w, b))
@@ -442,7 +455,7 @@ def check(case: KernelCase, built: Built) -> str | None:
     """None when the kernel's result matches the float64 reference within the case's tolerance (relative
     to the largest |reference|), else a line saying by how much it does not."""
     got = np.asarray(built.run()).astype(np.float64)
-    want = built.expected
+    want = built.reference()
     if got.shape != want.shape:
         return f"{case.name}: shape {got.shape} != reference {want.shape}"
     scale = float(np.max(np.abs(want))) or 1.0
