@@ -138,9 +138,14 @@ class Side:
         return self.receive()
 
     def close(self) -> None:
-        if self.proc.stdin is not None:
+        """End the worker: its stdin closed, it leaves its loop; killed if it has not within 30 s."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def _both(sides: list[Side], op: str, **fields: Any) -> list[dict[str, Any]]:
@@ -153,28 +158,45 @@ def _both(sides: list[Side], op: str, **fields: Any) -> list[dict[str, Any]]:
 Pair = tuple[Side, Side]  # (HEAD, REV)
 
 
-def _start(
-    head_tree: Path, rev_tree: Path, names: list[str], pairs: int
-) -> tuple[list[Pair], list[str], dict[str, str]]:
-    """The worker pairs started and the cases built on every worker, checked on the first pair's:
-    (pairs, the cases both sides have, the missing ones with why)."""
-    started = [(Side("HEAD", head_tree), Side("REV", rev_tree)) for _ in range(pairs)]
-    workers = [side for pair in started for side in pair]
+def _launch(workers: list[Side], names: list[str], check: bool) -> list[dict[str, Any]]:
+    """Each worker's packrt verified to come from its tree, then the cases built (and checked)."""
     for side, hello in zip(workers, _both(workers, "hello"), strict=True):
         expected = Path(side.tree).resolve()
         if not Path(hello["packrt_kernels_cpu"]).resolve().is_relative_to(expected):
             raise ABError(f"the {side.label} worker imported packrt from {hello['packrt_kernels_cpu']}, not {expected}")
-    for side in workers:
-        side.send("build", cases=names, check=side in started[0])
-    answers = [side.receive() for side in workers]
+    answers = _both(workers, "build", cases=names, check=check)
     wrong = {f"{w.label} {n}": why for w, a in zip(workers, answers, strict=True) for n, why in a["wrong"].items()}
     if wrong:
         lines = "\n".join(f"  {k}: {v}" for k, v in wrong.items())
         raise ABError(f"a kernel's result is wrong, so its time means nothing:\n{lines}")
+    return answers
+
+
+def _start(
+    head_tree: Path, rev_tree: Path, names: list[str], pairs: int
+) -> tuple[list[Pair], list[str], dict[str, str]]:
+    """The worker pairs started and the cases built on every worker, checked on the first pair's:
+    (pairs, the cases both sides have, the missing ones with why). The first pair builds alone, so a
+    revision whose kernels are not in numba's on-disk cache yet compiles them once, not in every pair."""
+    started: list[Pair] = []
+    try:
+        started.append((Side("HEAD", head_tree), Side("REV", rev_tree)))
+        answers = _launch(list(started[0]), names, check=True)
+        started += [(Side("HEAD", head_tree), Side("REV", rev_tree)) for _ in range(pairs - 1)]
+        _launch([side for pair in started[1:] for side in pair], names, check=False)
+    except BaseException:
+        _close(started)
+        raise
     missing = {
-        n: f"{w.label}: {why}" for w, a in zip(workers[:2], answers[:2], strict=True) for n, why in a["missing"].items()
+        n: f"{w.label}: {why}" for w, a in zip(started[0], answers, strict=True) for n, why in a["missing"].items()
     }
     return started, [n for n in names if n not in missing], missing
+
+
+def _close(started: list[Pair]) -> None:
+    for pair in started:
+        for side in pair:
+            side.close()
 
 
 Times = dict[str, dict[str, list[float]]]  # case -> {"HEAD": per round, "REV": per round, "pair": per round}
@@ -227,9 +249,7 @@ def run_ab(
                 _round(started, undecided, inner, number, times)
             done += EXTRA_ROUNDS
     finally:
-        for pair in started:
-            for side in pair:
-                side.close()
+        _close(started)
     results = {}
     for name in cases:
         est = _estimate(times[name])
