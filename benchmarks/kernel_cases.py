@@ -75,36 +75,36 @@ def _gelu_ref(x: np.ndarray, approximate: str = "none") -> np.ndarray:
     v = _f64(x)
     if approximate == "tanh":
         return 0.5 * v * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (v + 0.044715 * v**3)))
-    return 0.5 * v * _ERFC(-v / math.sqrt(2.0)).astype(np.float64)
+    return np.asarray(0.5 * v * np.asarray(_ERFC(-v / math.sqrt(2.0)), dtype=np.float64))
 
 
 def _silu_ref(x: np.ndarray) -> np.ndarray:
     v = _f64(x)
-    return v / (1.0 + np.exp(-v))
+    return np.asarray(v / (1.0 + np.exp(-v)))
 
 
 def _layer_norm_ref(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
     v = _f64(x)
     centered = v - v.mean(axis=-1, keepdims=True)
-    return centered / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + eps) * _f64(w) + _f64(b)
+    return np.asarray(centered / np.sqrt((centered**2).mean(axis=-1, keepdims=True) + eps) * _f64(w) + _f64(b))
 
 
 def _rms_norm_ref(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
     v = _f64(x)
-    return v / np.sqrt((v**2).mean(axis=-1, keepdims=True) + eps) * _f64(w)
+    return np.asarray(v / np.sqrt((v**2).mean(axis=-1, keepdims=True) + eps) * _f64(w))
 
 
 def _softmax_ref(x: np.ndarray) -> np.ndarray:
     v = _f64(x)
     e = np.exp(v - v.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    return np.asarray(e / e.sum(axis=-1, keepdims=True))
 
 
 def _attention_ref(q: np.ndarray, k: np.ndarray, v: np.ndarray, hidden: np.ndarray | None) -> np.ndarray:
     scores = _f64(q) @ _f64(k).swapaxes(-1, -2) / math.sqrt(q.shape[-1])
     if hidden is not None:
         scores = np.where(hidden, -np.inf, scores)
-    return _softmax_ref(scores) @ _f64(v)
+    return np.asarray(_softmax_ref(scores) @ _f64(v))
 
 
 # -- elementwise and row kernels (fused.py, reached through functional.py as the layers call them) --------
@@ -346,7 +346,7 @@ def _residual_norm(rms: bool) -> Callable[[], Built]:
 
         first = [True]
 
-        def run() -> np.ndarray:
+        def run() -> Any:
             if first[0]:  # the check reads the first call's result; later calls keep adding x
                 first[0] = False
                 return plan.residual_norm(x, residual, w, None if rms else b, 1e-6 if rms else 1e-12, out, rms).copy()
@@ -389,7 +389,9 @@ def _int8_quantize() -> Built:
 
     def run() -> np.ndarray:
         u, scale, zero = int8.quantize_rows(x)
-        return (u.astype(np.float32) - zero[:, None]) * scale[:, None]  # checked as the values it stands for
+        return np.asarray(
+            (u.astype(np.float32) - zero[:, None]) * scale[:, None]
+        )  # checked as the values it stands for
 
     step = float(np.max(np.maximum(x.max(1), 0) - np.minimum(x.min(1), 0)) / 255)
     return Built(run, lambda: _f64(x), step / float(np.max(np.abs(x))))
@@ -404,7 +406,7 @@ def _conv2d() -> Built:
     def expected() -> np.ndarray:
         padded = np.pad(_f64(x), ((0, 0), (0, 0), (1, 1), (1, 1)))
         windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (1, C, H, W, 3, 3)
-        return np.einsum("nchwij,ocij->nohw", windows, _f64(w)) + _f64(b)[None, :, None, None]
+        return np.asarray(np.einsum("nchwij,ocij->nohw", windows, _f64(w)) + _f64(b)[None, :, None, None])
 
     def torch_run(torch: Any) -> Callable[[], Any]:
         tx, tw, tb = (torch.from_numpy(a) for a in (x, w, b))
