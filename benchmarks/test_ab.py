@@ -10,12 +10,14 @@ other; with no seed, nothing is. No test here asserts a time: only what the gate
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import ab
+import ab_seed
 import ab_stats
 import kernel_cases
 import numpy as np
@@ -26,24 +28,8 @@ SEEDED_CASE = "kernel-gelu"
 # The seeded kernel's case, cases on the same compiled loop (SiLU: the same `activation` kernel) or the
 # same math by another road (the plan's GELU epilogue), and unrelated row kernels: none may be flagged.
 GATE_CASES = [SEEDED_CASE, "kernel-silu", "kernel-epilogue-gelu", "kernel-layer-norm", "kernel-softmax"]
+SEED = "packrt_kernels_cpu.fused:gelu"
 SLOWDOWN = 0.3
-SEED = f"""
-
-# Seeded by benchmarks/test_ab.py: fused GELU made {SLOWDOWN:.0%} slower, a busy-wait of {SLOWDOWN}x the
-# kernel's own CPU time (this thread's, so time the machine gives to other work is not counted).
-import time as _seed_time
-
-_seed_gelu = gelu
-
-
-def gelu(x, approximate):
-    start = _seed_time.thread_time()
-    out = _seed_gelu(x, approximate)
-    until = _seed_time.thread_time() + {SLOWDOWN} * (_seed_time.thread_time() - start)
-    while _seed_time.thread_time() < until:
-        pass
-    return out
-"""
 
 
 # -- statistics ------------------------------------------------------------------------------------------
@@ -144,15 +130,39 @@ def test_a_tree_without_package_sources_is_refused(tmp_path: Path, capsys: pytes
     assert "has no packages/*/src: not a packrt tree" in capsys.readouterr().err
 
 
+def test_a_seed_busy_waits_its_factor_of_the_calls_own_cpu_time(tmp_path: Path) -> None:
+    tree = ab_seed.scratch_tree(tmp_path / "tree", [SEED], SLOWDOWN)
+    assert "_seed_gelu = gelu" in ab_seed.module_file(tree, "packrt_kernels_cpu.fused").read_text()
+    spent: list[float] = []
+
+    def work(n: int) -> int:
+        start = time.thread_time()
+        total = sum(range(n))
+        spent.append(time.thread_time() - start)
+        return total
+
+    namespace: dict[str, Any] = {"work": work}
+    exec(ab_seed.wrapper_source("work", 1.0), namespace)  # the seed's code, as appended to a module
+    start = time.thread_time()
+    assert namespace["work"](300_000) == sum(range(300_000))  # the result is the function's own
+    # the wrapper spins on this thread's CPU clock until it has added the call's own time again
+    assert time.thread_time() - start >= 2 * spent[0]
+
+
+def test_a_seed_naming_no_function_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="defines no function 'nope' to seed"):
+        ab_seed.scratch_tree(tmp_path / "tree", ["packrt_kernels_cpu.fused:nope"])
+
+
+def test_a_seed_naming_no_module_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"module packrt_kernels_cpu\.nope is not one file"):
+        ab_seed.scratch_tree(tmp_path / "tree", ["packrt_kernels_cpu.nope:gelu"])
+
+
 # -- the gate end to end ------------------------------------------------------------------------------------
 def _scratch_tree(where: Path, seed: bool) -> Path:
-    """A copy of this tree's package sources, GELU seeded slower when ``seed``."""
-    for src in ROOT.glob("packages/*/src"):
-        shutil.copytree(src, where / "packages" / src.parent.name / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    if seed:
-        fused = where / "packages" / "packrt-kernels-cpu" / "src" / "packrt_kernels_cpu" / "fused.py"
-        fused.write_text(fused.read_text() + SEED)
-    return where
+    """A copy of this tree's package sources, fused GELU seeded 30% slower when ``seed``."""
+    return ab_seed.scratch_tree(where, [SEED] if seed else [], SLOWDOWN)
 
 
 def _gate(head_tree: Path, out: Path) -> tuple[int, dict[str, str]]:
