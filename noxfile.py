@@ -25,6 +25,7 @@ import functools
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -488,8 +489,6 @@ def benchmarks_ab(session: nox.Session) -> None:
     """The same-run A/B gate of the --quick kernel cases against the previous commit, tolerant (a case
     fails only when all of its interval lies above 1.5x), and the A/B's own quick tests. Skips where the
     checkout has no previous commit (a shallow clone)."""
-    import subprocess
-
     previous = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "HEAD~1"], capture_output=True)
     if previous.returncode != 0:
         session.skip("this checkout has no HEAD~1 (a shallow clone?): nothing to run the A/B against")
