@@ -37,8 +37,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 CACHE = ROOT / ".benchmarks" / "ab"
 THRESHOLD = 1.10
-ROUNDS, QUICK_ROUNDS, MAX_ROUNDS, EXTRA_ROUNDS = 32, 24, 64, 8
-PAIRS = 4  # worker pairs: rounds go to each in turn (ab_stats.estimate says why)
+# Worker pairs: rounds go to each in turn (ab_stats.estimate says why). Their number is the bootstrap's
+# sample size for the between-pair part of the noise; with 4, an A/A run of SiLU read 0.829 (0.737-0.919),
+# an interval too narrow for what 8 pairs then showed (0.97-1.07 between pairs).
+PAIRS = 6
+ROUNDS, QUICK_ROUNDS, MAX_ROUNDS, EXTRA_ROUNDS = 36, 24, 72, 12  # multiples of PAIRS: each pair as many rounds
 BATCH_S, BATCHES = 0.004, 3
 # The same conditions as `nox -s benchmarks` (benchmarks/README.md), and one thread for every pool: a
 # kernel case is one kernel on one core, so nothing waits on a descheduled second thread.
@@ -326,7 +329,9 @@ def _parser() -> argparse.ArgumentParser:
         "--rounds", type=int, help=f"rounds for every case (default {ROUNDS}, {QUICK_ROUNDS} with --quick)"
     )
     parser.add_argument("--max-rounds", type=int, default=MAX_ROUNDS, help="rounds at most for a case still undecided")
-    parser.add_argument("--pairs", type=int, default=PAIRS, help="HEAD/REV worker pairs the rounds rotate over")
+    parser.add_argument(
+        "--pairs", type=int, default=PAIRS, help=f"HEAD/REV worker pairs the rounds rotate over (default {PAIRS})"
+    )
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="HEAD/REV beyond which a case is flagged")
     parser.add_argument("--json", type=Path, help="also write the results (per-round times included) here")
     return parser
@@ -334,6 +339,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.pairs < 1:
+        print(f"--pairs must be at least 1, got {args.pairs}", file=sys.stderr)
+        return 2
     if args.threshold <= 1.0:
         print(f"--threshold must be above 1 (a ratio HEAD/REV), got {args.threshold}", file=sys.stderr)
         return 2

@@ -125,6 +125,11 @@ def test_a_threshold_not_above_one_is_refused(capsys: pytest.CaptureFixture[str]
     assert "--threshold must be above 1" in capsys.readouterr().err
 
 
+def test_a_pair_count_below_one_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert ab.main(["--pairs", "0", "--quick"]) == 2
+    assert "--pairs must be at least 1, got 0" in capsys.readouterr().err
+
+
 def test_a_tree_without_package_sources_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ab.main(["--against-tree", str(tmp_path), "--cases", SEEDED_CASE]) == 2
     assert "has no packages/*/src: not a packrt tree" in capsys.readouterr().err
