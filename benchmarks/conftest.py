@@ -100,7 +100,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ab-gate",
         action="store_true",
         help="also run the A/B gate's end-to-end tests (test_ab.py, marked ab_gate: about a minute each; "
-        "nox -s benchmarks_ab runs them)",
+        "nox -s benchmarks_ab_gate runs them)",
     )
 
 
@@ -108,7 +108,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Skip the ``ab_gate`` tests unless ``--ab-gate``: each runs the whole A/B twice over, minutes on two cores."""
     if config.getoption("--ab-gate"):
         return
-    skip = pytest.mark.skip(reason="the A/B gate's end-to-end test runs with --ab-gate (nox -s benchmarks_ab)")
+    skip = pytest.mark.skip(reason="the A/B gate's end-to-end test runs with --ab-gate (nox -s benchmarks_ab_gate)")
     for item in items:
         if "ab_gate" in item.keywords:
             item.add_marker(skip)

@@ -1,6 +1,6 @@
 """The same-run A/B (ab.py, ab_stats.py): its statistics on synthetic rounds, and the gate end to end.
 
-The end-to-end tests (marked ``ab_gate``, run with ``--ab-gate``, as ``nox -s benchmarks_ab`` does) copy
+The end-to-end tests (marked ``ab_gate``, run with ``--ab-gate``, as ``nox -s benchmarks_ab_gate`` does) copy
 the tree's package sources into a scratch folder, seed a 30% slowdown into one kernel there (fused
 GELU, wrapped in a busy-wait of 0.3x its own CPU time), and run the A/B gate of a few kernel cases
 with the scratch copy as HEAD and this tree as REV: the seeded kernel's case must be flagged and no
