@@ -181,6 +181,8 @@ def _start(
     """The worker pairs started and the cases built on every worker, checked on the first pair's:
     (pairs, the cases both sides have, the missing ones with why). The first pair builds alone, so a
     revision whose kernels are not in numba's on-disk cache yet compiles them once, not in every pair."""
+    for tree in (head_tree, rev_tree):
+        source_dirs(tree)  # both trees checked before any worker starts
     started: list[Pair] = []
     try:
         started.append((Side("HEAD", head_tree), Side("REV", rev_tree)))
