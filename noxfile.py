@@ -8,6 +8,7 @@
     nox -s lint          ruff, mypy and the import contracts over every package
     nox -s conformance   the conformance suite against packrt (both revisions) and torch
     nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
+                         (-- --against REV: the same-run A/B of the kernel cases, benchmarks/ab.py)
     nox -s ray           packrt-ray's tests on a local Ray cluster (ray_benchmark: 1 vs 2 Serve replicas)
 
 Hypothesis loads its built-in "ci" profile (derandomized, no deadline) whenever CI=true,
@@ -24,6 +25,7 @@ import functools
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -410,8 +412,12 @@ def benchmarks(session: nox.Session) -> None:
     The kernel cases get one thread per side unless overridden (``nox -s benchmarks --
     --bench-threads=2 -k matmul``); the whole-model cases run at 1 and 2 threads by themselves.
     ``-- --compare`` (not passed to pytest) makes report.py fail the session when a tracked ratio
-    worsens beyond its margin in benchmarks/margins.json.
+    worsens beyond its margin in benchmarks/margins.json. ``-- --against [REV]`` runs the same-run A/B
+    of the kernel cases instead (benchmarks/ab.py; its options follow, e.g. ``--quick``).
     """
+    if any(arg == "--against" or arg.startswith("--against=") for arg in session.posargs):
+        _ab(session, *session.posargs)
+        return
     _install_from_dist(
         session,
         "packrt[mkl]",  # the road x86-64 users are told to install; PACKRT_BLAS=numpy measures OpenBLAS's
@@ -471,6 +477,37 @@ def benchmarks(session: nox.Session) -> None:
         )
     report = ["python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md")]
     session.run(*report, "--plot", str(out / "latest.png"), *(["--compare"] if compare else []))
+
+
+def _ab(session: nox.Session, *args: str) -> None:
+    """benchmarks/ab.py in a light venv: the workers import packrt from each revision's sources, so only
+    the kernels' own dependencies are installed (those packrt-kernels-cpu's wheel declares)."""
+    _install_from_dist(session, "packrt-kernels-cpu")
+    session.chdir(str(ROOT))
+    session.run("python", "benchmarks/ab.py", *args)
+
+
+@ci_session(requires=["build"])
+def benchmarks_ab(session: nox.Session) -> None:
+    """The same-run A/B gate of the --quick kernel cases against the previous commit, tolerant (a case
+    fails only when all of its interval lies above 1.5x), and the A/B's own quick tests. Skips where the
+    checkout has no previous commit (a shallow clone)."""
+    previous = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "HEAD~1"], capture_output=True)
+    if previous.returncode != 0:
+        session.skip("this checkout has no HEAD~1 (a shallow clone?): nothing to run the A/B against")
+    _install_from_dist(session, "packrt-kernels-cpu", "pytest>=8", "pytest-benchmark>=4.0")
+    session.chdir(str(ROOT))
+    session.run("python", "benchmarks/ab.py", "--against", "HEAD~1", "--quick", "--threshold", "1.5")
+    session.run("python", "-m", "pytest", "benchmarks/test_ab.py", "-p", "no:cacheprovider", "-q")
+
+
+@nox.session(requires=["build"])
+def benchmarks_ab_gate(session: nox.Session) -> None:
+    """The A/B gate end to end (benchmarks/test_ab.py --ab-gate, about 1.5 minutes on two cores): a 30%
+    GELU slowdown seeded into a scratch copy is flagged on its case and no other; an unchanged copy passes."""
+    _install_from_dist(session, "packrt-kernels-cpu", "pytest>=8", "pytest-benchmark>=4.0")
+    session.chdir(str(ROOT))
+    session.run("python", "-m", "pytest", "benchmarks/test_ab.py", "-p", "no:cacheprovider", "-q", "--ab-gate")
 
 
 @nox.session(requires=["build"])

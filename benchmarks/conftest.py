@@ -96,6 +96,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="cap numpy's BLAS pool and torch's intra-op threads at N for the whole run (default: "
         "leave both at their own default, one per core); 1 gives steadier ratios on a busy machine",
     )
+    parser.addoption(
+        "--ab-gate",
+        action="store_true",
+        help="also run the A/B gate's end-to-end tests (test_ab.py, marked ab_gate: about a minute each; "
+        "nox -s benchmarks_ab_gate runs them)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the ``ab_gate`` tests unless ``--ab-gate``: each runs the whole A/B twice over, minutes on two cores."""
+    if config.getoption("--ab-gate"):
+        return
+    skip = pytest.mark.skip(reason="the A/B gate's end-to-end test runs with --ab-gate (nox -s benchmarks_ab_gate)")
+    for item in items:
+        if "ab_gate" in item.keywords:
+            item.add_marker(skip)
 
 
 def bench_threads(config: pytest.Config) -> int:
