@@ -17,6 +17,7 @@ module builds its model from these blocks and says what differs:
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
   global attention) each read their own frequencies.
+- :func:`decoder_family`: the :class:`~packrt.models.keymap.Family` a decoder class is served as.
 
 Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
 applies the one asked for when it binds the weights.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
 import numpy as np
 
@@ -35,8 +36,8 @@ from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import KeyMap, Rule
-from packrt.models.llama import RotaryTables
+from packrt.models.keymap import Family, KeyMap, Rule
+from packrt.models.llama import RotaryTables, rope_frequencies
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
 
@@ -70,12 +71,6 @@ class DecoderWidths:
             eps=config.number("rms_norm_eps", eps),
         )
 
-    def attention(self, index: int, **options: Any) -> RotaryAttention:
-        """Layer ``index``'s :class:`RotaryAttention` of these widths (``options``: its keyword options)."""
-        return RotaryAttention(
-            index=index, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, **options
-        )
-
 
 def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
     """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
@@ -95,16 +90,14 @@ def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[in
 
 
 class RotaryAttention(nn.Module):
-    """Rotary grouped-query attention (see the module docstring for the options)."""
+    """Rotary grouped-query attention of layer ``index``, sized by ``widths`` (see the module docstring for
+    the options)."""
 
     def __init__(
         self,
-        *,
+        widths: DecoderWidths,
         index: int,
-        hidden: int,
-        heads: int,
-        kv_heads: int,
-        head_dim: int,
+        *,
         qkv_bias: bool = False,
         o_bias: bool = False,
         fused: bool = False,
@@ -113,9 +106,10 @@ class RotaryAttention(nn.Module):
         head_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        self.index, self.heads, self.kv_heads, self.head_dim = index, heads, kv_heads, head_dim
+        hidden, head_dim = widths.hidden, widths.head_dim
+        self.index, self.heads, self.kv_heads, self.head_dim = index, widths.heads, widths.kv_heads, head_dim
         self.window, self.scale, self.fused = window, scale, fused
-        q_width, kv_width = heads * head_dim, kv_heads * head_dim
+        q_width, kv_width = widths.heads * head_dim, widths.kv_heads * head_dim
         if fused:
             self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=qkv_bias)
         else:
@@ -202,34 +196,42 @@ class PreNormLayer(nn.Module):
 class RotaryDecoderLM(CausalLM):
     """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring).
 
-    A family's constructor calls :meth:`_declare` with its layers, its final norm and its rotary
-    frequencies per ``rope_kind``; the vocabulary, the pad id and whether the head is tied (then it is
-    the embedding's Parameter itself) are read from the config.
+    Built from a config.json: this constructor reads the vocabulary, the pad id and whether the head is
+    tied (then it is the embedding's Parameter itself; ``tied_by_default`` when the config does not say);
+    a family's constructor then builds its layers and calls :meth:`_declare` with them.
     """
 
     model_type = ""
+    tied_by_default = False
     embed_scale: float | None = None
     logit_softcap: float | None = None
+
+    def __init__(self, config: HFConfig) -> None:
+        super().__init__()
+        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", self.tied_by_default)
+        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
 
     def _declare(
         self,
         config: HFConfig,
-        *,
-        hidden: int,
+        widths: DecoderWidths,
         layers: list[nn.Module],
-        norm: nn.Module,
-        rotaries: Mapping[str, RotaryTables],
-        tied_by_default: bool = False,
+        *,
+        norm: nn.Module | None = None,
+        rotaries: Mapping[str, RotaryTables] | None = None,
     ) -> None:
-        vocab, tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", tied_by_default)
-        self.num_layers, self.vocab, self.hidden, self.tied = len(layers), vocab, hidden, tied
-        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
+        """The embedding, ``layers``, the final ``norm`` (default: an RMSNorm) and the head; ``rotaries``: the
+        frequencies per ``rope_kind`` (default: one ``"default"`` table from the config's rope settings)."""
+        hidden = widths.hidden
+        self.num_layers, self.hidden = len(layers), hidden
+        if rotaries is None:
+            rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
         self.rotaries = dict(rotaries)
-        self.embed = nn.Embedding(vocab, hidden)
+        self.embed = nn.Embedding(self.vocab, hidden)
         self.layers = nn.ModuleList(layers)
-        self.norm = norm
-        self.lm_head = nn.Linear(hidden, vocab, bias=False)
-        if tied:
+        self.norm = nn.RMSNorm(hidden, eps=widths.eps) if norm is None else norm
+        self.lm_head = nn.Linear(hidden, self.vocab, bias=False)
+        if self.tied:
             self.lm_head.weight = self.embed.weight
 
     def _name(self) -> str:
@@ -278,12 +280,26 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, t
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
+def decoder_family(name: str, model: type[RotaryDecoderLM], layer_rows: Iterable[tuple[str, str]]) -> Family:
+    """The :class:`Family` of a rotary decoder class: it answers to the class's ``model_type`` and is named
+    by the class's name as an architecture; its checkpoints load through :func:`decoder_keymap` with
+    ``layer_rows`` and the class's ``tied_by_default``."""
+    return Family(
+        name=name,
+        model_types=(model.model_type,),
+        architectures=(model.__name__,),
+        build=model,
+        keymap=partial(decoder_keymap, layer_rows=tuple(layer_rows), tied_by_default=model.tied_by_default),
+    )
+
+
 __all__ = [
     "DecoderWidths",
     "GatedMLP",
     "PreNormLayer",
     "RotaryAttention",
     "RotaryDecoderLM",
+    "decoder_family",
     "decoder_keymap",
     "layer_windows",
 ]

@@ -43,10 +43,9 @@ from packrt.models.decoder_blocks import (
     Rotary,
     RotaryAttention,
     RotaryDecoderLM,
-    decoder_keymap,
+    decoder_family,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import Family, KeyMap
 from packrt.models.llama import RotaryTables, rope_frequencies
 
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -125,9 +124,10 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
     """
 
     model_type = "gemma3_text"
+    tied_by_default = True
 
     def __init__(self, config: HFConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         w = DecoderWidths.read(config, head_dim=256, kv_heads=4)  # Gemma3TextConfig's defaults
         bias = config.flag("attention_bias", False)
         scale = config.number("query_pre_attn_scalar", 256) ** -0.5
@@ -135,7 +135,8 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         kinds = layer_kinds(config, w.layers)
         blocks: list[nn.Module] = []
         for index, kind in enumerate(kinds):
-            attention = w.attention(
+            attention = RotaryAttention(
+                w,
                 index,
                 qkv_bias=bias,
                 o_bias=bias,
@@ -155,25 +156,9 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         self.embed_scale = float(np.float32(math.sqrt(w.hidden)))
         cap = config.get("final_logit_softcapping")
         self.logit_softcap = None if cap is None else float(cap)
-        norm = OffsetRMSNorm(w.hidden, w.eps)
-        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries=rotaries, tied_by_default=True)
+        self._declare(config, w, blocks, norm=OffsetRMSNorm(w.hidden, w.eps), rotaries=rotaries)
 
 
-def gemma3_keymap(config: HFConfig) -> KeyMap:
-    """The table from transformers' Gemma3ForCausalLM names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
-    return decoder_keymap(config, LAYER_ROWS, tied_by_default=True)
+FAMILY = decoder_family("gemma3", Gemma3ForCausalLM, LAYER_ROWS)
 
-
-def _build(config: HFConfig) -> nn.Module:
-    return Gemma3ForCausalLM(config)
-
-
-FAMILY = Family(
-    name="gemma3",
-    model_types=("gemma3_text",),
-    architectures=("Gemma3ForCausalLM",),
-    build=_build,
-    keymap=gemma3_keymap,
-)
-
-__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "gemma3_keymap", "layer_kinds"]
+__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "layer_kinds"]
