@@ -96,7 +96,8 @@ class Field:
 class Schema:
     """A model type's fields and the checks across them (all data; see the module docstring).
 
-    ``layers``: the field counting the layers the weights hold; ``divides``: (divisor, dividend)
+    ``layers``: the field counting the layers the weights hold (default: transformers' usual name, as for
+    ``vocab``); ``divides``: (divisor, dividend)
     pairs; ``head_dim``: (width, heads, head_dim field) for rotary families, where an explicit
     ``head_dim`` replaces ``width // heads`` (and must be even); ``vocab``: the field token ids must
     stay below; ``rope``: whether ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` apply
@@ -106,8 +107,8 @@ class Schema:
     """
 
     fields: tuple[Field, ...]
-    layers: str
-    vocab: str
+    layers: str = "num_hidden_layers"
+    vocab: str = "vocab_size"
     divides: tuple[tuple[str, str], ...] = ()
     head_dim: tuple[str, str, str] | None = None
     rope: bool | Literal["per_layer_type"] = False
@@ -423,12 +424,25 @@ def check_capacity(config: HFConfig, schema: Schema, info: packrt_io.CheckpointI
 
 # -- the families' schemas ---------------------------------------------------------------------------
 
+# The sizes every family but GPT-2 names the same way, and the special token ids of the causal families.
+_SIZES = (
+    Field("vocab_size", "size", held=True),
+    Field("hidden_size", "size", held=True),
+    Field("num_hidden_layers", "size"),
+    Field("num_attention_heads", "size"),
+)
+_TOKEN_IDS = (
+    Field("pad_token_id", "token_ids", None),
+    Field("bos_token_id", "token_ids", None),
+    Field("eos_token_id", "token_ids", None),
+)
+# A rotary decoder's key/value heads divide its query heads; an explicit head_dim replaces hidden // heads.
+_KV_GROUPS = (("num_key_value_heads", "num_attention_heads"),)
+_ROTARY_HEAD_DIM = ("hidden_size", "num_attention_heads", "head_dim")
+
 _BERT = Schema(
     fields=(
-        Field("vocab_size", "size", held=True),
-        Field("hidden_size", "size", held=True),
-        Field("num_hidden_layers", "size"),
-        Field("num_attention_heads", "size"),
+        *_SIZES,
         Field("intermediate_size", "size", held=True),
         Field("max_position_embeddings", "size", 512, held=True),
         Field("type_vocab_size", "size", 2, held=True),
@@ -443,8 +457,6 @@ _BERT = Schema(
         ),
         Field("pad_token_id", "token_ids", None),
     ),
-    layers="num_hidden_layers",
-    vocab="vocab_size",
     divides=(("num_attention_heads", "hidden_size"),),
 )
 
@@ -467,12 +479,9 @@ _GPT2 = Schema(
         Field("scale_attn_weights", "bool", True),
         Field("scale_attn_by_inverse_layer_idx", "bool", False),
         Field("tie_word_embeddings", "bool", True),
-        Field("pad_token_id", "token_ids", None),
-        Field("bos_token_id", "token_ids", None),
-        Field("eos_token_id", "token_ids", None),
+        *_TOKEN_IDS,
     ),
     layers="n_layer",
-    vocab="vocab_size",
     divides=(("n_head", "n_embd"),),
 )
 
@@ -484,10 +493,7 @@ def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
     """
     return Schema(
         fields=(
-            Field("vocab_size", "size", held=True),
-            Field("hidden_size", "size", held=True),
-            Field("num_hidden_layers", "size"),
-            Field("num_attention_heads", "size"),
+            *_SIZES,
             Field("num_key_value_heads", "size", None, nullable=True),
             Field("head_dim", "size", head_dim, held=True, nullable=True),
             Field("intermediate_size", "size", held=True),
@@ -497,15 +503,11 @@ def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
             Field("attention_bias", "bool", False),
             Field("mlp_bias", "bool", False),
             Field("tie_word_embeddings", "bool", False),
-            Field("pad_token_id", "token_ids", None),
-            Field("bos_token_id", "token_ids", None),
-            Field("eos_token_id", "token_ids", None),
+            *_TOKEN_IDS,
             *extra,
         ),
-        layers="num_hidden_layers",
-        vocab="vocab_size",
-        divides=(("num_key_value_heads", "num_attention_heads"),),
-        head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+        divides=_KV_GROUPS,
+        head_dim=_ROTARY_HEAD_DIM,
         rope=True,
     )
 
@@ -529,10 +531,7 @@ _QWEN_WINDOWS = (
 # Gemma3ForCausalLM's config (model_type gemma3_text): its own defaults, sandwich norms and two kinds of layer.
 _GEMMA3 = Schema(
     fields=(
-        Field("vocab_size", "size", held=True),
-        Field("hidden_size", "size", held=True),
-        Field("num_hidden_layers", "size"),
-        Field("num_attention_heads", "size"),
+        *_SIZES,
         Field("num_key_value_heads", "size", 4),
         Field("head_dim", "size", 256, held=True),
         Field("intermediate_size", "size", held=True),
@@ -552,14 +551,10 @@ _GEMMA3 = Schema(
         Field("use_bidirectional_attention", "bool", False, nullable=True),
         Field("rope_theta", "positive", 1_000_000.0),
         Field("rope_local_base_freq", "positive", 10_000.0),
-        Field("pad_token_id", "token_ids", None),
-        Field("bos_token_id", "token_ids", None),
-        Field("eos_token_id", "token_ids", None),
+        *_TOKEN_IDS,
     ),
-    layers="num_hidden_layers",
-    vocab="vocab_size",
-    divides=(("num_key_value_heads", "num_attention_heads"),),
-    head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+    divides=_KV_GROUPS,
+    head_dim=_ROTARY_HEAD_DIM,
     rope="per_layer_type",
     off=("use_bidirectional_attention",),
 )
