@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import masked_max_diff, save
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -48,10 +49,7 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
     out: dict[str, Any] = {}
     for name, (config_class, model_class, extra) in FAMILIES.items():
         config = getattr(transformers, config_class)(**SMALL, **extra)
-        model = getattr(transformers, model_class)(config).eval()
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True)
-        out[name] = (directory, model)
+        out[name] = save(getattr(transformers, model_class)(config).eval(), tmp_path_factory.mktemp(name))
     return out
 
 
@@ -109,7 +107,7 @@ def test_padded_batches_match_transformers_within_1e_4(
     types = types if name == "roberta" else None  # xlm-roberta has one token type
     out, expected = _ours(model, ids, mask, types), _reference(torch, reference, ids, mask, types)
     assert out.shape == expected.shape == (3, 12, 32)
-    diff = float(np.abs(out - expected)[mask.astype(bool)].max())
+    diff = masked_max_diff(out, expected, mask)
     assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
 
 

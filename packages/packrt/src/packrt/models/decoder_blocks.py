@@ -194,11 +194,14 @@ class PreNormLayer(nn.Module):
 
 
 class RotaryDecoderLM(CausalLM):
-    """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring).
+    """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring):
+    ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM` for ``attention_mask`` and
+    ``generate``.
 
-    Built from a config.json: this constructor reads the vocabulary, the pad id and whether the head is
-    tied (then it is the embedding's Parameter itself; ``tied_by_default`` when the config does not say);
-    a family's constructor then builds its layers and calls :meth:`_declare` with them.
+    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked: this
+    constructor reads the vocabulary, the pad id and whether the head is tied (then it is the embedding's
+    Parameter itself; ``tied_by_default`` when the config does not say); a family's constructor then builds
+    its layers and calls :meth:`_declare` with them.
     """
 
     model_type = ""
@@ -262,6 +265,24 @@ class RotaryDecoderLM(CausalLM):
         )
 
 
+# Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
+# ``layers.{i}.``): the four attention projections (weight and bias), the per-head q/k norms, the gated MLP.
+ATTENTION_ROWS: tuple[tuple[str, str], ...] = tuple(
+    (f"self_attn.{p}.{kind}", f"attention.{p}.{kind}")
+    for p in ("q_proj", "k_proj", "v_proj", "o_proj")
+    for kind in ("weight", "bias")
+)
+HEAD_NORM_ROWS: tuple[tuple[str, str], ...] = (
+    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
+    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
+)
+GATED_MLP_ROWS: tuple[tuple[str, str], ...] = (
+    ("mlp.gate_proj.weight", "mlp.gate.weight"),
+    ("mlp.up_proj.weight", "mlp.up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+)
+
+
 def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, tied_by_default: bool = False) -> KeyMap:
     """A rotary decoder's key map: its per-layer rows (transformers' name after ``layers.{i}.``, packrt's)
     plus what every such checkpoint holds (``model.embed_tokens``, ``model.norm``, ``lm_head``).
@@ -294,6 +315,9 @@ def decoder_family(name: str, model: type[RotaryDecoderLM], layer_rows: Iterable
 
 
 __all__ = [
+    "ATTENTION_ROWS",
+    "GATED_MLP_ROWS",
+    "HEAD_NORM_ROWS",
     "DecoderWidths",
     "GatedMLP",
     "PreNormLayer",

@@ -38,6 +38,9 @@ from packrt import nn
 from packrt.models.attention import KVCache, Step
 from packrt.models.config_schema import rope_by_layer_type
 from packrt.models.decoder_blocks import (
+    ATTENTION_ROWS,
+    GATED_MLP_ROWS,
+    HEAD_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     Rotary,
@@ -48,19 +51,15 @@ from packrt.models.decoder_blocks import (
 from packrt.models.hfconfig import HFConfig
 from packrt.models.llama import RotaryTables, rope_frequencies
 
-_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
     ("input_layernorm.weight", "attention_norm.weight"),
     ("post_attention_layernorm.weight", "post_attention_norm.weight"),
     ("pre_feedforward_layernorm.weight", "mlp_norm.weight"),
     ("post_feedforward_layernorm.weight", "post_mlp_norm.weight"),
-    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
-    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
-    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
-    ("mlp.gate_proj.weight", "mlp.gate.weight"),
-    ("mlp.up_proj.weight", "mlp.up.weight"),
-    ("mlp.down_proj.weight", "mlp.down.weight"),
+    *ATTENTION_ROWS,
+    *HEAD_NORM_ROWS,
+    *GATED_MLP_ROWS,
 )
 LAYER_KINDS = ("full_attention", "sliding_attention")
 
@@ -118,10 +117,8 @@ def layer_kinds(config: HFConfig, layers: int) -> list[str]:
 
 
 class Gemma3ForCausalLM(RotaryDecoderLM):
-    """A Gemma 3 text LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Gemma 3's text LM: llama's with sandwich norms, local and global layers, soft-capped logits (see the module
+    docstring)."""
 
     model_type = "gemma3_text"
     tied_by_default = True

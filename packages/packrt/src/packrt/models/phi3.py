@@ -39,10 +39,7 @@ LAYER_ROWS: tuple[tuple[str, str], ...] = (
 
 
 class Phi3ForCausalLM(RotaryDecoderLM):
-    """A Phi-3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Phi-3's causal LM: llama's with one fused qkv and one fused gate/up projection (see the module docstring)."""
 
     model_type = "phi3"
 

@@ -20,6 +20,9 @@ from functools import partial
 
 from packrt import nn
 from packrt.models.decoder_blocks import (
+    ATTENTION_ROWS,
+    GATED_MLP_ROWS,
+    HEAD_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     PreNormLayer,
@@ -32,25 +35,18 @@ from packrt.models.hfconfig import HFConfig
 
 HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
 
-_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
     ("input_layernorm.weight", "attention_norm.weight"),
     ("post_attention_layernorm.weight", "mlp_norm.weight"),
-    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
-    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
-    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
-    ("mlp.gate_proj.weight", "mlp.gate.weight"),
-    ("mlp.up_proj.weight", "mlp.up.weight"),
-    ("mlp.down_proj.weight", "mlp.down.weight"),
+    *ATTENTION_ROWS,
+    *HEAD_NORM_ROWS,
+    *GATED_MLP_ROWS,
 )
 
 
 class Qwen3ForCausalLM(RotaryDecoderLM):
-    """A Qwen3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Qwen3's causal LM: llama's with an RMSNorm over each query and key head (see the module docstring)."""
 
     model_type = "qwen3"
 
