@@ -55,6 +55,11 @@ def logits(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray | No
     return out
 
 
+def max_logits_diff(torch: ModuleType, model: Any, reference: Any, ids: np.ndarray) -> float:
+    """The largest absolute difference between packrt's logits (``model``) and transformers' (``reference``)."""
+    return float(np.abs(model(packrt.from_numpy(ids)).numpy() - logits(torch, reference, ids)).max())
+
+
 def masked_max_diff(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray) -> float:
     """The largest absolute difference over the positions ``mask`` keeps (padding is not compared)."""
     return float(np.abs(ours - theirs)[mask.astype(bool)].max())
