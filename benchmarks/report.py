@@ -18,7 +18,11 @@ of kernel cases, listed in ``margins.json``): this run's ratio, the baseline's, 
 status is 1 when any tracked ratio worsened by more than its margin. The margins are data,
 derived from repeated runs of the unchanged tree with ``--write-margins`` (see ``derive_margins``).
 
-Without ``--baseline`` the newest run in ``benchmarks/baselines/`` (by its recorded time) is the baseline.
+Without ``--baseline`` the newest run in ``benchmarks/baselines/`` (by its recorded time) made on the
+same kind of CPU (vendor, family, model, the vector extensions the kernels use: :func:`cpu_kind`) is the
+baseline. A ratio against torch or a peer is a property of the CPU as much as of packrt (oneMKL and
+OpenBLAS rank differently on AMD and Intel), so ``--compare`` never sets runs from two kinds of CPU
+against each other: it says so and skips the gate.
 """
 
 from __future__ import annotations
@@ -494,8 +498,28 @@ def stored_baselines() -> list[Path]:
     return sorted(BASELINES.glob("*.json"), key=lambda path: (run_time(path), path.name))
 
 
-def newest_baseline() -> Path | None:
-    found = stored_baselines()
+# The vector extensions that decide which GEMM and kernel code runs (oneMKL, OpenBLAS, numba and torch
+# all dispatch on them): two CPUs that differ here are different machines for a ratio.
+_KIND_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
+
+
+def cpu_kind(data: dict[str, Any]) -> str:
+    """The kind of CPU a run was made on: vendor, family, model and the vector extensions the kernels
+    dispatch on, from pytest-benchmark's ``machine_info`` ('unknown' when the run recorded none)."""
+    cpu = data.get("machine_info", {}).get("cpu", {})
+    if not cpu:
+        return "unknown"
+    flags = set(cpu.get("flags", ()))
+    isa = ",".join(flag for flag in _KIND_FLAGS if flag in flags) or "no avx2"
+    vendor = cpu.get("vendor_id_raw", "?")
+    return (
+        f"{cpu.get('brand_raw', '?')} ({vendor} family {cpu.get('family', '?')} model {cpu.get('model', '?')}; {isa})"
+    )
+
+
+def newest_baseline(kind: str | None = None) -> Path | None:
+    """The newest stored run, or the newest made on a CPU of ``kind`` when one is given."""
+    found = [path for path in stored_baselines() if kind is None or cpu_kind(load(path)) == kind]
     return found[-1] if found else None
 
 
@@ -539,10 +563,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give one results file (several only with --write-margins)")
     results = args.results[0]
     data = load(results)
-    base_path = None if args.no_baseline else (args.baseline or newest_baseline())
+    kind = cpu_kind(data)
+    base_path = None if args.no_baseline else (args.baseline or newest_baseline(kind))
     if base_path is not None and base_path.resolve() == results.resolve():
         base_path = None
     baseline = load(base_path) if base_path else None
+    if baseline is not None and cpu_kind(baseline) != kind:
+        sys.stderr.write(
+            f"baseline {base_path} ran on another kind of CPU ({cpu_kind(baseline)}; this run: {kind}): its "
+            "ratios are shown for reference, but --compare does not judge this run against them\n"
+        )
     if args.compare or args.margins.exists():
         margins = load_margins(args.margins)
     else:  # no margins derived yet: show what would be tracked, at the widest margin
@@ -559,7 +589,17 @@ def main(argv: list[str] | None = None) -> int:
         history = [(p.stem, load(p)) for p in stored_baselines()]
         history.append(("this run", data))
         plot(history, sorted(margins), args.plot, args.stat)
-    return _gate(summary, baseline is not None) if args.compare else 0
+    if not args.compare:
+        return 0
+    if baseline is None and not args.no_baseline and stored_baselines():
+        sys.stderr.write(
+            f"--compare skipped: no stored baseline ran on this kind of CPU ({kind}); store this run as one with "
+            "--save-baseline benchmarks/baselines/<date>-<cpu>-<cores>.json (from a tree you trust)\n"
+        )
+        return 0
+    if baseline is not None and cpu_kind(baseline) != kind:
+        return 0  # said above: ratios from another CPU are not a verdict on this run
+    return _gate(summary, baseline is not None)
 
 
 def _write_margins(results: list[Path], target: Path, stat: str) -> int:

@@ -16,7 +16,9 @@ precision (packrt fp32 by the faster of ORT fp32 and CTranslate2 fp32; packrt in
   here (peers.py: no KV-cache decoder export).
 
 packrt int8 (``from_pretrained(dir, quantize="int8")``) is timed where this build takes it and listed
-as missing ("not available in this build") where it does not.
+as missing ("not available in this build") where it does not. ``packrt`` and ``packrt-int8`` serve
+through the models' serving plans (the default); ``packrt-plain`` is the fp32 model called module by
+module (``serving_plans(False)``), so each case shows what the plan buys.
 """
 
 from __future__ import annotations
@@ -108,6 +110,17 @@ def _time_and_record(
         record_model_case(name, case, impl, times, use, THREADS, **extra)
 
 
+def _plain(call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call`` with the serving plans off: packrt's module-by-module road."""
+    from packrt import nn
+
+    def plain() -> Any:
+        with nn.serving_plans(False):
+            return call()
+
+    return plain
+
+
 # -- encoders ---------------------------------------------------------------------------------------------
 _CACHE: dict[str, Any] = {}
 
@@ -178,7 +191,11 @@ def test_encoder_peers(
 
     case = f"peer-{name}-{batch}x{seq}-{THREADS}t"
     expected = torch_call()
-    calls: dict[str, Callable[[], Any]] = {"packrt": packrt_call_of(setup["packrt"]), "torch": torch_call}
+    calls: dict[str, Callable[[], Any]] = {
+        "packrt": packrt_call_of(setup["packrt"]),
+        "packrt-plain": _plain(packrt_call_of(setup["packrt"])),
+        "torch": torch_call,
+    }
     check_close(calls["packrt"](), expected, "fp32", f"packrt {case}")
     builders: dict[str, Callable[[Any], Callable[[], Any]]] = {
         "packrt-int8": packrt_call_of,
@@ -189,6 +206,7 @@ def test_encoder_peers(
     }
     info: dict[str, dict[str, Any]] = {
         "packrt": {"max_abs_diff": peers.max_abs_diff(calls["packrt"](), expected), "precision": "fp32"},
+        "packrt-plain": {"max_abs_diff": peers.max_abs_diff(calls["packrt-plain"](), expected), "precision": "fp32"},
         "torch": {"precision": "fp32"},
     }
     missing: list[peers.Missing] = []
@@ -283,9 +301,14 @@ def test_decode_peers(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
         same = [a == b for a, b in zip(got, want, strict=False)]
         return same.index(False) if False in same else len(same)
 
-    calls: dict[str, Callable[[], Any]] = {"packrt": packrt_call_of(setup["packrt"]), "torch": torch_call}
-    got = new_tokens(calls["packrt"]())
-    assert got == want, f"packrt {case}: tokens differ from transformers' from position {agree(got)}"
+    calls: dict[str, Callable[[], Any]] = {
+        "packrt": packrt_call_of(setup["packrt"]),
+        "packrt-plain": _plain(packrt_call_of(setup["packrt"])),
+        "torch": torch_call,
+    }
+    for impl in ("packrt", "packrt-plain"):
+        got = new_tokens(calls[impl]())
+        assert got == want, f"{impl} {case}: tokens differ from transformers' from position {agree(got)}"
     info: dict[str, dict[str, Any]] = {
         impl: {"tokens": NEW_TOKENS, "precision": "fp32", "tokens_agreeing": NEW_TOKENS} for impl in calls
     }

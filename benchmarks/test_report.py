@@ -193,6 +193,62 @@ def test_the_newest_baseline_is_the_last_run_not_the_last_name(tmp_path: Path, m
     assert report.newest_baseline() == tmp_path / "a-newest.json"
 
 
+# -- baselines are kept per kind of CPU ------------------------------------------------------------------
+ZEN4 = {
+    "brand_raw": "AMD EPYC",
+    "vendor_id_raw": "AuthenticAMD",
+    "family": 25,
+    "model": 17,
+    "flags": ["avx2", "avx512f"],
+}
+XEON = {"brand_raw": "Intel Xeon", "vendor_id_raw": "GenuineIntel", "family": 6, "model": 143, "flags": ["amx_tile"]}
+
+
+def _on(cpu: dict[str, Any], run: dict[str, Any], stamp: str = "2026-01-01T00:00:00") -> dict[str, Any]:
+    return {**run, "datetime": stamp, "machine_info": {"cpu_count": 2, "cpu": cpu}}
+
+
+def test_the_kind_of_cpu_names_vendor_family_model_and_the_vector_extensions_the_kernels_use() -> None:
+    assert report.cpu_kind(_on(ZEN4, RUN)) == "AMD EPYC (AuthenticAMD family 25 model 17; avx2,avx512f)"
+    assert report.cpu_kind(_on({**ZEN4, "family": 26}, RUN)) != report.cpu_kind(_on(ZEN4, RUN))
+    assert report.cpu_kind(RUN) == "unknown"
+
+
+def test_the_default_baseline_is_the_newest_run_on_the_same_kind_of_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "zen4.json").write_text(json.dumps(_on(ZEN4, RUN, "2026-01-01T00:00:00")))
+    (tmp_path / "xeon.json").write_text(json.dumps(_on(XEON, RUN, "2026-02-01T00:00:00")))
+    monkeypatch.setattr(report, "BASELINES", tmp_path)
+    assert report.newest_baseline(report.cpu_kind(_on(ZEN4, RUN))) == tmp_path / "zen4.json"
+    assert report.newest_baseline() == tmp_path / "xeon.json"
+
+
+def test_compare_never_judges_a_run_against_a_baseline_from_another_kind_of_cpu_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    regressed, base = _on(ZEN4, _model_run(1.8)), _on(XEON, _model_run(0.9))
+    assert _gate(tmp_path, regressed, base, "--compare") == 0
+    assert "ran on another kind of CPU" in capsys.readouterr().err
+    assert _gate(tmp_path, regressed, _on(ZEN4, _model_run(0.9)), "--compare") == 1  # same kind: judged
+
+
+def test_compare_is_skipped_with_the_fix_when_no_stored_baseline_ran_on_this_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stored = tmp_path / "baselines"
+    stored.mkdir()
+    (stored / "xeon.json").write_text(json.dumps(_on(XEON, _model_run(0.9))))
+    monkeypatch.setattr(report, "BASELINES", stored)
+    results, margins = tmp_path / "run.json", tmp_path / "margins.json"
+    results.write_text(json.dumps(_on(ZEN4, _model_run(1.8))))
+    margins.write_text(json.dumps(MARGINS))
+    assert report.main([str(results), "--margins", str(margins), "--compare"]) == 0
+    err = capsys.readouterr().err
+    assert "--compare skipped: no stored baseline ran on this kind of CPU" in err
+    assert "--save-baseline" in err
+
+
 def _missing(case: str, impl: str, reason: str) -> dict[str, Any]:
     return {"group": case, "name": f"test[{impl}]", "extra_info": {"impl": impl, "case": case, "missing": reason}}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import packrt_base
-from packrt_base import Kernels
+from packrt_base import Kernels, PlanKernels
 
 FIXTURES = Path(__file__).parent / "typing_fixtures"
 
@@ -40,17 +40,26 @@ def test_a_table_of_kernels_with_the_contracts_signatures_type_checks() -> None:
     assert "Success: no issues found" in result.stdout
 
 
-def test_a_kernel_of_the_wrong_signature_is_a_type_error_naming_its_field() -> None:
+def test_a_kernel_of_the_wrong_signature_is_a_type_error_naming_its_field() -> None:  # Kernels and PlanKernels
     result = _mypy("wrong_signatures.py")
     assert result.returncode == 1, result.stdout + result.stderr
     rejected = re.findall(r'error: Argument "(\w+)" to "replace" of "Kernels" has incompatible type', result.stdout)
     # a missing argument, a renamed one, a wrong argument type, a pack without unpack(): each refused
     assert sorted(rejected) == ["layer_norm", "linear", "pack_linear", "softmax"], result.stdout
-    assert "Found 4 errors in 1 file" in result.stdout
+    planned = re.findall(r'error: Argument "(\w+)" to "replace" of "PlanKernels" has incompatible type', result.stdout)
+    assert planned == ["residual_norm"], result.stdout  # the serving plan's kernels are checked alike
+    assert "Found 5 errors in 1 file" in result.stdout
 
 
 def test_every_field_of_the_record_is_typed_by_a_callable_protocol() -> None:
     for field in fields(Kernels):
         kind = getattr(packrt_base.kernels, str(field.type))
+        assert "__call__" in vars(kind), f"{field.name}'s type {field.type} declares no call signature"
+        assert getattr(kind, "_is_protocol", False), f"{field.name} is typed {field.type}, not a Protocol"
+
+
+def test_every_field_of_the_plan_record_is_typed_by_a_callable_protocol() -> None:
+    for field in fields(PlanKernels):
+        kind = getattr(packrt_base.plan, str(field.type))
         assert "__call__" in vars(kind), f"{field.name}'s type {field.type} declares no call signature"
         assert getattr(kind, "_is_protocol", False), f"{field.name} is typed {field.type}, not a Protocol"

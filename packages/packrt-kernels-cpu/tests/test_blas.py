@@ -3,8 +3,10 @@ one PACKRT_BLAS asks for, or an error that names the fix; MKL's threads follow t
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -143,6 +145,65 @@ def test_auto_falls_back_to_numpy_where_mkl_does_not_load(monkeypatch: pytest.Mo
     with kernel_settings.override(blas="auto"):
         assert blas.provider() == "numpy"
         np.testing.assert_array_equal(blas.matmul(np.eye(3, dtype=np.float32), np.full((3, 2), 2, np.float32)), 2.0)
+
+
+@pytest.mark.parametrize(
+    ("vendor", "road"),
+    [("GenuineIntel", "mkl"), ("AuthenticAMD", "numpy"), ("HygonGenuine", "numpy"), ("", "numpy")],
+)
+def test_auto_takes_mkl_on_intel_cpus_only(vendor: str, road: str) -> None:
+    assert mkl.auto_road(vendor) == road
+
+
+def test_auto_on_a_cpu_not_intels_takes_openblas_with_mkl_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):  # decided afresh
+        assert blas.provider() == "numpy"
+        with kernel_settings.override(blas="mkl"):  # asked for by name, MKL is still taken where it loads
+            try:
+                assert blas.provider() == "mkl"
+            except BlasUnavailableError:
+                pytest.skip("MKL does not load here")
+
+
+def test_auto_on_an_intel_cpu_takes_mkl_where_it_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: mkl.INTEL)
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto"):
+        loads = isinstance(mkl._loaded(), mkl.Mkl)
+        assert blas.provider() == ("mkl" if loads else "numpy")
+
+
+def test_auto_on_a_cpu_not_intels_still_gives_conv2d_mkls_batched_gemm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GEMMs take OpenBLAS there, but conv2d's compiled bands (and its Winograd road) need MKL's strided
+    batch, which measured faster on that CPU; PACKRT_BLAS=numpy still keeps MKL out entirely."""
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"):
+        assert blas.sgemm_batch() is None
+        with kernel_settings.override(blas="auto"):
+            assert blas.provider() == "numpy"
+            loaded = mkl._loaded()
+            if not isinstance(loaded, mkl.Mkl) or loaded.sgemm_batch is None:
+                pytest.skip("MKL (2020 or newer) does not load here")
+            assert blas.sgemm_batch() is loaded.sgemm_batch
+
+
+def test_an_mkl_loaded_off_its_road_follows_the_thread_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mkl, "cpu_vendor", lambda: "AuthenticAMD")
+    with kernel_settings.override(blas="numpy"), kernel_settings.override(blas="auto", threads=1):
+        loaded = mkl.batch_handle()
+        if loaded is None:
+            pytest.skip("MKL does not load here")
+        max_threads = ctypes.CDLL(loaded.path).MKL_Get_Max_Threads
+        assert max_threads() == 1
+        with kernel_settings.override(threads=2):
+            assert max_threads() == 2
+
+
+def test_the_cpu_vendor_is_the_vendor_id_cpuinfo_names(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\n")
+    assert mkl.read_vendor(str(info)) == "AuthenticAMD"
+    assert isinstance(mkl.read_vendor(str(tmp_path / "missing")), str)  # unreadable: the platform's word, or ""
 
 
 def test_mkl_threads_follow_the_backend_cap_set_before_and_after_it_is_chosen() -> None:
@@ -287,6 +348,18 @@ def test_out_may_be_a_strided_slice_and_only_its_slice_is_written(with_bias: boo
 
 
 @pytest.mark.usefixtures("blas_road")
+@pytest.mark.usefixtures("blas_road")
+def test_out_may_interleave_its_matrices_as_merged_attention_heads_do() -> None:
+    rng = np.random.default_rng(5)
+    scores = rng.standard_normal((2, 3, 4, 4)).astype(np.float32)  # (batch, heads, seq, seq)
+    values = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)  # (batch, heads, seq, dim)
+    merged = np.zeros((2, 4, 3 * 5), np.float32)  # (batch, seq, heads * dim): heads interleave in a row
+    view = merged.reshape(2, 4, 3, 5).transpose(0, 2, 1, 3)
+    assert blas.matmul(scores, values, out=view) is view
+    expected = np.matmul(scores, values).transpose(0, 2, 1, 3).reshape(2, 4, 15)
+    np.testing.assert_allclose(merged, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_an_out_of_the_wrong_shape_raises_numpys_error() -> None:
     a, b = np.ones((3, 4), np.float32), np.ones((4, 5), np.float32)
     with pytest.raises(ValueError, match="mismatch"):

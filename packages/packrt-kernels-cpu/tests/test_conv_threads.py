@@ -75,14 +75,14 @@ def test_a_failure_on_a_conv2d_worker_thread_reaches_the_caller(
 ) -> None:
     from packrt_kernels_cpu.conv import _numba  # numba loaded: the module is skipped otherwise
 
-    # MKL's road: one compiled call a thread; numpy's BLAS: the compiled columns of each band from Python
+    # MKL's batched GEMM: one compiled call a thread; numpy's BLAS: the compiled columns of each band from Python
     compiled = {
-        "columns": "columns_tiles" if blas.provider() == "mkl" else "im2col_planes",
+        "columns": "columns_tiles" if blas.sgemm_batch() is not None else "im2col_planes",
         "winograd": "winograd_tiles",
     }
     name = compiled[road]
-    if road == "winograd" and blas.provider() != "mkl":
-        pytest.skip("the Winograd road runs on MKL's GEMM only")
+    if road == "winograd" and blas.sgemm_batch() is None:
+        pytest.skip("the Winograd road runs on MKL's batched GEMM only")
     real = getattr(_numba, name)
     calls: list[str] = []
 

@@ -12,7 +12,13 @@ import numpy as np
 import pytest
 
 from packrt_kernels_cpu import blas
-from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES, assert_same_result, road_tolerance
+from packrt_kernels_cpu.tolerance import (
+    MODEL_ROAD_TOLERANCES,
+    ROAD_TOLERANCES,
+    assert_same_model_output,
+    assert_same_result,
+    road_tolerance,
+)
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 ROOT = Path(__file__).resolve().parents[3]
@@ -42,6 +48,22 @@ def test_a_result_of_another_dtype_or_shape_is_not_the_same_result() -> None:
         assert_same_result(a, a.astype(np.float64))
     with pytest.raises(AssertionError, match=r"shape \(2, 3\) != \(3, 2\)"):
         assert_same_result(a, a.reshape(3, 2))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16], ids=["float32", "float16", "bfloat16"])
+def test_a_model_output_agrees_within_its_fraction_of_the_largest_value_and_not_beyond(dtype: Any) -> None:
+    expected = np.array([[4.0, -0.5], [0.0, 1.0]], dtype=dtype)
+    fraction = MODEL_ROAD_TOLERANCES[np.dtype(dtype).name]
+    step = np.array([[0.0, 0.0], [fraction * 4.0, 0.0]])  # a share of the largest |value|, on a small one
+    near = (expected.astype(np.float64) + 0.9 * step).astype(dtype)
+    assert_same_model_output(near, expected)
+    far = (expected.astype(np.float64) + 3.0 * step).astype(dtype)
+    with pytest.raises(AssertionError, match="Not equal to tolerance"):
+        assert_same_model_output(far, expected)
+    with pytest.raises(AssertionError, match="dtype float64 != "):
+        assert_same_model_output(expected.astype(np.float64), expected)
+    with pytest.raises(KeyError, match="no model road tolerance for dtype float64"):
+        assert_same_model_output(expected.astype(np.float64), expected.astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])

@@ -11,14 +11,12 @@ What it cannot check is the CUDA code itself: the GPU tests and the nvcc compile
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_base.kernels import Kernels
 from packrt_kernels_cpu import CPU_KERNELS, quantize_per_channel
 from packrt_kernels_cpu.tolerance import tolerance
 from packrt_kernels_cuda import compiled, kernels
@@ -269,6 +267,8 @@ def test_float64_and_empty_inputs_take_the_cpu_code(launches: list[str]) -> None
 
 
 def test_the_record_replaces_exactly_the_gpu_entries() -> None:
+    """A kernel the contract gains is the CPU's on CUDA until this set says otherwise: the set makes that a
+    decision (every other entry runs on cupy arrays as written, through their array namespace)."""
     replaced = {
         "linear",
         "layer_norm",
@@ -281,6 +281,7 @@ def test_the_record_replaces_exactly_the_gpu_entries() -> None:
         "borrow_linear",
         "pack_quantized_linear",
         "borrow_quantized_linear",
+        "plan_kernels",
     }
     for name in CPU_KERNELS.__dataclass_fields__:
         mine, cpu = getattr(kernels.CUDA_KERNELS, name), getattr(CPU_KERNELS, name)
@@ -289,27 +290,13 @@ def test_the_record_replaces_exactly_the_gpu_entries() -> None:
             assert mine is getattr(kernels, name)
 
 
+def test_the_gpu_has_no_serving_plan_kernels_so_its_models_serve_module_by_module() -> None:
+    assert kernels.CUDA_KERNELS.plan_kernels() is None
+    assert CPU_KERNELS.plan_kernels() is not None
+
+
 def test_numpy_inputs_are_served_by_the_cpu_kernels_without_cupy() -> None:
     x, w = np.ones((2, 4), F32), np.ones((3, 4), F32)
     np.testing.assert_array_equal(kernels.linear(x, w), CPU_KERNELS.linear(x, w))
     assert type(kernels.pack_linear(w)) is type(CPU_KERNELS.pack_linear(w))
     np.testing.assert_array_equal(kernels.gelu(x), CPU_KERNELS.gelu(x))
-
-
-def test_the_cuda_table_takes_from_the_cpu_exactly_its_array_generic_kernels() -> None:
-    """A kernel the contract gains is the CPU's on CUDA until this list says otherwise: the list makes that a
-    decision (each one here runs on cupy arrays as written, through their array namespace)."""
-    shared = {f.name for f in fields(Kernels) if getattr(kernels.CUDA_KERNELS, f.name) is getattr(CPU_KERNELS, f.name)}
-    assert shared == {
-        "embedding",
-        "conv2d",
-        "conv2d_geometry",
-        "relu",
-        "sigmoid",
-        "rotary_embedding",
-        "pack_conv2d",
-        "borrow_conv2d",
-        "pack_embedding",
-        "borrow_embedding",
-        "quantize_per_channel",
-    }

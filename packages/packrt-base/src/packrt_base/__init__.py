@@ -4,6 +4,8 @@
   classes kernels raise (:mod:`packrt_base.errors`).
 - The kernels contract: :class:`Kernels`, one typed field per kernel, the serving forms
   (:class:`Pack`, :class:`OwnedPack`) and :class:`Conv2dGeometry` (:mod:`packrt_base.kernels`).
+- The serving plan's kernels: :class:`PlanKernels`, what a device computes when a model runs as one
+  fused plan (:mod:`packrt_base.plan`).
 - The device contract: :class:`DeviceBackend`, and :class:`ArrayBackend`, a backend over one
   array namespace that the CPU and CUDA backends start from (:mod:`packrt_base.backend`).
 - The array helpers every backend's kernels share: :func:`array_namespace`, the float dtypes,
@@ -21,6 +23,7 @@ from packrt_base.backend import ArrayBackend, DeviceBackend
 from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError, PackrtError
 from packrt_base.geometry import Conv2dGeometry
 from packrt_base.kernels import Kernels, OwnedPack, Pack
+from packrt_base.plan import PlanKernels, PlanLinear
 
 __all__ = [
     "ArrayBackend",
@@ -34,6 +37,8 @@ __all__ = [
     "OwnedPack",
     "Pack",
     "PackrtError",
+    "PlanKernels",
+    "PlanLinear",
 ]
 __all__ += arrays.__all__
 __version__ = "0.1.0.dev0"

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from packrt_base.arrays import Array
 from packrt_base.geometry import Conv2dGeometry, IntPair, Padding
+from packrt_base.plan import PlanKernelsOf
 
 Dims = int | Sequence[int]
 
@@ -210,6 +211,7 @@ class Kernels:
     pack_quantized_linear: PackQuantizedLinear
     borrow_quantized_linear: BorrowQuantizedLinear
     quantize_per_channel: QuantizePerChannel
+    plan_kernels: PlanKernelsOf  # the serving plan's kernels (packrt_base.plan), or None: module by module
 
 
 __all__ = [
@@ -232,6 +234,7 @@ __all__ = [
     "PackEmbedding",
     "PackLinear",
     "PackQuantizedLinear",
+    "PlanKernelsOf",
     "QuantizePerChannel",
     "RmsNormKernel",
     "RotaryKernel",

@@ -5,10 +5,12 @@ Not imported by the tests: ``test_kernels_contract.py`` runs mypy --strict on th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from packrt_base.geometry import Conv2dGeometry, IntPair, Padding
 from packrt_base.kernels import Dims, Kernels
+from packrt_base.plan import PlanKernels
 
 
 class Owned:
@@ -91,6 +93,46 @@ def quantize(w: Any) -> tuple[Any, Any]:
     return w, w
 
 
+class PlanLinearForm:
+    """A plan linear: its size, width, views of its joined weight, and ``forward`` into a buffer."""
+
+    nbytes = 0
+    out_features = 1
+    parts: tuple[Any, ...] = ()
+
+    def forward(self, x: Any, /, out: Any | None = None) -> Any:
+        return x
+
+
+def plan_linear(packs: Sequence[Any], activation: str | None = None) -> PlanLinearForm:
+    return PlanLinearForm()
+
+
+def fuses(packs: Sequence[Any]) -> bool:
+    return False
+
+
+def residual_norm(x: Any, residual: Any, w: Any | None, b: Any | None, eps: float, out: Any, rms: bool = False) -> Any:
+    return out
+
+
+def self_attention(qkv: Any, batch: int, heads: int, key_mask: Any | None, scale: float | None, out: Any) -> Any:
+    return out
+
+
+def gated(x: Any, activation: str, out: Any) -> Any:
+    return out
+
+
+PLAN = PlanKernels(
+    linear=plan_linear, fuses=fuses, residual_norm=residual_norm, self_attention=self_attention, gated=gated
+)
+
+
+def plan_kernels() -> PlanKernels | None:
+    return PLAN
+
+
 TABLE = Kernels(
     linear=linear,
     embedding=embedding,
@@ -114,4 +156,5 @@ TABLE = Kernels(
     pack_quantized_linear=pack_quantized,
     borrow_quantized_linear=pack_quantized,
     quantize_per_channel=quantize,
+    plan_kernels=plan_kernels,
 )

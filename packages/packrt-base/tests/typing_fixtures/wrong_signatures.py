@@ -1,4 +1,5 @@
-"""The good table with four kernels of the wrong signature put in: mypy --strict must reject each.
+"""The good tables with kernels of the wrong signature put in (four in ``Kernels``, one in ``PlanKernels``):
+mypy --strict must reject each.
 
 Not imported by the tests: ``test_kernels_contract.py`` runs mypy --strict on this file, beside
 ``good_table.py``, whose table every other field comes from.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from good_table import TABLE
+from good_table import PLAN, TABLE
 
 from packrt_base.kernels import Dims
 
@@ -48,3 +49,10 @@ WRONG = dataclasses.replace(
     softmax=softmax_with_str_dim,
     pack_linear=pack_linear_unowned,
 )
+
+
+def residual_norm_without_out(x: Any, residual: Any, w: Any | None, b: Any | None, eps: float) -> Any:
+    return x
+
+
+WRONG_PLAN = dataclasses.replace(PLAN, residual_norm=residual_norm_without_out)

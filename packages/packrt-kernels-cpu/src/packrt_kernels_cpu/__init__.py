@@ -56,7 +56,14 @@ from packrt_kernels_cpu.quantize import (
     quantize_per_channel,
 )
 from packrt_kernels_cpu.special import erf, erfc
-from packrt_kernels_cpu.tolerance import KERNEL_TOLERANCES, ROAD_TOLERANCES, road_tolerance, tolerance
+from packrt_kernels_cpu.tolerance import (
+    KERNEL_TOLERANCES,
+    MODEL_ROAD_TOLERANCES,
+    ROAD_TOLERANCES,
+    assert_same_model_output,
+    road_tolerance,
+    tolerance,
+)
 
 __all__ = [
     "BlasUnavailableError",
@@ -104,6 +111,8 @@ __all__ = [
     "relu",
     "rms_norm",
     "road_tolerance",
+    "assert_same_model_output",
+    "MODEL_ROAD_TOLERANCES",
     "rotary_embedding",
     "scaled_dot_product_attention",
     "sigmoid",

@@ -96,3 +96,20 @@ def dequantize_product(
         else:
             for n in range(cols):
                 out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
+
+
+@_parallel
+def vnni_tiles(
+    full: Any, one: Any, out: int, ldo: int, a: int, lda: int, b: int, groups: int, rows: int, panels: int
+) -> None:
+    """The tiles of :func:`packrt_kernels_cpu.vnni.gemm` over the pool, a panel of 32 output columns per
+    task: ``full`` (8 rows) down the rows, then ``one`` for the last ``rows % 8``. Pointers are
+    addresses (the arrays' ``ctypes.data``); ``ldo`` and ``lda`` count elements of ``out`` and ``a``."""
+    whole = rows // 8
+    for p in numba.prange(panels):
+        panel = b + p * groups * 128
+        column = out + p * 128  # 32 int32 columns
+        for i in range(whole):
+            full(column + i * 8 * ldo * 4, ldo, a + i * 8 * lda, lda, panel, groups)
+        for r in range(whole * 8, rows):
+            one(column + r * ldo * 4, ldo, a + r * lda, lda, panel, groups)

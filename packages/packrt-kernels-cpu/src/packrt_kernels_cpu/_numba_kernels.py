@@ -64,42 +64,60 @@ _Q1, _Q2, _Q3, _Q4, _Q5 = (np.float32(c) for c in _ERF_Q)
 # over-estimates what the loop reads: when out starts right after x in memory (numpy's next
 # allocation usually does) the vector loop is skipped for the scalar one.
 @_contracting  # the two Horner polynomials as FMAs: one instruction and one rounding per step
+def gelu_erf_value(v: Any) -> Any:
+    """``v/2 (1 + erf(v/sqrt 2))``: within 1.5e-6 absolute of the exact value for every float32
+    ``v`` (exactly ``v`` or 0 past the clamp; NaN and -inf give NaN, as the numpy path does)."""
+    z = min(max(v * _INV_SQRT2, -_ERF_CLAMP), _ERF_CLAMP)
+    t = z * z
+    p = ((((_P5 * t + _P4) * t + _P3) * t + _P2) * t + _P1) * t + _P0
+    q = ((((_Q5 * t + _Q4) * t + _Q3) * t + _Q2) * t + _Q1) * t + _ONE
+    erf = min(max(z * p / q, -_ONE), _ONE)
+    return _HALF * v * (_ONE + erf)
+
+
+@_serial
+def gelu_tanh_value(v: Any) -> Any:
+    return _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
+
+
+@_serial
+def silu_value(v: Any) -> Any:
+    return v / (_ONE + math.exp(-v))
+
+
+@_serial
+def relu_value(v: Any) -> Any:
+    return v if v > 0 or v != v else 0  # NaN stays NaN; -0.0 becomes 0.0, as numpy.maximum gives
+
+
+# The activations' arithmetic is written once, in the ``*_value`` functions above; the spans below and
+# the serving plan's in-place epilogue (:mod:`._numba_plan`) loop over them.
+@_serial
 def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    """``x/2 (1 + erf(x/sqrt 2))``: within 1.5e-6 absolute of the exact value for every float32
-    ``x`` (exactly ``x`` or 0 past the clamp; NaN and -inf give NaN, as the numpy path does)."""
     x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
     for i in range(x.shape[0]):
-        v = x[i]
-        z = min(max(v * _INV_SQRT2, -_ERF_CLAMP), _ERF_CLAMP)
-        t = z * z
-        p = ((((_P5 * t + _P4) * t + _P3) * t + _P2) * t + _P1) * t + _P0
-        q = ((((_Q5 * t + _Q4) * t + _Q3) * t + _Q2) * t + _Q1) * t + _ONE
-        erf = min(max(z * p / q, -_ONE), _ONE)
-        out[i] = _HALF * v * (_ONE + erf)
+        out[i] = gelu_erf_value(x[i])
 
 
 @_serial
 def _gelu_tanh_span(x: Array, out: Array, lo: int, hi: int) -> None:
     x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
     for i in range(x.shape[0]):
-        v = x[i]
-        out[i] = _HALF * v * (_ONE + math.tanh(_TANH_SCALE * (v + _CUBIC * v * v * v)))
+        out[i] = gelu_tanh_value(x[i])
 
 
 @_serial
 def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
     x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
     for i in range(x.shape[0]):
-        v = x[i]
-        out[i] = v / (_ONE + math.exp(-v))
+        out[i] = silu_value(x[i])
 
 
 @_serial
 def _relu_span(x: Array, out: Array, lo: int, hi: int) -> None:
     x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
     for i in range(x.shape[0]):
-        v = x[i]
-        out[i] = v if v > 0 or v != v else 0  # NaN stays NaN; -0.0 becomes 0.0, as numpy.maximum gives
+        out[i] = relu_value(x[i])
 
 
 @_serial
@@ -137,6 +155,38 @@ def _activation_span(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
         _silu_span(x, out, lo, hi)
     else:
         _relu_span(x, out, lo, hi)
+
+
+@_serial
+def activate_in_place(op: int, row: Array, b: Array) -> None:
+    """``row[j] = act(row[j] + b[j])`` for activation ``op`` (``b`` empty: no bias), one loop per case (a
+    branch per element would keep the loop from vectorising); read and written through one array, so
+    no overlap check sends it to the scalar loop."""
+    if b.shape[0] == 0:
+        if op == GELU_ERF:
+            for j in range(row.shape[0]):
+                row[j] = gelu_erf_value(row[j])
+        elif op == GELU_TANH:
+            for j in range(row.shape[0]):
+                row[j] = gelu_tanh_value(row[j])
+        elif op == SILU:
+            for j in range(row.shape[0]):
+                row[j] = silu_value(row[j])
+        else:
+            for j in range(row.shape[0]):
+                row[j] = relu_value(row[j])
+    elif op == GELU_ERF:
+        for j in range(row.shape[0]):
+            row[j] = gelu_erf_value(row[j] + b[j])
+    elif op == GELU_TANH:
+        for j in range(row.shape[0]):
+            row[j] = gelu_tanh_value(row[j] + b[j])
+    elif op == SILU:
+        for j in range(row.shape[0]):
+            row[j] = silu_value(row[j] + b[j])
+    else:
+        for j in range(row.shape[0]):
+            row[j] = relu_value(row[j] + b[j])
 
 
 @_serial

@@ -61,12 +61,13 @@ def scaled_dot_product_attention(
     if fused.handles(scores):  # the same steps, the row max and sum compiled, on the scores in place
         fused.softmax_in_place(scores)
     else:
-        _softmax_in_place(xp, scores, neg_inf)
+        softmax_rows_in_place(xp, scores, neg_inf)
     return astype(blas.matmul(scores, astype(v, cd)), dt)
 
 
-def _softmax_in_place(xp: Any, scores: Array, neg_inf: Any) -> None:
-    """The numpy-namespace softmax over the last axis, written over ``scores`` (the reference)."""
+def softmax_rows_in_place(xp: Any, scores: Array, neg_inf: Any) -> None:
+    """The numpy-namespace softmax over the last axis, written over ``scores`` (the reference): a row that
+    is all ``neg_inf`` (a query that may see no key) becomes zeros."""
     with quiet(xp):
         top = xp.max(scores, axis=-1, keepdims=True)
         # A fully masked row has max -inf; shifting by 0 instead makes every exp 0, not NaN.

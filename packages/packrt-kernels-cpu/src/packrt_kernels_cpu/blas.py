@@ -192,14 +192,17 @@ def _gemms(
         gemm(_ROW_MAJOR, ta, tb, m, n, k, alpha, a.ctypes.data, lda, b.ctypes.data, ldb, beta, out.ctypes.data, ldc)
         return
     count = a.shape[-3]
-    if a.ndim == 3 and a.dtype == _F32 and library.sgemm_batch is not None:  # one stack (a conv band's, attention's)
+    # MKL's strided batch refuses output matrices closer than one whole matrix apart (stride_c < ldc * m),
+    # as attention's heads are when written merged, (seq, heads * dim): those take a call per matrix.
+    batch = library.sgemm_batch if a.dtype == _F32 and sc >= ldc * m else None
+    if a.ndim == 3 and batch is not None:  # one stack (a conv band's, attention's)
         pa, pb, po = a.ctypes.data, b.ctypes.data, out.ctypes.data
-        library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
+        batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
         return
     for outer in np.ndindex(*a.shape[:-3]):  # the batch axes before the last: a call each
         pa, pb, po = (x.ctypes.data + sum(i * st for i, st in zip(outer, x.strides, strict=False)) for x in (a, b, out))
-        if a.dtype == _F32 and library.sgemm_batch is not None:
-            library.sgemm_batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
+        if batch is not None:
+            batch(_ROW_MAJOR, ta, tb, m, n, k, alpha, pa, lda, sa, pb, ldb, sb, beta, po, ldc, sc, count)
             continue
         for j in range(count):
             at, bt, ot = (
@@ -211,9 +214,10 @@ def _gemms(
 
 def sgemm_batch() -> Any | None:
     """MKL's ``cblas_sgemm_batch_strided`` as a ctypes function that compiled code may call (numba takes
-    it as an argument; pointers are ``array.ctypes``), or None off MKL's road or before MKL 2020. A
-    compiled loop of many GEMMs calls it without coming back to Python (and the GIL) between them."""
-    library = mkl.handle()
+    it as an argument; pointers are ``array.ctypes``), or None where :func:`mkl.batch_handle` gives no
+    MKL or before MKL 2020. A compiled loop of many GEMMs calls it without coming back to Python (and the
+    GIL) between them."""
+    library = mkl.batch_handle()
     return None if library is None else library.sgemm_batch
 
 

@@ -9,9 +9,11 @@ and each activation row quantized asymmetrically onto uint8 (``x[i] ~ (u[i] - ze
 The first sum is the int32 GEMM (exact: ``K * 255 * 128 < 2**31`` for ``K <= 65536``; longer rows
 are cut into chunks of 65536 whose float32 results add up); the second is the weight's row sums,
 computed once per pack. On MKL's road the GEMM is oneMKL's ``cblas_gemm_s8u8s32`` (VNNI or AMX
-where the CPU has them, several times float32's rate: docs/benchmarks.md). Elsewhere it is float32
-GEMMs on numpy's BLAS over K chunks of 512, each exact in float32, so about float32's speed plus
-converting the int8 operands. Both roads give the same integers.
+where the CPU has them, several times float32's rate: docs/benchmarks.md). Off it, on a CPU with
+AVX512-VNNI, a packed layer's weight is repacked once into :mod:`packrt_kernels_cpu.vnni`'s panels and
+multiplied there (oneMKL runs generic int8 code on AMD CPUs). Elsewhere it is float32 GEMMs on numpy's
+BLAS over K chunks of 512, each exact in float32, so about float32's speed plus converting the int8
+operands. Every road gives the same integers.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import blas, compiled
+from packrt_kernels_cpu import blas, compiled, vnni
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 Array = Any
@@ -80,6 +82,12 @@ def weight_sums(q: Array) -> Array:
     return out
 
 
+def uses_vnni() -> bool:
+    """Whether a packed int8 linear multiplies on :mod:`packrt_kernels_cpu.vnni` here: off MKL's road
+    (oneMKL's own int8 GEMM is taken where MKL is), on a CPU with AVX512-VNNI."""
+    return blas.gemm_s8u8s32() is None and vnni.available()
+
+
 def gemm_u8s8s32(a: Array, b: Array, out: Array | None = None) -> Array:
     """``a @ b.T`` exactly, as int32 (M, N): ``a`` uint8 (M, K), ``b`` int8 (N, K), ``K <= MAX_K``.
 
@@ -135,20 +143,36 @@ def _gemm_in_float(a: Array, b: Array, out: Array) -> Array:
     return out
 
 
-def linear(x: Array, q: Array, w_scale: Array, w_sum: Array, bias: Array | None) -> Array:
+def linear(
+    x: Array,
+    q: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array | None,
+    out: Array | None = None,
+    panels: vnni.Panels | None = None,
+) -> Array:
     """``x @ (q * w_scale)^T + bias`` through int8: float32 ``x`` (M, K), int8 ``q`` (N, K), float32
-    ``w_scale`` (N,), ``w_sum = weight_sums(q)``, float32 ``bias`` (N,) or None; float32 (M, N) out.
+    ``w_scale`` (N,), ``w_sum = weight_sums(q)``, float32 ``bias`` (N,) or None; float32 (M, N) out
+    (written into ``out``, a C-contiguous float32 (M, N), when given). ``panels``: ``q`` repacked by
+    :func:`packrt_kernels_cpu.vnni.pack`, whose GEMM then multiplies (where :func:`vnni.available`).
 
     Each activation row is quantized (:func:`quantize_rows`), multiplied in int32, and its product
     turned back into float32 with the row's and the column's scales and the bias in one pass."""
     m, n = x.shape[0], q.shape[0]
-    out = np.empty((m, n), _F32)
+    if out is None:
+        out = np.empty((m, n), _F32)
     if out.size == 0:
         return out
     k = x.shape[1]
     b = bias if bias is not None else w_scale  # an unread placeholder: numba needs one array type
     if k == 0:
         out[...] = 0.0 if bias is None else bias
+        return out
+    if panels is not None and k <= MAX_K and vnni.available():  # VNNI: the same integers, 4x float32's speed
+        u, x_scale, x_zero = quantize_rows(x)
+        product = vnni.gemm(u, panels)
+        _compiled().dequantize_product(product, x_scale, x_zero, w_scale, w_sum, b, bias is not None, False, out)
         return out
     acc = np.empty((m, n), _I32)
     for k0 in range(0, k, MAX_K):  # one chunk for every layer short of 65536 inputs
@@ -161,4 +185,4 @@ def linear(x: Array, q: Array, w_scale: Array, w_sum: Array, bias: Array | None)
     return out
 
 
-__all__ = ["MAX_K", "gemm_u8s8s32", "linear", "quantize_rows", "weight_sums"]
+__all__ = ["MAX_K", "gemm_u8s8s32", "linear", "quantize_rows", "uses_vnni", "weight_sums"]

@@ -21,6 +21,7 @@ from packrt_kernels_cpu.packing import (
     pack_embedding,
     pack_linear,
 )
+from packrt_kernels_cpu.plan import plan_kernels
 from packrt_kernels_cpu.quantize import borrow_quantized_linear, pack_quantized_linear, quantize_per_channel
 
 CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention, convolution, elementwise, packs
@@ -46,6 +47,7 @@ CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention
     pack_quantized_linear=pack_quantized_linear,
     borrow_quantized_linear=borrow_quantized_linear,
     quantize_per_channel=quantize_per_channel,
+    plan_kernels=plan_kernels,
 )
 
 

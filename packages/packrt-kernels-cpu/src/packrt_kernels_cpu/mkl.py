@@ -2,6 +2,13 @@
 decision: whether this process's GEMMs take MKL or numpy's OpenBLAS (``settings.blas``, decided once, on
 first use, and again only when :func:`packrt_kernels_cpu.settings.override` changes it).
 
+``auto`` takes MKL on Intel CPUs only (:func:`auto_road`). On other x86-64 CPUs oneMKL runs its generic
+code, not the kernels it tunes for Intel's: on a 2-core AMD EPYC (Zen 4, AVX-512) its float32 GEMM
+measured 56-88 GFLOP/s at an encoder's shapes against OpenBLAS's 94-100, and its int8 GEMM 42 GOP/s
+against 88 for the int8 road's exact float32 chunks on OpenBLAS (and 380-430 for :mod:`.vnni`, which
+int8 layers take off MKL's road). ``PACKRT_BLAS=mkl`` still takes MKL there. conv2d's batched GEMMs are
+the exception: they take MKL wherever it loads unless ``PACKRT_BLAS=numpy`` (:func:`batch_handle`).
+
 MKL runs on libgomp, the OpenMP runtime numba's pool uses, so the two share one pool; its global thread
 count follows the settings' thread cap (``set_num_threads``).
 """
@@ -9,8 +16,10 @@ count follows the settings' thread cap (``set_num_threads``).
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.metadata
 import os
+import platform
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -48,7 +57,9 @@ class Mkl:
         )
 
 
-_state: dict[str, Any] = {}  # "road": "mkl" | "numpy" (decided); "loaded": Mkl | str (loaded once, or why not)
+# "road": "mkl" | "numpy" (decided); "loaded": Mkl | str (loaded once, or why not); "capped": the thread
+# cap given to an MKL loaded off its road (batch_handle)
+_state: dict[str, Any] = {}
 _deciding = threading.Lock()  # two threads' first GEMMs must not both load and configure MKL
 
 
@@ -74,10 +85,71 @@ def handle() -> Mkl | None:
     return _state["loaded"] if road == "mkl" else None
 
 
+def batch_handle() -> Mkl | None:
+    """The loaded MKL for conv2d's batched GEMMs: on MKL's road, and under ``PACKRT_BLAS=auto`` also where
+    the GEMMs took OpenBLAS for the vendor's sake. conv2d's compiled bands call MKL's strided batch without
+    coming back to Python, and its Winograd road needs it: on a Zen 4 core a 3x3 conv of 8x32x32x32 -> 64
+    took 0.65x the time of the OpenBLAS bands (docs/benchmarks.md). None under ``PACKRT_BLAS=numpy`` or
+    where MKL does not load."""
+    found = handle()
+    if found is not None or settings.current().blas != "auto":
+        return found
+    with _deciding:
+        loaded = _loaded()
+        if not isinstance(loaded, Mkl):
+            return None
+        if not _state.get("capped"):  # the thread cap reaches MKL once it is loaded, whichever road it serves
+            threads = settings.current().threads
+            if threads is not None:
+                loaded.set_num_threads(threads)
+            _state["capped"] = True
+    return loaded
+
+
+def loaded_handle() -> Mkl | None:
+    """MKL if this process has loaded it (for any road), else None: what a thread-count change must reach."""
+    loaded = _state.get("loaded")
+    return loaded if isinstance(loaded, Mkl) else None
+
+
+INTEL = "GenuineIntel"
+
+
+def read_vendor(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The ``vendor_id`` a Linux ``cpuinfo`` file names, else what ``platform.processor()`` ends with
+    (Windows: "Intel64 Family 6 ..., GenuineIntel"), else ""."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    processor = platform.processor()
+    return processor.rpartition(",")[2].strip() if "," in processor else ""
+
+
+@functools.cache
+def cpu_vendor() -> str:
+    """This machine's CPU vendor (``GenuineIntel``, ``AuthenticAMD``, ...), read once; "" if unknown."""
+    return read_vendor()
+
+
+def auto_road(vendor: str) -> str:
+    """The road ``PACKRT_BLAS=auto`` takes on a CPU of ``vendor`` where MKL loads: ``"mkl"`` on Intel's,
+    ``"numpy"`` (OpenBLAS) on every other or unknown vendor, where MKL takes its generic code paths."""
+    return "mkl" if vendor == INTEL else "numpy"
+
+
 def _decide() -> str:
     """Take the road the settings ask for (under ``_deciding``)."""
     choice = settings.current().blas
-    loaded = "PACKRT_BLAS=numpy" if choice == "numpy" else _loaded()
+    if choice == "numpy":
+        loaded: Mkl | str = "PACKRT_BLAS=numpy"
+    elif choice == "auto" and auto_road(cpu_vendor()) == "numpy":
+        loaded = f"PACKRT_BLAS=auto on a {cpu_vendor() or 'CPU of unknown vendor'}: OpenBLAS is the faster road there"
+    else:
+        loaded = _loaded()
     if isinstance(loaded, str):
         if choice == "mkl":
             raise BlasUnavailableError(
@@ -106,8 +178,8 @@ def _follow(before: settings.Settings, after: settings.Settings) -> None:
     if before.blas != after.blas:
         _state.pop("road", None)
     if before.threads != after.threads and after.threads is not None:
-        mkl = _state.get("loaded")
-        if isinstance(mkl, Mkl) and _state.get("road") == "mkl":
+        mkl = loaded_handle()
+        if mkl is not None:  # conv2d's batched GEMMs may run on it off MKL's road (batch_handle)
             mkl.set_num_threads(after.threads)
 
 
@@ -166,4 +238,4 @@ def _load() -> Mkl | str:
     return Mkl(path, sgemm, dgemm, bf16, batch, set_threads, set_local, vexp, s8u8s32)
 
 
-__all__ = ["Mkl", "handle"]
+__all__ = ["INTEL", "Mkl", "auto_road", "batch_handle", "cpu_vendor", "handle", "loaded_handle", "read_vendor"]

@@ -31,7 +31,7 @@ from packrt_base.arrays import (
     require_ndim,
     require_shape,
 )
-from packrt_kernels_cpu import int8
+from packrt_kernels_cpu import int8, vnni
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 from packrt_kernels_cpu.namespace import astype
 
@@ -93,16 +93,18 @@ class PackedQuantizedLinear:
     """An int8 (out, in) weight with per-row float32 scales and an optional float bias.
 
     The int8 road also needs the weight's row sums (int32, 4 bytes per output) and the bias as
-    float32: both are derived once, at the first such forward, and kept beside the pack (they are
-    not counted in :attr:`nbytes`, which counts what the layer declares)."""
+    float32, and on the VNNI road (:func:`packrt_kernels_cpu.int8.uses_vnni`) the weight repacked into
+    panels (about the int8 weight's size again): all derived once, at the first such forward, and
+    kept beside the pack; :attr:`nbytes` counts the panels once they exist."""
 
-    def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int) -> None:
+    def __init__(self, q: Array, scale: Array, b: Array | None, scratch_bytes: int, *, repacks: bool = True) -> None:
+        self.repacks = repacks  # may derive VNNI panels (a copy): owned packs, not borrowed views
         self.q = q
         self.scale = scale
         self.b = b
         self.out_features, self.in_features = (int(s) for s in q.shape)
         self.scratch_bytes = scratch_bytes
-        self._int8: tuple[Array, Array | None] | None = None  # (row sums, float32 bias), made on first use
+        self._int8: tuple[Array, Array | None, Any] | None = None  # (row sums, float32 bias, VNNI panels)
 
     def block_rows(self, dtype: np.dtype[Any]) -> int:
         """Rows of q converted at a time so the converted block fits ``scratch_bytes``."""
@@ -129,20 +131,31 @@ class PackedQuantizedLinear:
             out += astype(self.b, cd)
         return astype(out.reshape((*lead, self.out_features)), dt)
 
-    def _forward_int8(self, x: Array, dt: np.dtype[Any]) -> Array:
-        if self._int8 is None:
+    def int8_operands(self) -> tuple[Array, Array | None, Any]:
+        """(the weight's int32 row sums, the float32 bias or None, the VNNI panels or None) for
+        :func:`packrt_kernels_cpu.int8.linear`, made on the first call and kept."""
+        operands = self._int8
+        if operands is None:
             bias = None if self.b is None else np.ascontiguousarray(astype(self.b, FLOAT32))
-            self._int8 = (int8.weight_sums(self.q), bias)
-        sums, bias = self._int8
+            q = np.ascontiguousarray(self.q)
+            panels = vnni.pack(q) if self.repacks and int8.uses_vnni() else None
+            operands = self._int8 = (int8.weight_sums(q), bias, panels)
+        return operands
+
+    def _forward_int8(self, x: Array, dt: np.dtype[Any]) -> Array:
+        sums, bias, panels = self.int8_operands()
         lead = tuple(x.shape[:-1])
         x2 = np.ascontiguousarray(astype(x, FLOAT32).reshape(-1, self.in_features))
-        out = int8.linear(x2, np.ascontiguousarray(self.q), self.scale, sums, bias)
+        out = int8.linear(x2, np.ascontiguousarray(self.q), self.scale, sums, bias, panels=panels)
         return astype(out.reshape((*lead, self.out_features)), dt)
 
     @property
     def nbytes(self) -> int:
-        """Bytes kept resident: int8 weight, float32 scales, bias. Scratch is per call, not counted."""
-        return int(self.q.nbytes) + int(self.scale.nbytes) + (0 if self.b is None else int(self.b.nbytes))
+        """Bytes kept resident: int8 weight, float32 scales, bias, and the VNNI panels once made. Scratch
+        is per call, not counted."""
+        panels = self._int8[2] if self._int8 is not None and self._int8[2] is not None else None
+        extra = 0 if panels is None else int(panels.nbytes)
+        return int(self.q.nbytes) + int(self.scale.nbytes) + (0 if self.b is None else int(self.b.nbytes)) + extra
 
     def unpack(self) -> tuple[Array, Array, Array | None]:
         """(q, scale, bias) exactly as packed, as new arrays."""
@@ -152,8 +165,9 @@ class PackedQuantizedLinear:
 def borrow_quantized_linear(
     q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = DEFAULT_SCRATCH_BYTES
 ) -> PackedQuantizedLinear:
-    """Serve straight from the declared int8 weight, scales and bias, copying nothing."""
-    return PackedQuantizedLinear(q, scale, b, scratch_bytes)
+    """Serve straight from the declared int8 weight, scales and bias, copying nothing (so not repacked
+    for the VNNI road: a borrowed int8 layer multiplies on the float32-chunk or MKL road)."""
+    return PackedQuantizedLinear(q, scale, b, scratch_bytes, repacks=False)
 
 
 def pack_quantized_linear(

@@ -1,6 +1,7 @@
 """What configures the CPU kernels, read once into one object: the GEMM road, numba on or off, the thread cap.
 
-- ``PACKRT_BLAS``: ``auto`` (the default: MKL where it loads, else numpy's OpenBLAS), ``mkl`` (MKL or
+- ``PACKRT_BLAS``: ``auto`` (the default: MKL where it loads on an Intel CPU, else numpy's OpenBLAS; see
+  :func:`packrt_kernels_cpu.mkl.auto_road`), ``mkl`` (MKL or
   :class:`~packrt_kernels_cpu.errors.BlasUnavailableError`), ``numpy``.
 - ``PACKRT_NUMBA``: ``0`` turns numba's compiled kernels off (numpy's reference kernels everywhere).
 - The thread cap: what ``packrt.set_num_threads`` last set (None: every core).

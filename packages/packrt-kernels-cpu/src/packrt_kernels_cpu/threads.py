@@ -27,7 +27,9 @@ def serial() -> bool:
 def on_this_thread() -> Iterator[None]:
     """Run the block's kernels and GEMMs on the calling thread alone (see the module docstring)."""
     previous = serial()
-    library = mkl.handle()
+    # MKL's road decided (and MKL loaded if it is the road) first; off its road MKL may still serve
+    # conv2d's batches (mkl.batch_handle), and then its per-thread count must follow too.
+    library = mkl.handle() or mkl.loaded_handle()
     before = None if library is None else library.set_local_threads(1)
     _local.serial = True
     try:

@@ -56,6 +56,21 @@ ROAD_TOLERANCES: dict[str, tuple[float, float]] = {
 }
 
 
+# dtype name -> a fraction of the largest |expected|: a whole model's output by two of packrt's roads (a
+# serving plan and the module-by-module road). float32: the layers' GEMMs may sum in other orders (the
+# plan joins Q, K and V into one GEMM), and each LayerNorm keeps those differences at float32's scale.
+# Half precision: the module road rounds to the half dtype after every module (about ten roundings a
+# layer, each up to half a unit in the last place), the plan computes in float32 and rounds once at the
+# end, so the two differ by the module road's accumulated rounding: measured up to 2**-5.5 (bfloat16)
+# and 2**-8.4 (float16) of the largest |output| on a 2-layer encoder with large weights, where the plan
+# stayed within one unit of the float32 computation on the same weights.
+MODEL_ROAD_TOLERANCES: dict[str, float] = {
+    "float32": 1e-5,
+    "float16": 2.0**-7,
+    "bfloat16": 2.0**-4,
+}
+
+
 def _lookup(table: dict[str, tuple[float, float]], dtype: Any, what: str) -> tuple[float, float]:
     name = np.dtype(dtype).name
     try:
@@ -77,6 +92,20 @@ def road_tolerance(dtype: Any, terms: int = 1) -> tuple[float, float]:
         raise ValueError(f"terms is the number of products each result sums, at least 1; got {terms}")
     rtol, atol = _lookup(ROAD_TOLERANCES, dtype, "road")
     return rtol, atol * terms
+
+
+def assert_same_model_output(actual: Any, expected: Any, *, err_msg: str = "") -> None:
+    """Assert a whole model's output ``actual`` is ``expected`` computed by another road (a serving plan
+    against the module-by-module road): the same dtype and shape, and every element within
+    :data:`MODEL_ROAD_TOLERANCES` of the dtype times the largest ``|expected|``."""
+    a, e = np.asarray(actual), np.asarray(expected)
+    assert a.dtype == e.dtype, f"dtype {a.dtype} != {e.dtype} {err_msg}".rstrip()
+    assert a.shape == e.shape, f"shape {a.shape} != {e.shape} {err_msg}".rstrip()
+    scale = float(np.max(np.abs(e.astype(np.float64)))) if e.size else 0.0
+    fraction = _lookup({k: (v, 0.0) for k, v in MODEL_ROAD_TOLERANCES.items()}, a.dtype, "model road")[0]
+    np.testing.assert_allclose(
+        a.astype(np.float64), e.astype(np.float64), rtol=0, atol=fraction * scale, err_msg=err_msg
+    )
 
 
 def assert_same_result(actual: Any, expected: Any, *, terms: int = 1, err_msg: str = "") -> None:

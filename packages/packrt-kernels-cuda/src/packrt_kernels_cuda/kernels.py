@@ -21,6 +21,9 @@ contract's signature:
   leading dims) around one fused kernel that scales, applies the causal mask and normalizes the
   float32 scores in place. Half inputs compute the scores in float32, as the CPU kernel does.
 
+- ``plan_kernels``: None. The serving plan (``packrt_core.nn.plan``) has no GPU kernels, so a model on a
+  CUDA device serves module by module, the plain road.
+
 Every function falls back to the CPU kernel when its inputs are not cupy arrays, so the record
 is safe to call with numpy arrays too.
 """
@@ -46,6 +49,7 @@ from packrt_base.arrays import (
     require_ndim,
 )
 from packrt_base.kernels import OwnedPack, Pack
+from packrt_base.plan import PlanKernels
 
 # What this package reuses of the CPU's: the array-generic kernels of CPU_KERNELS (as table entries, and as
 # the fallback for inputs the GPU code does not take: numpy arrays, float64) and the int8 pack (its checks,
@@ -404,6 +408,12 @@ def scaled_dot_product_attention(
     return astype(scores @ astype(v, FLOAT32), dt)
 
 
+def plan_kernels() -> PlanKernels | None:
+    """None: the serving plan's fused kernels are not written for the GPU, so a model on a CUDA device
+    serves module by module (the plain road, which these kernels already fuse where it pays)."""
+    return None
+
+
 # The GPU kernels above over the CPU's table, whose other kernels are written against the array
 # namespace of their inputs and run on cupy arrays as they are (tests/test_kernel_plumbing.py pins
 # which). ``replace`` is where mypy checks each GPU kernel against the contract's signature.
@@ -420,4 +430,5 @@ CUDA_KERNELS = replace(
     borrow_linear=borrow_linear,
     pack_quantized_linear=pack_quantized_linear,
     borrow_quantized_linear=borrow_quantized_linear,
+    plan_kernels=plan_kernels,
 )

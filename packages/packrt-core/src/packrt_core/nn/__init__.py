@@ -12,6 +12,7 @@ from packrt_core.nn.normalization import LayerNorm, RMSNorm
 from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.parameter_containers import ParameterDict, ParameterList
+from packrt_core.nn.plan import PlanReport, plan_report, serving_plans, set_serving_plans
 from packrt_core.nn.quantized import QuantizedLinear
 from packrt_core.nn.residency import WEIGHT_RESIDENCIES, free_memory_override
 from packrt_core.nn.state import LoadResult, _IncompatibleKeys
@@ -43,8 +44,12 @@ __all__ = [
     "Parameter",
     "ParameterDict",
     "ParameterList",
+    "PlanReport",
     "Sequential",
     "_IncompatibleKeys",
     "free_memory_override",
     "memory_report",
+    "plan_report",
+    "serving_plans",
+    "set_serving_plans",
 ]

@@ -50,6 +50,7 @@ class Module:
     _non_persistent: set[str]
     _modules: dict[str, Module | None]
     _hooked: bool
+    _epoch: int
     _forward_pre_hooks: HookRegistry
     _forward_hooks: HookRegistry
 
@@ -61,6 +62,7 @@ class Module:
         setattr_(self, "_non_persistent", set())
         setattr_(self, "_modules", {})
         setattr_(self, "_hooked", False)  # any forward (pre-)hook registered: the call path's one check
+        setattr_(self, "_epoch", 0)  # bumped by every change of what is registered here (a plan's guard reads it)
         setattr_(self, "_forward_pre_hooks", HookRegistry(self._hooks_changed))
         setattr_(self, "_forward_hooks", HookRegistry(self._hooks_changed))
 
@@ -84,6 +86,11 @@ class Module:
         # removing at once cannot leave the flag saying "no hooks" while one is registered.
         with _HOOK_FLAG_LOCK:
             self.__dict__["_hooked"] = bool(self._forward_pre_hooks) or bool(self._forward_hooks)
+
+    def _changed(self) -> None:
+        """Record that what this module registers (or how a layer serves) changed: a serving plan built
+        over it no longer holds (see :mod:`packrt_core.nn.plan`)."""
+        self.__dict__["_epoch"] = self.__dict__.get("_epoch", 0) + 1
 
     def register_forward_pre_hook(
         self, hook: Callable[..., Any], *, prepend: bool = False, with_kwargs: bool = False
@@ -143,6 +150,7 @@ class Module:
         if param is not None:
             param._publish_writes()
         self._parameters[name] = param
+        self._changed()
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """File ``tensor`` as a buffer: state that moves with the module. Persistent buffers
@@ -162,6 +170,7 @@ class Module:
             self._non_persistent.discard(name)
         else:
             self._non_persistent.add(name)
+        self._changed()
 
     def add_module(self, name: str, module: Module | None) -> None:
         """File ``module`` as a child under ``name``; its tensors enumerate under ``name.``."""
@@ -172,6 +181,7 @@ class Module:
                 f"cannot add a {type(module).__name__} as child module {name!r}: a Module or None is expected"
             )
         self._modules[name] = module
+        self._changed()
 
     def register_module(self, name: str, module: Module | None) -> None:
         """The same as :meth:`add_module`."""
@@ -195,12 +205,14 @@ class Module:
                     "a packrt.nn.Parameter or None is expected"
                 )
             params[name] = None
+            self._changed()
         elif params is not None and name in d["_modules"]:
             if value is not None:
                 raise TypeError(
                     f"cannot assign a {type(value).__name__} to child module {name!r}: a Module or None is expected"
                 )
             d["_modules"][name] = None
+            self._changed()
         elif params is not None and name in d["_buffers"]:
             if value is not None and not isinstance(value, Tensor):
                 raise TypeError(
@@ -212,6 +224,7 @@ class Module:
                 if value is not None:
                     value._publish_writes()
                 d["_buffers"][name] = value
+                self._changed()
         elif isinstance(value, Buffer):
             # Not filed anywhere yet; a plain attribute of that name stays, so registering refuses it.
             self._require_init("buffer", name)
@@ -243,6 +256,7 @@ class Module:
             if table is not None and name in table:
                 del table[name]
                 self._non_persistent.discard(name)
+                self._changed()
                 return
         object.__delattr__(self, name)
 

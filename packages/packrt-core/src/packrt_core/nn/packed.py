@@ -134,6 +134,7 @@ class PackedLayer(Module):
             self._release()
             self._residency = residency or self.default_residency
             self._decision = None
+            self._changed()
 
     @property
     def is_packed(self) -> bool:
@@ -243,6 +244,20 @@ class PackedLayer(Module):
             param._drop(_PackSource(pack, self.declared.index(name)))
         return pack
 
+    def _adopt(self, old: Pack, new: Pack) -> bool:
+        """Serve ``new``, the same values in another layout (a view into a serving plan's fused weight),
+        instead of ``old``, keeping old's stamp; False (nothing changed) when ``old`` is no longer the
+        resident pack. The dropped parameters then rebuild from ``new``, so ``old`` can be freed."""
+        with self._lock, WRITES:
+            served = self._served
+            if served is None or served[0] is not old:
+                return False
+            self._served = (new, served[1])
+            for name, param in self._declared_params():
+                if param._source is not None:
+                    param._source = _PackSource(new, self.declared.index(name))
+            return True
+
     def _release(self) -> None:
         """Give the raw storage back to the parameters and drop the pack (leaving ``packed``)."""
         with self._lock, WRITES:
@@ -278,6 +293,7 @@ class PackedLayer(Module):
             self._release()
             self._residency = target
             self._decision = None
+            self._changed()
             if prebuilt is not None:
                 with self._lock, WRITES:
                     if target == "auto":

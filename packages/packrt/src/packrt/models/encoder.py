@@ -19,10 +19,12 @@ with the exact (erf) GELU.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import packrt
 from packrt import nn
 from packrt.errors import ShapeError
+from packrt.models.encoder_plan import EncoderPlan, Kinds
 from packrt.models.layers import (
     Embedding,
     MultiHeadAttention,
@@ -31,6 +33,8 @@ from packrt.models.layers import (
     check_ids,
     check_positive,
 )
+from packrt_base.plan import PlanKernels
+from packrt_core.nn.plan import serve
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,13 @@ class EncoderEmbeddings(nn.Module):
         self.token_type = Embedding(config.type_vocab, config.hidden)
         self.norm = nn.LayerNorm(config.hidden, eps=config.eps)
 
+    def position_ids(self, input_ids: packrt.Tensor) -> packrt.Tensor:
+        """The positions of ``input_ids``' tokens: 0..seq-1, (1, seq), the same for every sequence."""
+        return packrt.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
         _, seq = input_ids.shape
-        positions = packrt.arange(seq, device=input_ids.device).unsqueeze(0)
+        positions = self.position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = packrt.zeros(1, seq, dtype=packrt.int64, device=input_ids.device)
         elif token_type_ids.shape != input_ids.shape:
@@ -118,7 +126,14 @@ class BertEncoder(nn.Module):
     ``token_type_ids`` defaults to all zeros. Build it under :func:`packrt.meta_init` and bind a
     checkpoint with ``load_state_dict(..., assign=True)`` to allocate the weights only once; the
     load's ``weight_residency`` sets how its layers keep them.
+
+    With no hook on an inner module, a call runs the encoder's serving plan (fused steps over the
+    layers' packs, :mod:`packrt.models.encoder_plan`), which gives the module-by-module road's numbers
+    within the road tolerance; :func:`packrt.nn.plan_report` says which road the last call took.
     """
+
+    serves_plans: ClassVar[bool] = True
+    plan_embeddings: ClassVar[tuple[type, ...]] = (EncoderEmbeddings,)  # whose forward the plan reproduces
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -138,6 +153,14 @@ class BertEncoder(nn.Module):
             check_attention_mask("BertEncoder", attention_mask, batch, seq)
             # (batch, 1, 1, seq): the same key mask for every head and every query
             mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
+        plan = serve(self, self.embeddings.word.weight.device, self._build_plan)
+        if plan is not None:
+            keys = None if mask is None else mask.reshape(batch, seq)._array()
+            planned: packrt.Tensor | None = plan.run(
+                input_ids, None if keys is None or keys.all() else keys, token_type_ids
+            )
+            if planned is not None:
+                return planned
         x: packrt.Tensor = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
             x = layer(x, mask)
@@ -146,6 +169,9 @@ class BertEncoder(nn.Module):
     def _check_ids(self, input_ids: packrt.Tensor) -> tuple[int, int]:
         """(batch, seq) of ``input_ids``, refused when the model cannot place them."""
         return check_ids("BertEncoder", input_ids, self.config.max_positions)
+
+    def _build_plan(self, model: Any, kernels: PlanKernels) -> EncoderPlan:
+        return EncoderPlan(model, kernels, Kinds(self.plan_embeddings, EncoderLayer, EncoderMLP))
 
     def extra_repr(self) -> str:
         c = self.config

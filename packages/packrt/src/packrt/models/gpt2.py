@@ -16,14 +16,16 @@ Parameter names (``L`` the layer): ``embed.weight``, ``positions.weight``,
 from __future__ import annotations
 
 import math
-from typing import cast
+from typing import Any, cast
 
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.decoder_plan import DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
+from packrt_base.plan import PlanKernels
 
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
 
@@ -103,6 +105,8 @@ class GPT2LMHeadModel(CausalLM):
     and ``generate``.
     """
 
+    serves_plans = True
+
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
         hidden, layers = config.integer("n_embd"), config.integer("n_layer")
@@ -128,6 +132,9 @@ class GPT2LMHeadModel(CausalLM):
         for layer in self.layers:
             x = layer(x, step, cache)
         return cast(packrt.Tensor, self.norm(x))
+
+    def _build_plan(self, model: Any, kernels: PlanKernels) -> DecoderPlan:
+        return DecoderPlan(model, kernels, "gpt2")
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         return cast(packrt.Tensor, self.lm_head(hidden))

@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.decoder_plan import DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
 from packrt.models.rotary import RotaryTables
+from packrt_base.plan import PlanKernels
 
 _functional = nn.functional
 
@@ -202,6 +205,8 @@ class LlamaForCausalLM(CausalLM):
     ``attention_mask`` and ``generate``.
     """
 
+    serves_plans = True
+
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
         g = LlamaGeometry.from_config(config)
@@ -229,6 +234,9 @@ class LlamaForCausalLM(CausalLM):
             x = layer(x, rotary, step, cache)
         out: packrt.Tensor = self.norm(x)
         return out
+
+    def _build_plan(self, model: Any, kernels: PlanKernels) -> DecoderPlan:
+        return DecoderPlan(model, kernels, "llama")
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         out: packrt.Tensor = self.lm_head(hidden)

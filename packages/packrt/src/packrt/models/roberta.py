@@ -63,6 +63,10 @@ class RobertaEmbeddings(EncoderEmbeddings):
         super().__init__(config)
         self.padding_idx = config.padding_idx
 
+    def position_ids(self, input_ids: packrt.Tensor) -> packrt.Tensor:
+        """(batch, seq) positions numbered around the pad id (see :func:`roberta_positions`)."""
+        return roberta_positions(input_ids, self.padding_idx)
+
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
         if token_type_ids is None:
             token_type_ids = packrt.zeros(*input_ids.shape, dtype=packrt.int64, device=input_ids.device)
@@ -71,7 +75,7 @@ class RobertaEmbeddings(EncoderEmbeddings):
                 f"RobertaEncoder: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
                 f"{input_ids.shape}"
             )
-        positions = roberta_positions(input_ids, self.padding_idx)
+        positions = self.position_ids(input_ids)
         x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
         out: packrt.Tensor = self.norm(x)
         return out
@@ -84,6 +88,8 @@ class RobertaEncoder(BertEncoder):
     pass the tokenizer's ``attention_mask`` for padded batches. Sequences may be at most
     ``max_positions - padding_idx - 1`` tokens long.
     """
+
+    plan_embeddings = (RobertaEmbeddings,)
 
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)

@@ -1,0 +1,121 @@
+"""The serving plan's kernels: what a device computes when a model runs as one fused plan.
+
+A model served with no hook watching its inner modules may run a plan built from its layers' packs
+(``packrt_core.nn.plan``): several linears that read one input (attention's query, key and value) as
+one GEMM over one weight, the bias and the activation in that GEMM's epilogue, a residual add and the
+norm after it in one pass, self-attention read straight out of the fused projection. A device's
+:class:`~packrt_base.kernels.Kernels` record names these kernels in its ``plan_kernels`` field: a
+:class:`PlanKernels` record, or None where the device has none (its models then serve module by
+module, the plain road, which gives the same numbers within the road tolerance).
+
+Like every kernel, these check nothing: the plan builder checks once, at build time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from packrt_base.arrays import Array
+
+ACTIVATIONS = ("gelu", "gelu_tanh", "silu", "relu")  # what a plan linear's epilogue applies (None: nothing)
+
+
+class PlanLinear(Protocol):
+    """One GEMM serving one or more linear layers that read the same input, bias and activation included.
+
+    A layer may serve from its part of the fused weight instead of its own copy (``parts``)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held beyond the packs it was built from (the fused weight, when it made one)."""
+        ...
+
+    @property
+    def out_features(self) -> int:
+        """The width of one output row: the layers' output widths added up."""
+        ...
+
+    @property
+    def parts(self) -> tuple[Any, ...]:
+        """Per layer, a serving form over its columns of the fused weight; empty when none was made."""
+        ...
+
+    def forward(self, x: Array, /, out: Array | None = None) -> Array:
+        """``act(x @ W^T + b)`` of a 2-D ``x`` (rows, in), into ``out`` (rows, out_features) when given."""
+        ...
+
+
+class PlanLinearKernel(Protocol):
+    """A :class:`PlanLinear` over the packs of layers reading one input (concatenated when
+    :class:`FusesKernel` says they can be), with ``activation`` (one of :data:`ACTIVATIONS`, or None)
+    applied in the epilogue."""
+
+    def __call__(self, packs: Sequence[Any], activation: str | None = None) -> PlanLinear: ...
+
+
+class FusesKernel(Protocol):
+    """Whether :class:`PlanLinearKernel` would concatenate these packs into one weight (owned packs of one
+    kind, dtype and input width); a single pack or packs it cannot join are served as they are."""
+
+    def __call__(self, packs: Sequence[Any]) -> bool: ...
+
+
+class ResidualNormKernel(Protocol):
+    """``residual += x`` in place, then ``out = norm(residual)`` row by row over the last axis, in one pass:
+    LayerNorm with ``w`` and ``b`` (``rms=False``) or RMSNorm with ``w`` (``b`` unused); 2-D arrays of
+    one shape, ``out`` distinct from both inputs."""
+
+    def __call__(
+        self, x: Array, residual: Array, w: Array | None, b: Array | None, eps: float, out: Array, rms: bool = False
+    ) -> Array: ...
+
+
+class GatedKernel(Protocol):
+    """``out = act(x[:, :n]) * x[:, n:]`` for ``x`` (rows, 2n) (a gated MLP's gate and up projections side
+    by side, as one plan linear gives them), ``activation`` one of :data:`ACTIVATIONS`."""
+
+    def __call__(self, x: Array, activation: str, out: Array) -> Array: ...
+
+
+class SelfAttentionKernel(Protocol):
+    """Multi-head self-attention of ``batch`` sequences read from a fused projection ``qkv``
+    (batch * seq, 3 * heads * head_dim; each row its queries, keys then values, head after head),
+    written merged into ``out`` (batch * seq, heads * head_dim). ``key_mask`` (batch, seq) bool marks
+    the keys a query may see (None: all); a query that may see none gets zeros. ``scale`` defaults to
+    ``1/sqrt(head_dim)``."""
+
+    def __call__(
+        self, qkv: Array, batch: int, heads: int, key_mask: Array | None, scale: float | None, out: Array
+    ) -> Array: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PlanKernels:
+    """One device's serving-plan kernels by name (each field's Protocol is its signature)."""
+
+    linear: PlanLinearKernel
+    fuses: FusesKernel
+    residual_norm: ResidualNormKernel
+    self_attention: SelfAttentionKernel
+    gated: GatedKernel
+
+
+class PlanKernelsOf(Protocol):
+    """The device's :class:`PlanKernels`, or None where it serves every model module by module."""
+
+    def __call__(self) -> PlanKernels | None: ...
+
+
+__all__ = [
+    "ACTIVATIONS",
+    "FusesKernel",
+    "GatedKernel",
+    "PlanKernels",
+    "PlanKernelsOf",
+    "PlanLinear",
+    "PlanLinearKernel",
+    "ResidualNormKernel",
+    "SelfAttentionKernel",
+]

@@ -1,0 +1,135 @@
+"""The compiled loops of the serving plan (:mod:`packrt_kernels_cpu.plan`): a GEMM's epilogue (bias and
+activation, in place), a residual add with the norm after it, and attention's masked softmax shift.
+
+Each is the loop of :mod:`._numba_kernels` it fuses, called on the same rows, so a fused pass gives the
+bits of the passes it replaces: the activations' and norms' arithmetic is written once, there. In-place
+loops read and write through one array, so LLVM's overlap check never sends them to the scalar loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+
+from packrt_kernels_cpu._numba_kernels import (
+    GELU_ERF,
+    GELU_TANH,
+    RELU,
+    SILU,
+    _layer_norm_rows,
+    _parallel,
+    _rms_norm_rows,
+    _row_max,
+    _serial,
+    activate_in_place,
+)
+
+Array = Any
+NO_ACTIVATION = -1  # the epilogue adds the bias only
+_NO_BIAS = np.empty(0, np.float32)
+__all__ = ["GELU_ERF", "GELU_TANH", "NO_ACTIVATION", "RELU", "SILU"]
+
+
+@_serial
+def _epilogue_rows(op: int, x: Array, b: Array, lo: int, hi: int) -> None:
+    """Rows lo:hi of ``x`` (rows, n) become ``act(x + b)`` in place (``b`` empty: no bias; ``op``
+    NO_ACTIVATION: the bias only). ``x + b`` is one IEEE add, as numpy's ``+=`` is."""
+    n = x.shape[1]
+    for r in range(lo, hi):
+        row = x[r]
+        if op != NO_ACTIVATION:
+            activate_in_place(op, row, b)
+        elif b.shape[0] > 0:
+            for j in range(n):
+                row[j] = row[j] + b[j]
+
+
+@_parallel
+def epilogue(op: int, x: Array, b: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _epilogue_rows(op, x, b, r, r + 1)
+
+
+def epilogue_serial(op: int, x: Array, b: Array) -> None:
+    _epilogue_rows(op, x, b, 0, x.shape[0])
+
+
+@_serial
+def _residual_norm_rows(
+    rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array, lo: int, hi: int
+) -> None:
+    """``res[r] += x[r]``, then ``out[r]`` the norm of ``res[r]``, for rows lo:hi: the row is still in
+    cache when the norm reads it back. The norm is :mod:`._numba_kernels`' own loop."""
+    n = x.shape[1]
+    for r in range(lo, hi):
+        row, add = res[r], x[r]
+        for j in range(n):
+            row[j] = row[j] + add[j]
+        if rms:
+            _rms_norm_rows(res, w, eps, out, r, r + 1)
+        else:
+            _layer_norm_rows(res, w, b, eps, out, r, r + 1)
+
+
+@_parallel
+def residual_norm(rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _residual_norm_rows(rms, x, res, w, b, eps, out, r, r + 1)
+
+
+def residual_norm_serial(rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    _residual_norm_rows(rms, x, res, w, b, eps, out, 0, x.shape[0])
+
+
+@_serial
+def _masked_shift_rows(x: Array, keys: Array, per_mask: int, lo: int, hi: int) -> None:
+    """Rows lo:hi of the scores ``x`` (rows, S): keys whose ``keys[r // per_mask]`` entry is False become
+    ``-inf``, then the row drops its max (0 for a row with no key left, whose exponentials are then 0):
+    attention's mask and softmax's first step in one pass."""
+    n = x.shape[1]
+    neg = np.float32(-np.inf)
+    for r in range(lo, hi):
+        row, seen = x[r], keys[r // per_mask]
+        for j in range(n):
+            row[j] = row[j] if seen[j] else neg
+        top = _row_max(row)
+        if top == neg:
+            top = np.float32(0.0)
+        for j in range(n):
+            row[j] -= top
+
+
+@_parallel
+def masked_shift(x: Array, keys: Array, per_mask: int) -> None:
+    for r in numba.prange(x.shape[0]):
+        _masked_shift_rows(x, keys, per_mask, r, r + 1)
+
+
+def masked_shift_serial(x: Array, keys: Array, per_mask: int) -> None:
+    _masked_shift_rows(x, keys, per_mask, 0, x.shape[0])
+
+
+@_serial
+def _gated_rows(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
+    """``out[r] = act(x[r, :n]) * x[r, n:]`` for rows lo:hi: the activation is :mod:`._numba_kernels`' own,
+    applied to ``out`` in place, then one multiply per element."""
+    n = out.shape[1]
+    for r in range(lo, hi):
+        row, gate, up = out[r], x[r, :n], x[r, n:]
+        for j in range(n):
+            row[j] = gate[j]
+        activate_in_place(op, row, _NO_BIAS)
+        for j in range(n):
+            row[j] = row[j] * up[j]
+
+
+@_parallel
+def gated(op: int, x: Array, out: Array) -> None:
+    for r in numba.prange(x.shape[0]):
+        _gated_rows(op, x, out, r, r + 1)
+
+
+def gated_serial(op: int, x: Array, out: Array) -> None:
+    _gated_rows(op, x, out, 0, x.shape[0])

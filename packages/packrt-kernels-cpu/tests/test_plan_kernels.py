@@ -1,0 +1,190 @@
+"""The serving plan's CPU kernels (packrt_kernels_cpu.plan): each fused step gives the result of the
+steps it replaces, on both GEMM roads and with numba's kernels on and off."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from packrt_kernels_cpu import (
+    CPU_KERNELS,
+    KernelShapeError,
+    borrow_linear,
+    gelu,
+    layer_norm,
+    pack_linear,
+    pack_quantized_linear,
+    quantize_per_channel,
+    relu,
+    rms_norm,
+    scaled_dot_product_attention,
+    silu,
+)
+from packrt_kernels_cpu import plan as cpu_plan
+from packrt_kernels_cpu.tolerance import assert_same_result
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+ACTIVATIONS = {
+    None: lambda a: a,
+    "gelu": gelu,
+    "gelu_tanh": lambda a: gelu(a, "tanh"),
+    "silu": silu,
+    "relu": relu,
+}
+
+
+def _linears(rng: np.random.Generator, widths: tuple[int, ...], k: int, dtype: object) -> list[tuple]:
+    return [(rng.standard_normal((n, k)).astype(dtype), rng.standard_normal(n).astype(dtype)) for n in widths]
+
+
+def test_the_cpu_table_names_its_plan_kernels() -> None:
+    assert CPU_KERNELS.plan_kernels() is cpu_plan.CPU_PLAN
+
+
+@pytest.mark.usefixtures("blas_road", "kernel_path")
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, BF16])
+def test_joined_packs_give_each_layers_output_side_by_side(rng: np.random.Generator, dtype: object) -> None:
+    layers = _linears(rng, (8, 12, 12), 16, dtype)
+    packs = [pack_linear(w, b) for w, b in layers]
+    assert cpu_plan.fuses(packs)
+    joined = cpu_plan.plan_linear(packs)
+    x = rng.standard_normal((5, 16)).astype(dtype)
+    out = joined.forward(x.astype(np.float32))  # the plan's activations are float32 between its steps
+    assert out.shape == (5, 32) and out.dtype == np.float32 and joined.out_features == 32
+    expected = np.concatenate([p.forward(x) for p in packs], axis=1)  # each rounded to the layer's dtype
+    assert_same_result(out.astype(dtype), expected, terms=16)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_the_parts_of_a_joined_weight_serve_and_unpack_each_layer(rng: np.random.Generator) -> None:
+    layers = _linears(rng, (8, 4), 16, np.float32)
+    packs = [pack_linear(w, b) for w, b in layers]
+    joined = cpu_plan.plan_linear(packs)
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    for (w, b), pack, part in zip(layers, packs, joined.parts, strict=True):
+        assert np.shares_memory(part.wt, joined.wt)  # a view of the one joined weight, no copy of its own
+        got_w, got_b = part.unpack()
+        np.testing.assert_array_equal(got_w, w)
+        np.testing.assert_array_equal(got_b, b)
+        assert_same_result(part.forward(x), pack.forward(x), terms=16)
+    assert joined.nbytes == sum(w.nbytes + b.nbytes for w, b in layers)
+
+
+@pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_the_epilogue_gives_the_bits_of_the_bias_add_then_the_activation(
+    rng: np.random.Generator, activation: str | None
+) -> None:
+    w, b = _linears(rng, (40,), 24, np.float32)[0]
+    pack = pack_linear(w, b)
+    x = rng.standard_normal((300, 24)).astype(np.float32)  # 12000 outputs: the pool's size of work too
+    planned = cpu_plan.plan_linear([pack], activation).forward(x)
+    product = cpu_plan.plan_linear([pack_linear(w, None)], None).forward(x)  # the same GEMM, nothing after it
+    expected = ACTIVATIONS[activation](product + b)
+    np.testing.assert_array_equal(planned, expected)
+
+
+def test_the_epilogue_writes_into_the_buffer_it_is_given(rng: np.random.Generator) -> None:
+    w, b = _linears(rng, (6,), 5, np.float32)[0]
+    out = np.full((4, 6), np.nan, np.float32)
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    got = cpu_plan.plan_linear([pack_linear(w, b)], "gelu").forward(x, out=out)
+    assert got is out
+    assert_same_result(out, gelu(x @ w.T + b), terms=5)
+
+
+@pytest.mark.usefixtures("blas_road")
+def test_a_borrowed_view_is_served_from_the_declared_weight_copying_nothing(rng: np.random.Generator) -> None:
+    w, b = _linears(rng, (7,), 9, np.float32)[0]
+    planned = cpu_plan.plan_linear([borrow_linear(w, b)], "relu")
+    assert planned.nbytes == 0 and planned.parts == ()
+    x = rng.standard_normal((3, 9)).astype(np.float32)
+    assert_same_result(planned.forward(x), relu(x @ w.T + b), terms=9)
+
+
+def test_joined_int8_packs_quantize_the_activations_once_and_match_each_layer(rng: np.random.Generator) -> None:
+    packs = []
+    for w, b in _linears(rng, (8, 12, 12), 32, np.float32):
+        q, scale = quantize_per_channel(w)
+        packs.append(pack_quantized_linear(q, scale, b))
+    assert cpu_plan.fuses(packs)
+    joined = cpu_plan.plan_linear(packs)
+    x = rng.standard_normal((6, 32)).astype(np.float32)
+    expected = np.concatenate([p.forward(x) for p in packs], axis=1)
+    np.testing.assert_array_equal(joined.forward(x), expected)  # one quantization of x, the same integers
+    for pack, part in zip(packs, joined.parts, strict=True):
+        np.testing.assert_array_equal(part.forward(x), pack.forward(x))
+        assert np.shares_memory(part.q, joined.pack.q)
+
+
+def test_packs_of_other_kinds_widths_or_dtypes_are_not_joined(rng: np.random.Generator) -> None:
+    (w1, b1), (w2, b2) = _linears(rng, (4, 4), 8, np.float32)
+    (w3, b3), *_ = _linears(rng, (4,), 6, np.float32)
+    q, scale = quantize_per_channel(w2)
+    assert not cpu_plan.fuses([pack_linear(w1, b1)])  # one pack: nothing to join
+    assert not cpu_plan.fuses([pack_linear(w1, b1), pack_linear(w3, b3)])  # input widths differ
+    wide = pack_linear(w2.astype(np.float64), b2.astype(np.float64))
+    assert not cpu_plan.fuses([pack_linear(w1, b1), wide])  # dtypes differ
+    assert not cpu_plan.fuses([pack_linear(w1, b1), pack_linear(w2, None)])  # a bias on one only
+    assert not cpu_plan.fuses([pack_linear(w1, b1), pack_quantized_linear(q, scale, b2)])  # float and int8
+    assert not cpu_plan.fuses([borrow_linear(w1, b1), borrow_linear(w2, b2)])  # views: joining would copy
+    with pytest.raises(KernelShapeError, match="cannot share one GEMM"):
+        cpu_plan.plan_linear([pack_linear(w1, b1), pack_linear(w3, b3)])
+
+
+def test_a_plan_linear_refuses_an_activation_it_does_not_apply(rng: np.random.Generator) -> None:
+    w, b = _linears(rng, (4,), 8, np.float32)[0]
+    with pytest.raises(KernelShapeError, match="activation 'tanh' is not one a plan linear applies"):
+        cpu_plan.plan_linear([pack_linear(w, b)], "tanh")
+    with pytest.raises(KernelShapeError, match="serves linear packs, got a str"):
+        cpu_plan.plan_linear(["not a pack"])
+
+
+@pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize("rms", [False, True])
+def test_residual_norm_gives_the_bits_of_the_add_then_the_norm(rng: np.random.Generator, rms: bool) -> None:
+    x = rng.standard_normal((600, 48)).astype(np.float32)
+    residual = rng.standard_normal((600, 48)).astype(np.float32)
+    w, b = rng.standard_normal(48).astype(np.float32), rng.standard_normal(48).astype(np.float32)
+    total = residual + x
+    expected = rms_norm(total, 48, w, 1e-6) if rms else layer_norm(total, 48, w, b, 1e-6)
+    out = np.empty_like(x)
+    assert cpu_plan.residual_norm(x, residual, w, None if rms else b, 1e-6, out, rms) is out
+    np.testing.assert_array_equal(residual, total)  # the residual stream now holds the sum
+    np.testing.assert_array_equal(out, expected)
+
+
+def _attention_case(
+    rng: np.random.Generator, batch: int, seq: int, heads: int, dim: int
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    qkv = rng.standard_normal((batch * seq, 3 * heads * dim)).astype(np.float32)
+    split = qkv.reshape(batch, seq, 3, heads, dim)
+    return qkv, [np.ascontiguousarray(split[:, :, i].transpose(0, 2, 1, 3)) for i in range(3)]
+
+
+@pytest.mark.usefixtures("blas_road", "kernel_path")
+@pytest.mark.parametrize("masked", [False, True])
+def test_self_attention_is_sdpa_over_the_split_heads_written_merged(rng: np.random.Generator, masked: bool) -> None:
+    batch, seq, heads, dim = 3, 7, 4, 8
+    qkv, (q, k, v) = _attention_case(rng, batch, seq, heads, dim)
+    keys = np.ones((batch, seq), bool)
+    if masked:
+        keys[1, 4:] = False  # right padding
+        keys[2, :2] = False  # left padding
+    out = np.full((batch * seq, heads * dim), np.nan, np.float32)
+    assert cpu_plan.self_attention(qkv, batch, heads, keys if masked else None, None, out) is out
+    expected = scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+    merged = expected.transpose(0, 2, 1, 3).reshape(batch * seq, heads * dim)
+    assert_same_result(out, merged, terms=seq * dim)
+
+
+@pytest.mark.usefixtures("kernel_path")
+def test_a_query_that_may_see_no_key_gets_zeros(rng: np.random.Generator) -> None:
+    qkv, _ = _attention_case(rng, 2, 5, 2, 4)
+    keys = np.ones((2, 5), bool)
+    keys[1] = False  # a sequence that is all padding
+    out = np.empty((10, 8), np.float32)
+    cpu_plan.self_attention(qkv, 2, 2, keys, 0.5, out)
+    np.testing.assert_array_equal(out[5:], 0.0)
+    assert np.isfinite(out).all()

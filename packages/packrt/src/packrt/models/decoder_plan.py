@@ -1,0 +1,288 @@
+"""The serving plan of the causal LMs (the llama family: llama, qwen2, mistral; gpt2): one forward step,
+prompt or decode, as fused steps over the layers' packs (the rules are :mod:`packrt_core.nn.plan`'s).
+
+Per layer, on 2-D (batch * length, width) arrays, with no module call between the steps::
+
+    qkv = [Wq | Wk | Wv] h + b        one GEMM (the three layers' packs become views of its weight)
+    q, k = rotary(q), rotary(k)       llama: the heads read in place from the qkv buffer
+    ctx = attend(q, k, v, cache)      the family's own cached, grouped, windowed attention
+    x  += Wo ctx;  h = norm(x)        the residual add and the next norm in one pass
+    u   = act(W1 h + b1)              gpt2: the activation in the GEMM's epilogue
+    u   = silu(Wg h) * (Wu h)         llama: gate and up as one GEMM, then one gated pass
+    x  += W2 u;  h = norm'(x)         the next layer's first norm (or the final norm) in the same pass
+
+The key/value cache is the model's own :class:`~packrt.models.attention.KVCache`, written through its
+API, so a generation may switch roads between steps (a hook registered halfway) and both read the
+same cache. Logits stay with the model's ``lm_head`` (one call a step).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import packrt
+from packrt import nn
+from packrt.models.attention import KVCache, Step, attend
+from packrt_base.plan import PlanKernels
+from packrt_core import dispatch
+from packrt_core.dtypes import float32
+from packrt_core.nn.plan import PlanUnavailableError, owned_copy
+from packrt_core.tensor import Tensor
+
+_LINEARS = (nn.Linear, nn.QuantizedLinear)
+_DTYPES = ("float32", "bfloat16", "float16")
+_ACTIVATIONS: dict[type, str] = {nn.SiLU: "silu", nn.ReLU: "relu"}
+
+
+def _exact(module: Any, kind: type | tuple[type, ...], path: str) -> Any:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if type(module) not in kinds:
+        names = " or ".join(k.__name__ for k in kinds)
+        raise PlanUnavailableError(f"{path} is a {type(module).__name__}, where the decoder's plan serves a {names}")
+    for name, param in module.named_parameters():
+        if not param.has_storage:
+            raise PlanUnavailableError(f"{path}.{name} is storage-free (meta init, not loaded yet)")
+    return module
+
+
+def _activation(module: Any, path: str) -> str:
+    if type(module) is nn.GELU:
+        return "gelu" if module.approximate == "none" else "gelu_tanh"
+    if type(module) in _ACTIVATIONS and not module.inplace:
+        return _ACTIVATIONS[type(module)]
+    raise PlanUnavailableError(f"{path} is a {type(module).__name__}, an activation the decoder's plan does not serve")
+
+
+@dataclass(frozen=True)
+class _Norm:
+    w: Any
+    b: Any
+    eps: float
+    rms: bool
+
+    @classmethod
+    def of(cls, norm: Any, path: str) -> _Norm:
+        norm = _exact(norm, (nn.LayerNorm, nn.RMSNorm), path)
+        if len(norm.normalized_shape) != 1 or norm.weight is None:
+            raise PlanUnavailableError(f"{path}: the plan serves norms over one trailing dim with a weight")
+        rms = type(norm) is nn.RMSNorm
+        eps = (float(np.finfo(np.float32).eps) if norm.eps is None else float(norm.eps)) if rms else float(norm.eps)
+        b = None if rms else owned_copy(norm.bias)
+        return cls(_f32(owned_copy(norm.weight)), _f32(b), eps, rms)
+
+
+def _f32(a: Any) -> Any:
+    return None if a is None else a.astype(np.float32) if a.dtype != np.float32 else a
+
+
+def _joined(kernels: PlanKernels, layers: list[Any], activation: str | None = None) -> tuple[tuple[Any, ...], int]:
+    """One plan linear over ``layers`` (their packs joined and adopted) or one each; and the bytes the
+    plan holds beyond the layers' packs (-1: not joined)."""
+    packs = [layer._serving_pack() for layer in layers]
+    if len(layers) > 1 and all(layer.serving_residency() == "packed" for layer in layers) and kernels.fuses(packs):
+        fused = kernels.linear(packs, activation)
+        shared = [layer._adopt(old, part) for layer, old, part in zip(layers, packs, fused.parts, strict=True)]
+        views = sum(int(part.nbytes) for part in fused.parts) if all(shared) else 0
+        return (fused,), int(fused.nbytes) - views
+    return tuple(kernels.linear([p], activation) for p in packs), -1
+
+
+def _into(parts: tuple[Any, ...], h: Any, width: int) -> Any:
+    """The outputs of ``parts`` on ``h`` side by side, (rows, width)."""
+    if len(parts) == 1:
+        return parts[0].forward(h)
+    out = np.empty((h.shape[0], width), np.float32)
+    start = 0
+    for part in parts:
+        stop = start + part.out_features
+        got = part.forward(h, out=out[:, start:stop])
+        if got.base is not out:
+            out[:, start:stop] = got
+        start = stop
+    return out
+
+
+@dataclass(frozen=True)
+class _Layer:
+    norm1: _Norm
+    qkv: tuple[Any, ...]
+    o: Any
+    norm2: _Norm
+    up: tuple[Any, ...]  # gpt2: (up,) with its activation; llama: gate and up (joined, or two)
+    down: Any
+    window: int | None
+    scale: float | None
+    act: str  # llama: the gate's activation (gpt2's is in the up projection's epilogue)
+
+
+class DecoderPlan:
+    """One step of a llama-family or gpt2 model as the fused steps of the module docstring."""
+
+    nbytes: int
+    fused: tuple[str, ...]
+
+    def __init__(self, model: Any, kernels: PlanKernels, family: str) -> None:
+        for name, param in model.named_parameters():
+            if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
+                raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
+        self.kernels, self.family, self.model = kernels, family, model
+        self.embed = _exact(model.embed, nn.Embedding, "embed")._serving_pack()
+        self.vocab = model.embed.num_embeddings
+        self.positions = None
+        if family == "gpt2":
+            self.positions = _exact(model.positions, nn.Embedding, "positions")._serving_pack()
+        self.device = model.embed.weight.device
+        self.dtype = model.embed.weight.dtype
+        self.record = dispatch.kernels_for(self.device)
+        self.nbytes = 0  # grown by each layer's joined weights beyond the layers' packs, then the norms
+        joined, layers = [], []
+        for i, layer in enumerate(model.layers):
+            planned, both = self._layer(layer, f"layers.{i}")
+            layers.append(planned)
+            joined.append(both)
+        self.layers = tuple(layers)
+        self.norm = _Norm.of(model.norm, "norm")
+        self.nbytes += sum(a.nbytes for n in self._norms() for a in (n.w, n.b) if a is not None)
+        what = "q, k, v" + (" and gate, up" if family == "llama" else "")
+        self.fused = (
+            f"{len(layers)} layers; {what}: one GEMM each, the layers' packs views of its weight"
+            if joined and all(joined)
+            else f"{len(layers)} layers; projections as the layers' own GEMMs (weights not packed, or not joinable)",
+            "residual add + the next norm in one pass; the activation in the up projection's epilogue"
+            + (" (silu(gate) * up in one pass)" if family == "llama" else ""),
+            "attention: the family's cached, grouped attention over the heads of the qkv buffer",
+        )
+
+    def _norms(self) -> list[_Norm]:
+        return [self.norm, *(n for layer in self.layers for n in (layer.norm1, layer.norm2))]
+
+    def _layer(self, layer: Any, path: str) -> tuple[_Layer, bool]:
+        k = self.kernels
+        attention, mlp = layer.attention, layer.mlp
+        if self.family == "llama":
+            names = ("q_proj", "k_proj", "v_proj")
+            projections = [_exact(getattr(attention, n), _LINEARS, f"{path}.attention.{n}") for n in names]
+            o = _exact(attention.o_proj, _LINEARS, f"{path}.attention.o_proj")
+            act = _activation(mlp.act, f"{path}.mlp.act")
+            gate_up = [_exact(getattr(mlp, n), _LINEARS, f"{path}.mlp.{n}") for n in ("gate", "up")]
+            up, up_extra = _joined(k, gate_up)
+            window, scale = attention.window, None
+        else:
+            projections = [_exact(attention.qkv, _LINEARS, f"{path}.attention.qkv")]
+            o = _exact(attention.out, _LINEARS, f"{path}.attention.out")
+            act = _activation(mlp.act, f"{path}.mlp.act")
+            up, up_extra = _joined(k, [_exact(mlp.up, _LINEARS, f"{path}.mlp.up")], act)
+            window, scale = None, attention.scale
+        qkv, qkv_extra = _joined(k, projections)
+        planned = _Layer(
+            norm1=_Norm.of(layer.attention_norm, f"{path}.attention_norm"),
+            qkv=qkv,
+            o=k.linear([o._serving_pack()]),
+            norm2=_Norm.of(layer.mlp_norm, f"{path}.mlp_norm"),
+            up=up,
+            down=k.linear([_exact(mlp.down, _LINEARS, f"{path}.mlp.down")._serving_pack()]),
+            window=window,
+            scale=scale,
+            act=act,
+        )
+        self.nbytes += max(qkv_extra, 0) + max(up_extra, 0)
+        joined = (qkv_extra >= 0 or self.family == "gpt2") and (up_extra >= 0 or self.family == "gpt2")
+        return planned, joined
+
+    def _embed(self, input_ids: Tensor, step: Step, positions: Tensor | None) -> Any | None:
+        ids = input_ids._array()
+        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
+            return None  # the plain road names the id
+        x = np.array(self.embed.forward(ids), dtype=np.float32)
+        if self.positions is not None:
+            where = (
+                np.arange(step.offset, step.offset + step.length)[None, :] if positions is None else positions._array()
+            )
+            x += self.positions.forward(where)
+        return x.reshape(-1, x.shape[-1])
+
+    def hidden(
+        self, input_ids: Tensor, step: Step, cache: KVCache | None, positions: Tensor | None
+    ) -> packrt.Tensor | None:
+        """The final hidden states (batch, length, hidden) of one step, or None for inputs the plain road
+        must check (it raises its own error)."""
+        if input_ids.device != self.device:
+            return None
+        x = self._embed(input_ids, step, positions)
+        if x is None:
+            return None
+        batch, length = (int(s) for s in input_ids.shape)
+        like = input_ids._wrap(x)
+        rotary = self.model.rotary(step.offset, step.length, positions, like) if self.family == "llama" else None
+        h = self._norm(self.layers[0].norm1 if self.layers else self.norm, x, None)
+        for i, layer in enumerate(self.layers):
+            ctx = self._attend(i, layer, h, batch, length, step, cache, rotary, like)
+            attended = layer.o.forward(ctx)
+            h = self._norm(layer.norm2, x, attended)
+            if self.family == "llama":
+                both = _into(layer.up, h, _width(layer.up))
+                up = self.kernels.gated(both, layer.act, np.empty((h.shape[0], both.shape[1] // 2), np.float32))
+            else:
+                up = _into(layer.up, h, _width(layer.up))
+            down = layer.down.forward(up)
+            following = self.layers[i + 1].norm1 if i + 1 < len(self.layers) else self.norm
+            h = self._norm(following, x, down)
+        out = h.reshape(batch, length, -1)
+        if self.dtype is not float32:
+            out = out.astype(self.dtype.numpy)
+        return input_ids._wrap(out)
+
+    def _norm(self, norm: _Norm, x: Any, add: Any | None) -> Any:
+        """``norm(x + add)`` with ``x += add`` in place (``add`` None: ``norm(x)``, x unchanged)."""
+        out = np.empty_like(x)
+        if add is None:
+            if norm.rms:
+                return self.record.rms_norm(x, x.shape[-1], norm.w, norm.eps)
+            return self.record.layer_norm(x, x.shape[-1], norm.w, norm.b, norm.eps)
+        return self.kernels.residual_norm(add, x, norm.w, norm.b, norm.eps, out, norm.rms)
+
+    def _attend(
+        self,
+        index: int,
+        layer: _Layer,
+        h: Any,
+        batch: int,
+        length: int,
+        step: Step,
+        cache: KVCache | None,
+        rotary: tuple[Tensor, Tensor] | None,
+        like: Tensor,
+    ) -> Any:
+        """The attention context (batch * length, heads * head_dim) of layer ``index``."""
+        model_layer = self.model.layers[index].attention
+        if self.family == "llama":
+            heads, kv_heads, dim = model_layer.heads, model_layer.kv_heads, model_layer.head_dim
+        else:
+            heads = kv_heads = model_layer.heads
+            dim = model_layer.head_dim
+        qkv = _into(layer.qkv, h, (heads + 2 * kv_heads) * dim)
+        rows = qkv.reshape(batch, length, -1)
+        q = rows[:, :, : heads * dim].reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
+        k = (
+            rows[:, :, heads * dim : (heads + kv_heads) * dim]
+            .reshape(batch, length, kv_heads, dim)
+            .transpose(0, 2, 1, 3)
+        )
+        v = rows[:, :, (heads + kv_heads) * dim :].reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
+        qt, kt, vt = like._wrap(q), like._wrap(k), like._wrap(v)
+        if rotary is not None:
+            cos, sin = rotary
+            qt = like._wrap(self.record.rotary_embedding(q, cos._array(), sin._array()))
+            kt = like._wrap(self.record.rotary_embedding(k, cos._array(), sin._array()))
+        out = attend(qt, kt, vt, step=step, cache=cache, layer=index, window=layer.window, scale=layer.scale)
+        return out._array().transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
+
+
+def _width(parts: tuple[Any, ...]) -> int:
+    return sum(int(p.out_features) for p in parts)
+
+
+__all__ = ["DecoderPlan"]
