@@ -17,9 +17,9 @@ Adding a family is one entry in :data:`SCHEMAS` per model type (see the ones bel
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from packrt.errors import CheckpointError
 from packrt.models.hfconfig import UnsupportedModelError
@@ -144,45 +144,67 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class _Scalar(NamedTuple):
+    """How a field of a scalar kind is checked: which values it accepts, what the error says was expected,
+    and the fix it gives (``{name}``: the field's name)."""
+
+    accepts: Callable[[Any], bool]
+    expected: str
+    fix: str = _FIX
+
+
+_SCALARS: Final[Mapping[str, _Scalar]] = {
+    "size": _Scalar(
+        lambda value: _is_int(value) and value > 0,
+        "expected a positive integer",
+        "set {name} to the model's size; " + _FIX,
+    ),
+    "count": _Scalar(
+        lambda value: _is_int(value) and value >= 0, "expected an integer >= 0", "set {name} to a whole number"
+    ),
+    "eps": _Scalar(
+        lambda value: _is_number(value) and value > 0,
+        "expected a finite positive number",
+        "set {name} to the epsilon the model was trained with (such as 1e-6)",
+    ),
+    "number": _Scalar(_is_number, "expected a finite number"),
+    "positive": _Scalar(
+        lambda value: _is_number(value) and value > 0,
+        "expected a finite positive number",
+        "set {name} to the model's value",
+    ),
+    "bool": _Scalar(lambda value: isinstance(value, bool), "expected true or false", "write {name} as a JSON boolean"),
+}
+
+
 def _check_field(config: HFConfig, field: Field, value: Any, model_type: str) -> None:
     kind, name = field.kind, field.name
     if value is None and (field.nullable or kind == "token_ids"):
         return
-    if kind == "size" and not (_is_int(value) and value > 0):
-        raise error(config, name, value, "expected a positive integer", f"set {name} to the model's size; {_FIX}")
-    if kind == "count" and not (_is_int(value) and value >= 0):
-        raise error(config, name, value, "expected an integer >= 0", f"set {name} to a whole number")
-    if kind == "eps" and not (_is_number(value) and value > 0):
-        raise error(
-            config,
-            name,
-            value,
-            "expected a finite positive number",
-            f"set {name} to the epsilon the model was trained with (such as 1e-6)",
-        )
-    if kind == "number" and not _is_number(value):
-        raise error(config, name, value, "expected a finite number")
-    if kind == "positive" and not (_is_number(value) and value > 0):
-        raise error(config, name, value, "expected a finite positive number", f"set {name} to the model's value")
-    if kind == "bool" and not isinstance(value, bool):
-        raise error(config, name, value, "expected true or false", f"write {name} as a JSON boolean")
+    scalar = _SCALARS.get(kind)
+    if scalar is not None and not scalar.accepts(value):
+        raise error(config, name, value, scalar.expected, scalar.fix.format(name=name))
     if kind == "choice":
         _check_choice(config, field, value, model_type, name)
-    if kind == "token_ids":
-        items = value if isinstance(value, list) else [value]
-        if not items or not all(_is_int(item) and item >= 0 for item in items):
-            raise error(
-                config,
-                name,
-                value,
-                "expected a token id (an integer >= 0), a list of them, or null",
-                f"set {name} to the tokenizer's id for it, or null",
-            )
-    if kind == "layer_types":
+    elif kind == "token_ids":
+        _check_token_ids(config, name, value)
+    elif kind == "layer_types":
         if not isinstance(value, list):
             raise error(config, name, value, "expected a list with one attention type per layer")
         for index, item in enumerate(value):
             _check_choice(config, field, item, model_type, f"{name}[{index}]")
+
+
+def _check_token_ids(config: HFConfig, name: str, value: Any) -> None:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(_is_int(item) and item >= 0 for item in items):
+        raise error(
+            config,
+            name,
+            value,
+            "expected a token id (an integer >= 0), a list of them, or null",
+            f"set {name} to the tokenizer's id for it, or null",
+        )
 
 
 def _check_choice(config: HFConfig, field: Field, value: Any, model_type: str, name: str) -> None:
