@@ -38,6 +38,20 @@ def save(model: Any, directory: Path, **save_args: Any) -> tuple[Path, Any]:
     return directory, model
 
 
+def padded_batch(seed: int, pad: int, vocab: int = VOCAB) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ids, attention_mask and token types of an encoder batch of three rows of 12: a full row, a
+    right-padded one and a left-padded one (padding holds ``pad``; ids drawn from 3 up); the type is 1
+    from position 6 on."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, vocab, (3, 12)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, :4] = 0
+    ids[mask == 0] = pad
+    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
+    return ids, mask, types
+
+
 def perturb_norms(torch: ModuleType, model: Any) -> None:
     """Every norm weight of ``model`` moved off its init, so a norm read as ``w`` instead of ``1 + w``, or
     skipped, shows in the outputs."""

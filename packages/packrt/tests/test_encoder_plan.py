@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import padded_batch, save
 
 import packrt
 from packrt import nn
@@ -45,21 +46,13 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
     for name, (config_class, model_class) in FAMILIES.items():
         kwargs = {"add_pooling_layer": False} if name == "bert" else {}
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL), **kwargs)
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True)
-        out[name] = directory
+        out[name], _ = save(model, tmp_path_factory.mktemp(name))
     return out
 
 
 def _batch(seed: int = 0) -> tuple[packrt.Tensor, packrt.Tensor, packrt.Tensor]:
     """ids, attention_mask, token types: a full row, a right-padded one, a left-padded one."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(3, VOCAB, (3, 12)).astype(np.int64)
-    mask = np.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, :4] = 0
-    ids[mask == 0] = PAD
-    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
+    ids, mask, types = padded_batch(seed, PAD)
     return packrt.from_numpy(ids), packrt.from_numpy(mask), packrt.from_numpy(types)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import masked_max_diff, save
+from peers import masked_max_diff, padded_batch, save
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -54,15 +54,7 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
 
 
 def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ids, attention_mask, token types for three rows: full, right-padded, left-padded (pads = PAD)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(3, VOCAB, (3, 12)).astype(np.int64)
-    mask = np.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, :4] = 0
-    ids[mask == 0] = PAD
-    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
-    return ids, mask, types
+    return padded_batch(seed, PAD)
 
 
 def _reference(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None) -> Any:
