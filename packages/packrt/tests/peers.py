@@ -21,6 +21,20 @@ SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "i
 NO_SPECIAL_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
 
 
+def encoder_fields(pad: int, **fields: Any) -> dict[str, Any]:
+    """A tiny BERT-family config's fields: :data:`SMALL`'s widths, :data:`VOCAB` ids, 40 positions, weights
+    drawn wide (``initializer_range`` 0.3) and padding id ``pad`` (roberta counts positions from it);
+    ``fields`` on top."""
+    return {
+        **SMALL,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 40,
+        "initializer_range": 0.3,
+        "pad_token_id": pad,
+        **fields,
+    }
+
+
 def tiny_model(transformers: ModuleType, config_class: str, model_class: str, **fields: Any) -> Any:
     """A random transformers ``model_class`` of ``config_class(**fields)``, in eval mode.
 

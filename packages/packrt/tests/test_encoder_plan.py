@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import padded_batch, save
+from peers import encoder_fields, padded_batch, save
 
 import packrt
 from packrt import nn
@@ -25,17 +25,7 @@ from packrt_kernels_cpu import settings
 from packrt_kernels_cpu.tolerance import assert_same_model_output
 
 VOCAB, PAD = 97, 1
-SMALL = {
-    "vocab_size": VOCAB,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 40,
-    "initializer_range": 0.3,
-    "pad_token_id": PAD,
-    "type_vocab_size": 2,
-}
+SMALL = encoder_fields(PAD, type_vocab_size=2)
 FAMILIES = {"bert": ("BertConfig", "BertModel"), "roberta": ("RobertaConfig", "RobertaModel")}
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import masked_max_diff, padded_batch, save
+from peers import encoder_fields, masked_max_diff, padded_batch, save
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -24,16 +24,7 @@ from packrt.models import RobertaEncoder, SentenceEncoder, from_pretrained, supp
 from packrt.models.roberta import roberta_positions
 
 VOCAB, PAD, POSITIONS = 97, 1, 40
-SMALL = {
-    "vocab_size": VOCAB,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": POSITIONS,
-    "initializer_range": 0.3,
-    "pad_token_id": PAD,
-}
+SMALL = encoder_fields(PAD, max_position_embeddings=POSITIONS)
 # model_type -> (config class, model class, extra fields): roberta with two token types exercises them
 FAMILIES = {
     "roberta": ("RobertaConfig", "RobertaModel", {"type_vocab_size": 2}),
