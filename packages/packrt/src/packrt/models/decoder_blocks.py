@@ -37,7 +37,7 @@ from packrt.models.attention import KVCache, Step, attend
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt.models.llama import RotaryTables, rope_frequencies
+from packrt.models.llama import RotaryTables, declare_decoder_stack, rope_frequencies
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
 
@@ -230,12 +230,8 @@ class RotaryDecoderLM(CausalLM):
         if rotaries is None:
             rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
         self.rotaries = dict(rotaries)
-        self.embed = nn.Embedding(self.vocab, hidden)
-        self.layers = nn.ModuleList(layers)
-        self.norm = nn.RMSNorm(hidden, eps=widths.eps) if norm is None else norm
-        self.lm_head = nn.Linear(hidden, self.vocab, bias=False)
-        if self.tied:
-            self.lm_head.weight = self.embed.weight
+        norm = nn.RMSNorm(hidden, eps=widths.eps) if norm is None else norm
+        declare_decoder_stack(self, self.vocab, hidden, layers, norm, self.tied)
 
     def _name(self) -> str:
         return f"{type(self).__name__}({self.model_type})"

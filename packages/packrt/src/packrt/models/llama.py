@@ -198,6 +198,19 @@ class LlamaLayer(nn.Module):
         return out
 
 
+def declare_decoder_stack(
+    model: nn.Module, vocab: int, hidden: int, layers: list[nn.Module], norm: nn.Module, tied: bool
+) -> None:
+    """``model.embed``, ``.layers``, ``.norm`` and ``.lm_head`` (bias-free) of a decoder LM, declared in
+    that order (the order its state_dict lists them); a ``tied`` head is the embedding's Parameter itself."""
+    model.embed = nn.Embedding(vocab, hidden)
+    model.layers = nn.ModuleList(layers)
+    model.norm = norm
+    model.lm_head = nn.Linear(hidden, vocab, bias=False)
+    if tied:
+        model.lm_head.weight = model.embed.weight
+
+
 class LlamaForCausalLM(CausalLM):
     """A llama / qwen2 / mistral causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab).
 
@@ -215,12 +228,8 @@ class LlamaForCausalLM(CausalLM):
         self.vocab = g.vocab
         self.pad_token_id = g.pad_token_id
         self.rotary = RotaryTables(rope_frequencies(config, g.head_dim))
-        self.embed = nn.Embedding(g.vocab, g.hidden)
-        self.layers = nn.ModuleList([LlamaLayer(g, i) for i in range(g.layers)])
-        self.norm = nn.RMSNorm(g.hidden, eps=g.eps)
-        self.lm_head = nn.Linear(g.hidden, g.vocab, bias=False)
-        if g.tied:
-            self.lm_head.weight = self.embed.weight
+        layers: list[nn.Module] = [LlamaLayer(g, i) for i in range(g.layers)]
+        declare_decoder_stack(self, g.vocab, g.hidden, layers, nn.RMSNorm(g.hidden, eps=g.eps), g.tied)
 
     def _name(self) -> str:
         return f"{type(self).__name__}({self.geometry.model_type})"
@@ -292,6 +301,7 @@ __all__ = [
     "LlamaLayer",
     "RotaryTables",
     "SwiGLU",
+    "declare_decoder_stack",
     "llama_keymap",
     "rope_frequencies",
 ]
