@@ -72,23 +72,6 @@ class DecoderWidths:
         )
 
 
-def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
-    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
-
-    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
-    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
-    derive ``layer_types`` from).
-    """
-    types = config.get("layer_types")
-    if types is None:
-        limit = config.integer("max_window_layers", 28)
-        sliding = config.flag("use_sliding_window", False) and window is not None
-        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
-    if not isinstance(types, list) or len(types) != layers:
-        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
-    return tuple(window if kind == "sliding_attention" else None for kind in types)
-
-
 class RotaryAttention(nn.Module):
     """Rotary grouped-query attention of layer ``index``, sized by ``widths`` (see the module docstring for
     the options)."""
@@ -321,5 +304,4 @@ __all__ = [
     "RotaryDecoderLM",
     "decoder_family",
     "decoder_keymap",
-    "layer_windows",
 ]

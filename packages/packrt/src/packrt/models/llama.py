@@ -72,6 +72,23 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     return inv_freq
 
 
+def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
+    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
+
+    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
+    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
+    derive ``layer_types`` from).
+    """
+    types = config.get("layer_types")
+    if types is None:
+        limit = config.integer("max_window_layers", 28)
+        sliding = config.flag("use_sliding_window", False) and window is not None
+        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
+    return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+
 @dataclass(frozen=True)
 class LlamaGeometry:
     """What config.json says about a llama / qwen2 / mistral model, checked."""
@@ -105,14 +122,7 @@ class LlamaGeometry:
         bias = config.flag("attention_bias", False)
         window = config.optional_int("sliding_window")
         if model_type == "qwen2":
-            types = config.get("layer_types")
-            if types is None:
-                limit = config.integer("max_window_layers", 28)
-                sliding = config.flag("use_sliding_window", False) and window is not None
-                types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
-            if not isinstance(types, list) or len(types) != layers:
-                raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
-            windows = tuple(window if kind == "sliding_attention" else None for kind in types)
+            windows = layer_windows(config, layers, window)
         else:
             windows = (window if model_type == "mistral" else None,) * layers
         return cls(
@@ -302,6 +312,7 @@ __all__ = [
     "RotaryTables",
     "SwiGLU",
     "declare_decoder_stack",
+    "layer_windows",
     "llama_keymap",
     "rope_frequencies",
 ]
