@@ -245,7 +245,12 @@ class RotaryDecoderLM(CausalLM):
 
 
 # Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
-# ``layers.{i}.``): the four attention projections (weight and bias), the per-head q/k norms, the gated MLP.
+# ``layers.{i}.``): a PreNormLayer's two norms, the four attention projections (weight and bias), the per-head
+# q/k norms, the gated MLP.
+PRE_NORM_ROWS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm.weight", "attention_norm.weight"),
+    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+)
 ATTENTION_ROWS: tuple[tuple[str, str], ...] = tuple(
     (f"self_attn.{p}.{kind}", f"attention.{p}.{kind}")
     for p in ("q_proj", "k_proj", "v_proj", "o_proj")
@@ -297,6 +302,7 @@ __all__ = [
     "ATTENTION_ROWS",
     "GATED_MLP_ROWS",
     "HEAD_NORM_ROWS",
+    "PRE_NORM_ROWS",
     "DecoderWidths",
     "GatedMLP",
     "PreNormLayer",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from packrt import nn
 from packrt.models.decoder_blocks import (
+    PRE_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     PreNormLayer,
@@ -29,8 +30,7 @@ from packrt.models.hfconfig import HFConfig
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
-    ("input_layernorm.weight", "attention_norm.weight"),
-    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+    *PRE_NORM_ROWS,
     ("self_attn.qkv_proj.weight", "attention.qkv_proj.weight"),
     ("self_attn.o_proj.weight", "attention.o_proj.weight"),
     ("mlp.gate_up_proj.weight", "mlp.gate_up.weight"),

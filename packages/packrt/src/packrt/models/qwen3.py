@@ -23,6 +23,7 @@ from packrt.models.decoder_blocks import (
     ATTENTION_ROWS,
     GATED_MLP_ROWS,
     HEAD_NORM_ROWS,
+    PRE_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     PreNormLayer,
@@ -37,8 +38,7 @@ HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
-    ("input_layernorm.weight", "attention_norm.weight"),
-    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+    *PRE_NORM_ROWS,
     *ATTENTION_ROWS,
     *HEAD_NORM_ROWS,
     *GATED_MLP_ROWS,
