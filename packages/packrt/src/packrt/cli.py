@@ -273,7 +273,7 @@ class _Version(argparse.Action):
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="packrt",
-        description="Inspect safetensors checkpoints, check them against models, warm the kernel cache.",
+        description="Inspect safetensors checkpoints, check them against models, warm the kernel cache, serve a model.",
     )
     parser.add_argument("--version", action=_Version, help="print every packrt distribution's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -309,7 +309,61 @@ def _parser() -> argparse.ArgumentParser:
     )
     warm.add_argument("--dtype", help="serve the weights in this dtype (as from_pretrained's dtype=)")
     warm.set_defaults(run=_warmup)
+    _serve_parser(commands)
     return parser
+
+
+def _serve_parser(commands: Any) -> None:
+    from packrt.serve.limits import ServeLimits  # dataclass only: no FastAPI import to build the parser
+
+    serve = commands.add_parser(
+        "serve", help="serve a model directory over HTTP with an OpenAI-style API (needs packrt[serve])"
+    )
+    serve.add_argument("path", metavar="DIR", help="a model directory from_pretrained serves, or a .gguf file")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    serve.add_argument("--name", help="the model's name in responses and /v1/models (default: the directory's)")
+    serve.add_argument("--weight-residency", default="borrowed", help="as from_pretrained takes it (default borrowed)")
+    serve.add_argument(
+        "--drain",
+        type=int,
+        default=30,
+        metavar="SECONDS",
+        help="on SIGTERM, how long requests in flight may take to finish (default 30)",
+    )
+    for field in dataclasses.fields(ServeLimits):
+        default = field.default
+        serve.add_argument(
+            "--" + field.name.replace("_", "-"),
+            type=type(default),
+            default=default,
+            metavar="N",
+            help=f"{field.metadata['help']} (default {default})",
+        )
+    serve.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        from packrt import serve
+    except ImportError as err:
+        raise UsageError(f"packrt serve needs the serve extra ({err}); pip install 'packrt[serve]'") from err
+    try:
+        limits = serve.ServeLimits(
+            **{field.name: getattr(args, field.name) for field in dataclasses.fields(serve.ServeLimits)}
+        )
+    except serve.LimitsError as err:
+        raise UsageError(str(err)) from err
+    serve.serve(
+        args.path,
+        args.host,
+        args.port,
+        limits,
+        weight_residency=args.weight_residency,
+        name=args.name,
+        drain_s=args.drain,
+    )
+    return _EXIT_OK
 
 
 def _warmup(args: argparse.Namespace, out: TextIO) -> int:

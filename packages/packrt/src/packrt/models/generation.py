@@ -19,7 +19,8 @@ and filling a :class:`KVCache` when given one) and ``_logits``; the base class p
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -153,6 +154,20 @@ def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int
     return _placed(grid, cache.device)
 
 
+@dataclass
+class _Run:
+    """A checked generation: the token buffer (prompt, then room for the new tokens) and its cache."""
+
+    tokens: np.ndarray
+    prompt: int
+    max_new_tokens: int
+    device: packrt.Device
+    cache: KVCache
+    positions: packrt.Tensor | None
+    eos: tuple[int, ...]
+    filler: int
+
+
 class CausalLM(nn.Module):
     """Base class of the causal LM families; see the module docstring for the two calls it provides."""
 
@@ -270,6 +285,52 @@ class CausalLM(nn.Module):
         tensor on that device, as transformers' ``generate`` returns it. Ids are checked first:
         integer prompt ids, prompt, eos and pad ids inside ``[0, vocab)``.
         """
+        run = self._prepare(
+            input_ids, max_new_tokens, attention_mask, temperature, top_k, top_p, eos_token_id, pad_token_id
+        )
+        end = run.prompt
+        for _ in self._decode(run, do_sample, temperature, top_k, top_p, seed):
+            end += 1
+        return _placed(run.tokens[:, :end].copy(), run.device)
+
+    def stream(
+        self,
+        input_ids: packrt.Tensor,
+        max_new_tokens: int | None = None,
+        *,
+        attention_mask: packrt.Tensor | None = None,
+        do_sample: bool = False,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
+        seed: int | None = None,
+        pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
+    ) -> Iterator[np.ndarray]:
+        """:meth:`generate`'s new tokens one step at a time: each item is the (batch,) int64 array of the
+        tokens chosen at that step, the same tokens ``generate`` returns for the same arguments.
+
+        The arguments are checked when ``stream`` is called (the same errors as ``generate``); the work
+        of each step is done when the next item is asked for, so a caller that stops iterating (a
+        deadline, a stop string, a client gone) stops the computation there.
+        """
+        run = self._prepare(
+            input_ids, max_new_tokens, attention_mask, temperature, top_k, top_p, eos_token_id, pad_token_id
+        )
+        return self._decode(run, do_sample, temperature, top_k, top_p, seed)
+
+    def _prepare(
+        self,
+        input_ids: packrt.Tensor,
+        max_new_tokens: int | None,
+        attention_mask: packrt.Tensor | None,
+        temperature: float,
+        top_k: int | None,
+        top_p: float | None,
+        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None,
+        pad_token_id: int | Literal[FromModel.FROM_MODEL] | None,
+    ) -> _Run:
+        """Every check of ``generate``'s arguments, and the buffers its steps fill."""
         if max_new_tokens is not None and (
             isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
         ):
@@ -291,29 +352,41 @@ class CausalLM(nn.Module):
         check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
         cache = KVCache(self.num_layers, batch, total, device)
         positions = None if attention_mask is None else _padded_positions(cache, attention_mask, prompt)
+        filler = pad if pad is not None else eos[0] if eos else 0
+        return _Run(tokens, prompt, max_new_tokens, device, cache, positions, eos, filler)
+
+    def _decode(
+        self, run: _Run, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None, seed: int | None
+    ) -> Iterator[np.ndarray]:
+        """The steps of a prepared run: the prompt once, then one token per step, each yielded as chosen."""
+        tokens, prompt, device, cache, positions, eos = (
+            run.tokens,
+            run.prompt,
+            run.device,
+            run.cache,
+            run.positions,
+            run.eos,
+        )
         key_mask = cache.key_mask if cache.padded else None
         rng = np.random.default_rng(seed)
-        finished = np.zeros(batch, dtype=bool)
-        filler = pad if pad is not None else eos[0] if eos else 0
-        end = prompt
+        finished = np.zeros(tokens.shape[0], dtype=bool)
         ids = _placed(tokens[:, :prompt], device)
         start, length = 0, prompt
-        for t in range(max_new_tokens):
+        for t in range(run.max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
             hidden = self._step(ids, Step(start, length, step_mask, device), cache, step_positions)
             scores = _host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
-                chosen = np.where(finished, filler, chosen)
+                chosen = np.where(finished, run.filler, chosen)
                 finished |= np.isin(chosen, eos)
             tokens[:, prompt + t] = chosen
-            end = prompt + t + 1
+            yield tokens[:, prompt + t].copy()
             if eos and finished.all():
-                break
+                return
             start, length = prompt + t, 1
             ids = _placed(tokens[:, start : start + 1], device)
-        return _placed(tokens[:, :end].copy(), device)
 
 
 __all__ = ["FROM_MODEL", "CausalLM", "FromModel", "check_positions", "check_token_range", "sample_next"]

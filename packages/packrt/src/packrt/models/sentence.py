@@ -151,8 +151,24 @@ class SentenceEncoder:
     ) -> SentenceEncoder:
         """The encoder of a sentence-transformers directory (modules.json, tokenizer.json, weights);
         ``quantize="int8"`` as :func:`~packrt.models.from_pretrained` takes it."""
-        directory = Path(os.fspath(path))
-        pipeline = Pipeline.read(directory)
+        pipeline = Pipeline.read(Path(os.fspath(path)))
+        return cls.from_pipeline(
+            pipeline, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
+        )
+
+    @classmethod
+    def from_pipeline(
+        cls,
+        pipeline: Pipeline,
+        *,
+        weight_residency: str | None = None,
+        dtype: packrt.dtype | str | None = None,
+        progress: bool | None = None,
+        quantize: str | None = None,
+    ) -> SentenceEncoder:
+        """The encoder ``pipeline`` describes, loaded as :meth:`from_pretrained` loads it: for a plain Hugging
+        Face encoder directory (no modules.json), ``Pipeline(directory, ("mean_tokens",), True, None)``
+        gives what sentence-transformers gives such a directory (mean pooling; normalized here)."""
         tokenizer = read_tokenizer_json(pipeline.transformer / "tokenizer.json")
         model = from_pretrained(
             pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize

@@ -1,0 +1,42 @@
+"""``packrt serve``: a model directory behind an OpenAI-style HTTP API (the ``serve`` extra: FastAPI, uvicorn).
+
+- ``POST /v1/embeddings`` for encoders (sentence-transformers or Hugging Face encoder directories),
+  ``POST /v1/completions`` and ``POST /v1/chat/completions`` for causal LMs (``stream: true`` as
+  server-sent events ending with ``data: [DONE]``);
+- ``GET /health`` (503 once a mapped checkpoint file changed under the model), ``GET /v1/models``,
+  ``GET /metrics`` (Prometheus text), ``GET /docs`` (the OpenAPI page).
+
+Every request is bounded by :class:`ServeLimits`; every error body is OpenAI's error object. One worker
+thread runs the model: embedding requests are batched by tokens (:mod:`packrt.serve.batching`).
+:func:`serve` runs the application with uvicorn, which on SIGTERM stops accepting connections and
+finishes the requests in flight before the process exits. See docs/guides/serving.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+from packrt.serve.app import build_app, create_app
+from packrt.serve.limits import LimitsError, ServeLimits
+from packrt.serve.served import ServedModel
+
+
+def serve(
+    path: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    limits: ServeLimits | None = None,
+    *,
+    weight_residency: str = "borrowed",
+    name: str | None = None,
+    drain_s: int = 30,
+) -> None:
+    """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
+    up to ``drain_s`` seconds to finish."""
+    import uvicorn
+
+    app = build_app(path, limits, weight_residency=weight_residency, name=name)
+    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_s, log_level="info")
+
+
+__all__ = ["LimitsError", "ServeLimits", "ServedModel", "build_app", "create_app", "serve"]

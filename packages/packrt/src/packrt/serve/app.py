@@ -1,0 +1,395 @@
+"""The FastAPI application of ``packrt serve``: routes, body checks, error bodies, the model's worker.
+
+:func:`create_app` serves one loaded :class:`~packrt.serve.served.ServedModel`; :func:`build_app`
+loads a path first. Each request body is read by the server itself, so its size is bounded while it
+arrives and its nesting measured before the JSON parser sees it (:mod:`packrt.serve.limits`); it is
+then validated by the route's pydantic model, whose schema ``/docs`` shows. Every answer other than
+200, FastAPI's and Starlette's own (404, 405, validation) and unexpected exceptions included, is
+OpenAI's error object (:mod:`packrt.serve.openai_shapes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+
+from packrt.errors import CheckpointError, PackrtError
+from packrt.serve import completions
+from packrt.serve.batching import CallWorker, EmbedJob, EmbedWorker, QueueFullError, Worker
+from packrt.serve.limits import ServeLimits, json_depth
+from packrt.serve.metrics import Metrics, MetricsMiddleware
+from packrt.serve.openai_shapes import (
+    SERVER,
+    ChatRequest,
+    CompletionRequest,
+    EmbeddingsRequest,
+    ServeError,
+    completion_chunk,
+    completion_response,
+    embeddings_response,
+    new_id,
+)
+from packrt.serve.served import ServedModel, dumps
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+def as_serve_error(err: BaseException) -> ServeError:
+    """The answer for an exception raised while serving a request."""
+    if isinstance(err, ServeError):
+        return err
+    if isinstance(err, CheckpointError):
+        return ServeError(503, f"the model cannot serve: {err}", SERVER, code="checkpoint_changed")
+    if isinstance(err, (completions.RequestTimeoutError, TimeoutError)):
+        return ServeError(
+            504, "the request did not finish within this server's request timeout", SERVER, code="timeout"
+        )
+    if isinstance(err, PackrtError) and isinstance(err, (ValueError, TypeError, IndexError)):
+        return ServeError(400, str(err))
+    return ServeError(500, f"internal error ({type(err).__name__}): {err}", SERVER, code="internal_error")
+
+
+def _param(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p != "body"]
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if part.isdigit() else (f".{part}" if text else part)
+    return text
+
+
+def _validation_error(errors: list[Any]) -> ServeError:
+    first = errors[0] if errors else {"loc": (), "msg": "invalid request"}
+    param = _param(tuple(first.get("loc", ())))
+    return ServeError(
+        422, f"{param or 'body'}: {first.get('msg', 'invalid')}", param=param or None, code="invalid_value"
+    )
+
+
+async def _read_body(request: Request, limits: ServeLimits) -> bytes:
+    declared = request.headers.get("content-length")
+    too_big = ServeError(
+        413,
+        f"the request body is over this server's {limits.max_body_bytes} bytes; send fewer or shorter texts",
+        code="body_too_large",
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limits.max_body_bytes:
+        raise too_big
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limits.max_body_bytes:
+            raise too_big
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def parse(request: Request, limits: ServeLimits, shape: type[Body]) -> Body:
+    """The request body as ``shape``: size, nesting, JSON syntax, then the fields, each refused with its own error."""
+    raw = await _read_body(request, limits)
+    depth = json_depth(raw)
+    if depth > limits.max_json_depth:
+        raise ServeError(
+            400,
+            f"the JSON body nests {depth} levels deep; this server takes {limits.max_json_depth}",
+            code="json_too_deep",
+        )
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as err:
+        raise ServeError(400, f"the body is not valid JSON: {err}", code="invalid_json") from None
+    try:
+        return shape.model_validate(data)
+    except ValidationError as err:
+        raise _validation_error(err.errors(include_url=False)) from None
+
+
+def _texts(request: EmbeddingsRequest, limits: ServeLimits) -> list[str]:
+    """The request's texts, each checked alone: a bad one is a 400 naming ``input[i]``, before any joins a batch."""
+    texts = [request.input] if isinstance(request.input, str) else request.input
+    if not texts:
+        raise ServeError(400, "input is an empty list; give at least one text", param="input")
+    if len(texts) > limits.max_texts_per_request:
+        raise ServeError(
+            400,
+            f"input holds {len(texts)} texts, more than this server's {limits.max_texts_per_request} per "
+            "request; split them over several requests",
+            param="input",
+            code="too_many_inputs",
+        )
+    for index, text in enumerate(texts):
+        where = "input" if isinstance(request.input, str) else f"input[{index}]"
+        if not isinstance(text, str):
+            raise ServeError(
+                400,
+                f"{where} is a {type(text).__name__}, expected a string (token-id inputs are not taken: send the text)",
+                param=where,
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ServeError(
+                400,
+                f"{where} is not valid Unicode text: {err.reason} at character {err.start}",
+                param=where,
+                code="invalid_text",
+            ) from None
+    return texts
+
+
+class _App:
+    """The state behind the routes: the model, its worker, the limits and the counters."""
+
+    def __init__(self, served: ServedModel, limits: ServeLimits) -> None:
+        self.served, self.limits = served, limits
+        self.bound = min(limits.max_tokens_per_text, served.max_positions)
+        self.worker: Worker
+        capacity = limits.max_queued_requests
+        if served.encoder is not None:
+            encoder = served.encoder
+            if self.bound < served.max_positions:
+                encoder.tokenizer.enable_truncation(max_length=self.bound)
+            self.worker = EmbedWorker(
+                lambda texts: encoder.encode(texts, batch_size=len(texts)),
+                encoder.dimension,
+                capacity,
+                limits.max_batch_tokens,
+                limits.batch_wait_s,
+                self._batched,
+            )
+        else:
+            self.worker = CallWorker(capacity, "packrt-serve-generation")
+        self.metrics = Metrics(lambda: self.worker.pending, capacity)
+
+    def _batched(self, texts: int, tokens: int) -> None:
+        self.metrics.batch(texts, tokens)
+
+    def deadline(self) -> float:
+        return time.monotonic() + self.limits.request_timeout_s
+
+    def full(self) -> ServeError:
+        seconds = str(self.limits.retry_after_s)
+        return ServeError(
+            429,
+            f"this server already holds {self.limits.max_queued_requests} requests; retry after {seconds} s",
+            "rate_limit_error",
+            code="queue_full",
+            headers={"Retry-After": seconds},
+        )
+
+    def require(self, kind: str, path: str) -> None:
+        if self.served.kind != kind:
+            raise ServeError(
+                404,
+                f"{path} is not served here: model {self.served.name!r} serves /v1/{self.served.kind}",
+                code="wrong_endpoint",
+            )
+
+    async def embeddings(self, request: EmbeddingsRequest) -> dict[str, Any]:
+        self.require("embeddings", "/v1/embeddings")
+        texts = _texts(request, self.limits)
+        counts = await run_in_threadpool(self.served.count_tokens, texts)
+        over = next((i for i, count in enumerate(counts) if count > self.bound), None)
+        if over is not None and not request.truncate:
+            where = "input" if isinstance(request.input, str) else f"input[{over}]"
+            raise ServeError(
+                400,
+                f"{where} has {counts[over]} tokens, more than this server's {self.bound}; shorten "
+                "it or send truncate: true",
+                param=where,
+                code="context_length_exceeded",
+            )
+        tokens = [min(count, self.bound) for count in counts]
+        job = EmbedJob(texts, tokens, self.deadline())
+        assert isinstance(self.worker, EmbedWorker)
+        try:
+            self.worker.submit(job)
+        except QueueFullError:
+            raise self.full() from None
+        try:
+            vectors = await asyncio.wait_for(asyncio.wrap_future(job.future), self.limits.request_timeout_s)
+        except TimeoutError:
+            raise as_serve_error(completions.RequestTimeoutError()) from None
+        self.metrics.add_tokens("prompt", sum(tokens))
+        return embeddings_response(vectors, request.encoding_format, self.served.name, sum(tokens))
+
+    def _prompt(self, request: CompletionRequest | ChatRequest) -> tuple[completions.Prompt, bool]:
+        self.require("completions", "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions")
+        if isinstance(request, ChatRequest):
+            text, max_tokens = completions.chat_text(self.served, request)
+            return completions.check_prompt(self.served, self.limits, text, max_tokens, request, True), True
+        text = completions.completion_text(request)
+        return completions.check_prompt(self.served, self.limits, text, request.max_tokens, request, False), False
+
+    async def complete(self, request: CompletionRequest | ChatRequest) -> Response:
+        prompt, chat = self._prompt(request)
+        deadline, cancelled = self.deadline(), threading.Event()
+        ident = new_id("chatcmpl" if chat else "cmpl")
+        if request.stream:
+            return self._stream(prompt, chat, ident, deadline, cancelled)
+        pieces: list[str] = []
+        try:
+            future = self.worker_call(lambda: completions.run(self.served, prompt, pieces.append, deadline, cancelled))
+            finish, count = await asyncio.wait_for(asyncio.wrap_future(future), self.limits.request_timeout_s)
+        except TimeoutError:
+            raise as_serve_error(completions.RequestTimeoutError()) from None
+        finally:
+            cancelled.set()  # a timeout or a client gone: the decode loop stops at its next step
+        self.metrics.add_tokens("prompt", len(prompt.ids))
+        self.metrics.add_tokens("completion", count)
+        body = completion_response(ident, self.served.name, "".join(pieces), finish, len(prompt.ids), count, chat)
+        return JSONResponse(body)
+
+    def worker_call(self, work: Callable[[], Any]) -> Any:
+        assert isinstance(self.worker, CallWorker)
+        try:
+            return self.worker.submit(work)
+        except QueueFullError:
+            raise self.full() from None
+
+    def _stream(
+        self, prompt: completions.Prompt, chat: bool, ident: str, deadline: float, cancelled: threading.Event
+    ) -> StreamingResponse:
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+
+        def post(kind: str, value: Any) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening any more
+                loop.call_soon_threadsafe(events.put_nowait, (kind, value))
+
+        def work() -> None:
+            try:
+                post(
+                    "end", completions.run(self.served, prompt, lambda piece: post("text", piece), deadline, cancelled)
+                )
+            except BaseException as err:
+                post("error", err)
+
+        self.worker_call(work)  # a full queue is a 429 before the stream starts
+        name = self.served.name
+
+        async def sse() -> AsyncIterator[str]:
+            try:
+                if chat:
+                    first = completion_chunk(ident, name, "", None, True)
+                    first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+                    yield f"data: {dumps(first)}\n\n"
+                while True:
+                    kind, value = await asyncio.wait_for(events.get(), max(deadline - time.monotonic(), 0.0) + 1.0)
+                    if kind == "text":
+                        yield f"data: {dumps(completion_chunk(ident, name, value, None, chat))}\n\n"
+                    elif kind == "end":
+                        self.metrics.add_tokens("prompt", len(prompt.ids))
+                        self.metrics.add_tokens("completion", value[1])
+                        yield f"data: {dumps(completion_chunk(ident, name, '', value[0], chat))}\n\n"
+                        break
+                    else:
+                        yield f"data: {dumps(as_serve_error(value).body())}\n\n"
+                        break
+            except TimeoutError:
+                yield f"data: {dumps(as_serve_error(completions.RequestTimeoutError()).body())}\n\n"
+            finally:
+                cancelled.set()
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+def _error_response(error: ServeError) -> JSONResponse:
+    return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def create_app(served: ServedModel, limits: ServeLimits | None = None) -> FastAPI:
+    """The server's ASGI application for ``served`` (run it with uvicorn, or ``packrt serve``)."""
+    state = _App(served, limits or ServeLimits())
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await run_in_threadpool(state.worker.close)  # after uvicorn has drained the requests in flight
+
+    app = FastAPI(title="packrt serve", summary=f"OpenAI-style API for {served.name}", lifespan=lifespan)
+    app.state.packrt = state
+    _routes(app, state)
+    _handlers(app)
+    app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    return app
+
+
+def _schema(shape: type[BaseModel]) -> dict[str, Any]:
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": shape.model_json_schema()}}}}
+
+
+def _routes(app: FastAPI, state: _App) -> None:
+    limits = state.limits
+
+    @app.post("/v1/embeddings", openapi_extra=_schema(EmbeddingsRequest))
+    async def embeddings(request: Request) -> dict[str, Any]:
+        return await state.embeddings(await parse(request, limits, EmbeddingsRequest))
+
+    @app.post("/v1/completions", openapi_extra=_schema(CompletionRequest))
+    async def completion(request: Request) -> Response:
+        return await state.complete(await parse(request, limits, CompletionRequest))
+
+    @app.post("/v1/chat/completions", openapi_extra=_schema(ChatRequest))
+    async def chat(request: Request) -> Response:
+        return await state.complete(await parse(request, limits, ChatRequest))
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        return {"object": "list", "data": [state.served.describe()]}
+
+    @app.get("/health")
+    async def health() -> Response:
+        try:
+            await run_in_threadpool(state.served.check_files)
+        except CheckpointError as err:
+            return _error_response(as_serve_error(err))
+        return JSONResponse({"status": "ok", "model": state.served.name, "queue_depth": state.worker.pending})
+
+    @app.get("/metrics")
+    async def metrics() -> PlainTextResponse:
+        return PlainTextResponse(state.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+def _handlers(app: FastAPI) -> None:
+    def handler(convert: Callable[[Any], ServeError]) -> Callable[[Request, Any], Awaitable[Response]]:
+        async def handle(_: Request, err: Any) -> Response:
+            return _error_response(convert(err))
+
+        return handle
+
+    def http_error(err: HTTPException) -> ServeError:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
+        return ServeError(err.status_code, str(err.detail), code=code, headers=dict(err.headers or {}))
+
+    app.add_exception_handler(ServeError, handler(lambda err: err))
+    app.add_exception_handler(HTTPException, handler(http_error))
+    app.add_exception_handler(RequestValidationError, handler(lambda err: _validation_error(list(err.errors()))))
+    app.add_exception_handler(Exception, handler(as_serve_error))
+
+
+def build_app(
+    path: str | os.PathLike[str],
+    limits: ServeLimits | None = None,
+    *,
+    weight_residency: str = "borrowed",
+    name: str | None = None,
+) -> FastAPI:
+    """Load the model at ``path`` and return its application (see :func:`create_app`)."""
+    return create_app(ServedModel.load(path, weight_residency=weight_residency, name=name), limits)
+
+
+__all__ = ["as_serve_error", "build_app", "create_app", "parse"]

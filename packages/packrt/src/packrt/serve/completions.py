@@ -1,0 +1,252 @@
+"""Completions for ``/v1/completions`` and ``/v1/chat/completions``: prompt, decode loop, stop strings.
+
+A chat request is rendered by the model's own chat template (``chat_template`` of
+tokenizer_config.json, a Jinja template run in a sandbox, with ``add_generation_prompt``); a model
+without one answers 400 saying so. The decode loop runs :meth:`~packrt.models.CausalLM.stream` on the
+server's worker thread and checks, between steps, the request's deadline and whether its client is
+still there, so a request that is given up stops computing at the next token.
+
+Text is produced by decoding every token so far and handing on what was not handed on yet; a tail
+that could be the start of a stop string, or that ends inside a multi-byte character (U+FFFD), is held
+back until the next token settles it, so no stop string and no broken character ever leaves the server.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import packrt
+from packrt.models import CausalLM
+from packrt.serve.limits import ServeLimits
+from packrt.serve.openai_shapes import ChatRequest, CompletionRequest, ServeError
+from packrt.serve.served import ServedModel
+
+
+class RequestTimeoutError(Exception):
+    """The request's deadline passed between decode steps."""
+
+
+@dataclass
+class Prompt:
+    """A checked prompt: its ids, how many new tokens, and the sampling the request asked for."""
+
+    ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    seed: int | None
+    stops: tuple[str, ...]
+
+
+def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    found = (stop,) if isinstance(stop, str) else tuple(stop)
+    if len(found) > 4 or not all(isinstance(s, str) and s for s in found):
+        raise ServeError(400, "stop must be a non-empty string or a list of up to 4 of them", param="stop")
+    return found
+
+
+def _message(message: dict[str, Any]) -> dict[str, Any]:
+    """A message whose ``content`` is a list of parts (``[{"type": "text", "text": ...}]``) with its text
+    parts joined, as chat templates expect a string; a part of another type is a 400."""
+    content = message.get("content")
+    if isinstance(content, list):
+        for part in content:
+            if part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ServeError(
+                    400,
+                    f"content part {part.get('type')!r} is not served: text parts only",
+                    "invalid_request_error",
+                    "messages",
+                )
+        message["content"] = "".join(part["text"] for part in content)
+    return message
+
+
+def render_chat(served: ServedModel, request: ChatRequest) -> str:
+    """The chat's prompt text by the model's template; 400 when the model has none or it fails on these messages."""
+    if served.chat_template is None:
+        raise ServeError(
+            400,
+            f"model {served.name!r} has no chat template (no chat_template in its tokenizer_config.json); use "
+            "/v1/completions with a prompt you format yourself, or serve a chat model",
+            param="messages",
+            code="no_chat_template",
+        )
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    environment.globals["raise_exception"] = raise_exception
+    messages = [_message(message.model_dump(exclude_none=True)) for message in request.messages]
+    try:
+        template = environment.from_string(served.chat_template)
+        return template.render(messages=messages, add_generation_prompt=True, **(served.special_tokens or {}))
+    except TemplateError as err:
+        raise ServeError(400, f"the model's chat template refused these messages: {err}", param="messages") from err
+
+
+def check_prompt(
+    served: ServedModel,
+    limits: ServeLimits,
+    text: str,
+    max_tokens: int | None,
+    request: CompletionRequest | ChatRequest,
+    chat: bool,
+) -> Prompt:
+    """The prompt's ids and the request's sampling, each bound checked (400 naming the field)."""
+    param = "messages" if chat else "prompt"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ServeError(
+            400, f"{param} holds a character that is not valid Unicode text ({err.reason})", param=param
+        ) from err
+    ids = served.tokenizer.encode(text, add_special_tokens=not chat).ids
+    if not ids:
+        raise ServeError(400, f"{param} is empty after tokenization; give at least one token", param=param)
+    bound = min(limits.max_tokens_per_text, served.max_positions - 1)
+    if len(ids) > bound:
+        raise ServeError(
+            400,
+            f"{param} has {len(ids)} tokens, more than the {bound} this server takes; shorten it",
+            param=param,
+            code="context_length_exceeded",
+        )
+    if max_tokens is None:
+        max_tokens = 16 if not chat else limits.max_new_tokens
+    if max_tokens > limits.max_new_tokens:
+        raise ServeError(
+            400,
+            f"max_tokens is {max_tokens}, more than this server's bound of {limits.max_new_tokens}",
+            param="max_tokens",
+        )
+    room = served.max_positions - len(ids)
+    return Prompt(ids, min(max_tokens, room), request.temperature, request.top_p, request.seed, _stops(request.stop))
+
+
+class Decoder:
+    """The text of the tokens so far, handed on in pieces that never split a stop string or a character."""
+
+    def __init__(self, served: ServedModel, stops: tuple[str, ...]) -> None:
+        self.served, self.stops = served, stops
+        self.ids: list[int] = []
+        self.sent = 0  # characters of the decoded text already handed on
+        self.text = ""
+        self.stopped = False
+
+    def push(self, token: int) -> str:
+        """Add ``token``; the new text that is safe to hand on ('' when it must wait)."""
+        self.ids.append(token)
+        self.text = self.served.tokenizer.decode(self.ids)
+        for stop in self.stops:
+            at = self.text.find(stop, max(self.sent - len(stop), 0))
+            if at >= 0:
+                self.stopped = True
+                self.text = self.text[:at]
+                return self.flush()
+        hold = max((len(s) - 1 for s in self.stops), default=0)
+        end = len(self.text) - hold
+        while end > self.sent and self.text[end - 1] == "\ufffd":
+            end -= 1
+        if end <= self.sent:
+            return ""
+        piece, self.sent = self.text[self.sent : end], end
+        return piece
+
+    def flush(self) -> str:
+        piece, self.sent = self.text[self.sent :], len(self.text)
+        return piece
+
+
+def run(
+    served: ServedModel,
+    prompt: Prompt,
+    emit: Callable[[str], None],
+    deadline: float,
+    cancelled: threading.Event,
+) -> tuple[str, int]:
+    """Decode ``prompt`` on this thread, calling ``emit`` with each piece of text; (finish_reason, new tokens).
+
+    Raises :class:`RequestTimeoutError` past ``deadline``; returns early ("cancelled") once ``cancelled`` is set.
+    A mapped checkpoint that changed since the load is a CheckpointError before the first step.
+    """
+    lm = served.module
+    assert isinstance(lm, CausalLM)
+    if cancelled.is_set():  # given up while it waited in the queue: no step is computed
+        return "cancelled", 0
+    if time.monotonic() > deadline:
+        raise RequestTimeoutError
+    served.check_files()
+    sample = prompt.temperature > 0
+    steps = lm.stream(
+        packrt.from_numpy(np.asarray([prompt.ids], dtype=np.int64)),
+        prompt.max_new_tokens,
+        do_sample=sample,
+        temperature=prompt.temperature if sample else 1.0,
+        top_p=prompt.top_p if sample and prompt.top_p < 1 else None,
+        seed=prompt.seed,
+    )
+    eos = set(lm.generation_defaults.eos_token_ids if lm.generation_defaults is not None else ())
+    decoder = Decoder(served, prompt.stops)
+    count = 0
+    finish = "length"
+    for chosen in steps:
+        if cancelled.is_set():
+            return "cancelled", count
+        if time.monotonic() > deadline:
+            raise RequestTimeoutError
+        token = int(chosen[0])
+        count += 1
+        if token in eos:
+            finish = "stop"
+            break
+        piece = decoder.push(token)
+        if piece:
+            emit(piece)
+        if decoder.stopped:
+            finish = "stop"
+            break
+    rest = decoder.flush()
+    if rest:
+        emit(rest)
+    return finish, count
+
+
+def chat_text(served: ServedModel, request: ChatRequest) -> tuple[str, int | None]:
+    return render_chat(served, request), (
+        request.max_completion_tokens if request.max_completion_tokens is not None else request.max_tokens
+    )
+
+
+def completion_text(request: CompletionRequest) -> str:
+    prompt: Any = request.prompt
+    if isinstance(prompt, list):
+        if len(prompt) != 1:
+            raise ServeError(
+                400, f"prompt holds {len(prompt)} prompts; this server takes one per request", param="prompt"
+            )
+        prompt = prompt[0]
+    return str(prompt)
+
+
+__all__ = [
+    "Decoder",
+    "Prompt",
+    "RequestTimeoutError",
+    "chat_text",
+    "check_prompt",
+    "completion_text",
+    "render_chat",
+    "run",
+]

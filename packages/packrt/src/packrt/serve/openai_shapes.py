@@ -1,0 +1,173 @@
+"""The request and response shapes of OpenAI's API that ``packrt serve`` speaks, and its error body.
+
+Requests are pydantic models, so FastAPI validates them (and lists them in ``/docs``); fields OpenAI
+clients send that packrt does not use (``user``, ``logprobs: null``...) are accepted and ignored.
+Every error, whatever raised it, leaves the server as OpenAI's error object::
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "input[3]", "code": null}}
+
+:class:`ServeError` carries one from anywhere in the server to the handler that writes it.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from packrt.errors import PackrtError
+
+INVALID = "invalid_request_error"
+SERVER = "server_error"
+
+
+class ServeError(PackrtError, RuntimeError):
+    """An answer other than 200: the HTTP status, and the fields of OpenAI's error object."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        type_: str = INVALID,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type_, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.message, self.type, self.param, self.code)
+
+
+def error_body(message: str, type_: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """OpenAI's error object."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    model: str | None = None
+
+
+class EmbeddingsRequest(_Request):
+    """``POST /v1/embeddings``: ``input`` one text or a list of texts (each checked by the server, which
+    names a bad one by its index); ``truncate`` (packrt's) says what a text over the token bound gets."""
+
+    input: str | list[Any]
+    encoding_format: Literal["float", "base64"] = "float"
+    truncate: bool = True
+
+
+class _Sampling(_Request):
+    max_tokens: int | None = Field(default=None, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    n: int = Field(default=1, ge=1, le=1)
+
+
+class CompletionRequest(_Sampling):
+    """``POST /v1/completions``: one prompt (a str, or a list holding one str)."""
+
+    prompt: str | list[str]
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(_Sampling):
+    """``POST /v1/chat/completions``: the messages, rendered by the model's chat template."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+
+
+def embedding_item(index: int, vector: np.ndarray, encoding: str) -> dict[str, Any]:
+    """One entry of an embeddings response: the vector as floats, or base64 of little-endian float32
+    (what OpenAI's clients decode)."""
+    data: Any
+    if encoding == "base64":
+        data = base64.b64encode(np.ascontiguousarray(vector, dtype="<f4").tobytes()).decode("ascii")
+    else:
+        data = vector.astype(np.float32).tolist()
+    return {"object": "embedding", "index": index, "embedding": data}
+
+
+def embeddings_response(vectors: np.ndarray, encoding: str, model: str, tokens: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [embedding_item(i, vectors[i], encoding) for i in range(vectors.shape[0])],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:24]}"
+
+
+def usage(prompt: int, completion: int) -> dict[str, int]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def completion_chunk(ident: str, model: str, text: str, finish: str | None, chat: bool) -> dict[str, Any]:
+    """One server-sent event of a streamed completion (``chat``: a chat.completion.chunk with a delta)."""
+    choice: dict[str, Any]
+    if chat:
+        choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+        kind = "chat.completion.chunk"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        kind = "text_completion"
+    return {"id": ident, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}
+
+
+def completion_response(
+    ident: str, model: str, text: str, finish: str, prompt_tokens: int, new_tokens: int, chat: bool
+) -> dict[str, Any]:
+    choice: dict[str, Any]
+    if chat:
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        kind = "chat.completion"
+    else:
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        kind = "text_completion"
+    return {
+        "id": ident,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(prompt_tokens, new_tokens),
+    }
+
+
+__all__ = [
+    "INVALID",
+    "SERVER",
+    "ChatMessage",
+    "ChatRequest",
+    "CompletionRequest",
+    "EmbeddingsRequest",
+    "ServeError",
+    "completion_chunk",
+    "completion_response",
+    "embedding_item",
+    "embeddings_response",
+    "error_body",
+    "new_id",
+    "usage",
+]

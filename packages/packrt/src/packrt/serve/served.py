@@ -1,0 +1,162 @@
+"""The model a server serves: loaded once from a path, its kind, tokenizer and health.
+
+A directory with ``modules.json`` (sentence-transformers) or a Hugging Face encoder directory serves
+embeddings through :class:`~packrt.models.SentenceEncoder` (a plain encoder directory gets mean pooling
+and L2 normalization, what sentence-transformers gives it); a causal LM directory or a ``.gguf`` file
+serves completions through :meth:`~packrt.models.CausalLM.stream`. Weights are ``borrowed`` by default:
+served from the mapped checkpoint, one copy per machine whatever the number of server processes.
+
+:meth:`ServedModel.check_files` is the health check: the mapped files' identity (device, inode,
+size, modification time) against what was loaded, by the guard packrt_io keeps on the model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tokenizers import Tokenizer
+
+import packrt_io
+from packrt import models, nn
+from packrt.errors import CheckpointError
+from packrt.models.hfconfig import read_json
+from packrt.models.sentence import Pipeline, SentenceEncoder
+
+Kind = Literal["embeddings", "completions"]
+
+
+def _model_type(directory: Path) -> str | None:
+    try:
+        config = read_json(directory / "config.json")
+    except FileNotFoundError:
+        return None
+    return config.get("model_type") if isinstance(config, dict) else None
+
+
+def _chat_template(path: Path) -> str | None:
+    """tokenizer_config.json's ``chat_template`` (a string; a list of named ones gives "default")."""
+    directory = path if path.is_dir() else path.parent
+    try:
+        config = read_json(directory / "tokenizer_config.json")
+    except FileNotFoundError:
+        return None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def _special_tokens(path: Path) -> dict[str, str]:
+    """bos/eos token strings from tokenizer_config.json, for the chat template's variables."""
+    directory = path if path.is_dir() else path.parent
+    try:
+        config = read_json(directory / "tokenizer_config.json")
+    except FileNotFoundError:
+        return {}
+    found: dict[str, str] = {}
+    for name in ("bos_token", "eos_token"):
+        value = config.get(name) if isinstance(config, dict) else None
+        if isinstance(value, dict):
+            value = value.get("content")
+        if isinstance(value, str):
+            found[name] = value
+    return found
+
+
+@dataclass
+class ServedModel:
+    """One loaded model and what the server needs around it."""
+
+    path: Path
+    name: str
+    kind: Kind
+    module: nn.Module
+    tokenizer: Tokenizer
+    counter: Tokenizer  # the same tokenizer without truncation or padding: counts a text's real tokens
+    max_positions: int
+    encoder: SentenceEncoder | None = None
+    chat_template: str | None = None
+    special_tokens: dict[str, str] | None = None
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike[str], *, weight_residency: str = "borrowed", name: str | None = None
+    ) -> ServedModel:
+        """Load ``path`` for serving; packrt's load errors (CheckpointError, UnsupportedModelError...) as raised."""
+        where = Path(os.fspath(path)).expanduser().absolute()
+        shown = name or where.name
+        if not where.exists():
+            raise CheckpointError(
+                f"{str(where)!r} does not exist; pass a model directory (config.json + model.safetensors, or a "
+                "sentence-transformers directory with modules.json) or a .gguf file"
+            )
+        model_type = _model_type(where) if where.is_dir() else None
+        if where.is_dir() and ((where / "modules.json").is_file() or model_type in _ENCODER_TYPES):
+            pipeline = (
+                Pipeline.read(where)
+                if (where / "modules.json").is_file()
+                else Pipeline(where, ("mean_tokens",), True, None)
+            )
+            encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency=weight_residency)
+            limit = (encoder.tokenizer.truncation or {}).get("max_length", 512)
+            return cls(
+                where,
+                shown,
+                "embeddings",
+                encoder.model,
+                encoder.tokenizer,
+                _bare(encoder.tokenizer),
+                int(limit),
+                encoder=encoder,
+            )
+        module = models.from_pretrained(where, weight_residency=weight_residency)
+        if not isinstance(module, models.CausalLM):
+            raise CheckpointError(f"{str(where)!r} holds a {type(module).__name__}, which packrt serve cannot serve")
+        tokenizer = models.load_tokenizer(where)
+        positions = module.max_positions if module.max_positions is not None else 1 << 30
+        return cls(
+            where,
+            shown,
+            "completions",
+            module,
+            tokenizer,
+            _bare(tokenizer),
+            int(positions),
+            chat_template=_chat_template(where),
+            special_tokens=_special_tokens(where),
+        )
+
+    def count_tokens(self, texts: list[str]) -> list[int]:
+        """Each text's tokens, special tokens included, before any truncation."""
+        return [len(e.ids) for e in self.counter.encode_batch(texts)]
+
+    def check_files(self) -> None:
+        """CheckpointError naming the mapped file that changed since the load; nothing when all are as loaded."""
+        for mapped in packrt_io.mapped_files(self.module):
+            mapped.check()
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.name, "object": "model", "created": 0, "owned_by": "packrt", "kind": self.kind}
+
+
+_ENCODER_TYPES = ("bert", "roberta", "xlm-roberta")
+
+
+def _bare(tokenizer: Tokenizer) -> Tokenizer:
+    copy = Tokenizer.from_str(tokenizer.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON for an event or a body."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+__all__ = ["Kind", "ServedModel", "dumps"]
