@@ -111,23 +111,32 @@ def relu_value(v: Any) -> Any:
 
 # The activations' arithmetic is written once, in the ``*_value`` functions above; the spans below and
 # the serving plan's in-place epilogue (:mod:`._numba_plan`) loop over them.
-def _value_span(value: Any) -> Any:
-    """The compiled span ``out[i] = value(x[i])`` over elements ``lo:hi``: one function per activation,
-    so each loop is compiled (and vectorised) for its own arithmetic."""
-
-    @_serial
-    def span(x: Array, out: Array, lo: int, hi: int) -> None:
-        x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
-        for i in range(x.shape[0]):
-            out[i] = value(x[i])
-
-    return span
+@_serial
+def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
+        out[i] = gelu_erf_value(x[i])
 
 
-_gelu_erf_span = _value_span(gelu_erf_value)
-_gelu_tanh_span = _value_span(gelu_tanh_value)
-_silu_span = _value_span(silu_value)
-_relu_span = _value_span(relu_value)
+@_serial
+def _gelu_tanh_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
+        out[i] = gelu_tanh_value(x[i])
+
+
+@_serial
+def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
+        out[i] = silu_value(x[i])
+
+
+@_serial
+def _relu_span(x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
+    for i in range(x.shape[0]):
+        out[i] = relu_value(x[i])
 
 
 @_serial
