@@ -41,6 +41,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 INSTALL_MARK = "<!-- snippet-install -->"
@@ -58,9 +59,9 @@ class SnippetError(Exception):
     """A page whose marked install steps or examples cannot be run as written."""
 
 
-@dataclass(frozen=True)
-class Block:
-    """One fenced python block: its number on the page (1-based), first code line, and code."""
+class Block(NamedTuple):
+    """One fenced python block: its number on the page (1-based), first code line, and code (the triple the
+    driver program reads back from JSON)."""
 
     number: int
     line: int
@@ -171,7 +172,7 @@ def _link_or_copy(source: str, target: str) -> None:
 def run_page(page: Page, python: Path, work: Path) -> None:
     """Run the page's blocks with ``python`` in ``work`` (an empty directory); SnippetError on a failure."""
     program = work / "_blocks.json"
-    program.write_text(json.dumps([[b.number, b.line, b.code] for b in page.blocks]), encoding="utf-8")
+    program.write_text(json.dumps(page.blocks), encoding="utf-8")
     driver = work / "_driver.py"
     driver.write_text(_DRIVER, encoding="utf-8")
     run_dir = work / "run"

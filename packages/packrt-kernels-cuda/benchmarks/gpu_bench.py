@@ -30,6 +30,17 @@ import numpy as np
 
 Timed = Callable[[], Any]
 
+# The decode rows' model (a LlamaConfig): llama-shaped, 0.2B parameters, grouped-query attention.
+DECODE_MODEL: dict[str, int] = {
+    "vocab_size": 32000,
+    "hidden_size": 1024,
+    "intermediate_size": 2816,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "max_position_embeddings": 2048,
+}
+
 
 def time_packrt(fn: Timed, warmup: int, repeat: int) -> float:
     import cupy  # type: ignore[import-not-found]
@@ -131,18 +142,8 @@ def bench_decode(rows: list[dict[str, Any]]) -> None:
         try:
             from transformers import LlamaConfig, LlamaForCausalLM
 
-            config = LlamaConfig(
-                vocab_size=32000,
-                hidden_size=1024,
-                intermediate_size=2816,
-                num_hidden_layers=8,
-                num_attention_heads=16,
-                num_key_value_heads=4,
-                max_position_embeddings=2048,
-                eos_token_id=None,
-                bos_token_id=None,
-                pad_token_id=None,
-            )
+            # no eos/bos/pad token: every row runs all its steps
+            config = LlamaConfig(**DECODE_MODEL, eos_token_id=None, bos_token_id=None, pad_token_id=None)
             torch.manual_seed(0)
             llama: Any = LlamaForCausalLM(config)
             peer = llama.to(torch.float16).eval()
@@ -155,7 +156,7 @@ def bench_decode(rows: list[dict[str, Any]]) -> None:
         for batch in (1, 16):
             name = f"llama-shaped (0.2B, float16) greedy decode batch {batch}, {prompt}+{new} tokens"
             try:
-                ids = np.random.default_rng(batch).integers(0, 32000, size=(batch, prompt))
+                ids = np.random.default_rng(batch).integers(0, DECODE_MODEL["vocab_size"], size=(batch, prompt))
                 x = packrt.tensor(ids).to("cuda")
                 tx = torch.as_tensor(ids, device="cuda")
 

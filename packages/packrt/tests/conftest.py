@@ -8,9 +8,10 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -79,6 +80,17 @@ def accelerate(transformers: ModuleType) -> ModuleType:
     """accelerate, which transformers needs to load a GGUF file (packrt[test]); skips without it unless
     PACKRT_REQUIRE_TORCH=1."""
     return _import_or_skip("accelerate", "accelerate is not installed; transformers needs it to load GGUF files")
+
+
+@pytest.fixture(scope="session")
+def gguf_reference(accelerate: ModuleType, transformers: ModuleType, torch: ModuleType) -> Callable[[Path], Any]:
+    """transformers' own loading of a GGUF file (float32, eval mode): what packrt's GGUF loads are held to."""
+
+    def load(path: Path) -> Any:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        return model.eval()
+
+    return load
 
 
 @pytest.fixture(scope="session")

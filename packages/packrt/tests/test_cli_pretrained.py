@@ -49,6 +49,16 @@ def _config_beside(minilm_dir: Path, tmp_path: Path, **changes: Any) -> Path:
     return tmp_path
 
 
+def _mismatch_sections(
+    minilm_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], **changes: Any
+) -> dict[str, list[str]]:
+    """The sections of ``packrt check`` of MiniLM's weights against its config.json with ``changes``,
+    once the check has exited with 1 (a mismatch)."""
+    directory = _config_beside(minilm_dir, tmp_path, **changes)
+    assert main(["check", str(minilm_dir), "--model", str(directory)]) == 1
+    return _sections(capsys.readouterr().out)
+
+
 def test_the_minilm_directory_checked_against_its_own_weights_is_a_match(
     minilm_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -68,9 +78,7 @@ def test_a_checkpoint_packrt_saved_from_minilm_matches_the_directory_by_packrt_n
 def test_layers_the_config_lacks_are_unexpected_by_their_checkpoint_names(
     minilm_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = _config_beside(minilm_dir, tmp_path, num_hidden_layers=5)
-    assert main(["check", str(minilm_dir), "--model", str(directory)]) == 1
-    sections = _sections(capsys.readouterr().out)
+    sections = _mismatch_sections(minilm_dir, tmp_path, capsys, num_hidden_layers=5)
     assert sections["result"] == ["MISMATCH"] and "missing keys" not in sections
     assert len(sections["unexpected keys"]) == 16  # layer 5: 8 modules, weight and bias each
     assert all(key.startswith("encoder.layer.5.") for key in sections["unexpected keys"])
@@ -80,9 +88,7 @@ def test_layers_the_config_lacks_are_unexpected_by_their_checkpoint_names(
 def test_layers_the_weights_lack_are_missing_by_their_checkpoint_names(
     minilm_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = _config_beside(minilm_dir, tmp_path, num_hidden_layers=7)
-    assert main(["check", str(minilm_dir), "--model", str(directory)]) == 1
-    sections = _sections(capsys.readouterr().out)
+    sections = _mismatch_sections(minilm_dir, tmp_path, capsys, num_hidden_layers=7)
     assert "unexpected keys" not in sections
     assert len(sections["missing keys"]) == 16
     assert "encoder.layer.6.output.LayerNorm.bias" in sections["missing keys"]
@@ -91,9 +97,7 @@ def test_layers_the_weights_lack_are_missing_by_their_checkpoint_names(
 def test_a_shape_config_json_disagrees_with_is_a_mismatched_tensor_in_the_files_names(
     minilm_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    directory = _config_beside(minilm_dir, tmp_path, intermediate_size=1024)
-    assert main(["check", str(minilm_dir), "--model", str(directory)]) == 1
-    sections = _sections(capsys.readouterr().out)
+    sections = _mismatch_sections(minilm_dir, tmp_path, capsys, intermediate_size=1024)
     assert set(sections) == {"mismatched tensors", "result"}
     assert len(sections["mismatched tensors"]) == 18  # 6 layers: up weight and bias, down weight
     assert (

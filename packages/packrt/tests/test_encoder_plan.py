@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import encoder_fields, padded_batch, save
 
 import packrt
 from packrt import nn
@@ -24,17 +25,7 @@ from packrt_kernels_cpu import settings
 from packrt_kernels_cpu.tolerance import assert_same_model_output
 
 VOCAB, PAD = 97, 1
-SMALL = {
-    "vocab_size": VOCAB,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": 40,
-    "initializer_range": 0.3,
-    "pad_token_id": PAD,
-    "type_vocab_size": 2,
-}
+SMALL = encoder_fields(PAD, type_vocab_size=2)
 FAMILIES = {"bert": ("BertConfig", "BertModel"), "roberta": ("RobertaConfig", "RobertaModel")}
 
 
@@ -45,21 +36,13 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
     for name, (config_class, model_class) in FAMILIES.items():
         kwargs = {"add_pooling_layer": False} if name == "bert" else {}
         model = getattr(transformers, model_class)(getattr(transformers, config_class)(**SMALL), **kwargs)
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True)
-        out[name] = directory
+        out[name], _ = save(model, tmp_path_factory.mktemp(name))
     return out
 
 
 def _batch(seed: int = 0) -> tuple[packrt.Tensor, packrt.Tensor, packrt.Tensor]:
     """ids, attention_mask, token types: a full row, a right-padded one, a left-padded one."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(3, VOCAB, (3, 12)).astype(np.int64)
-    mask = np.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, :4] = 0
-    ids[mask == 0] = PAD
-    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
+    ids, mask, types = padded_batch(seed, PAD)
     return packrt.from_numpy(ids), packrt.from_numpy(mask), packrt.from_numpy(types)
 
 

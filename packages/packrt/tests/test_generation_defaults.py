@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import SMALL, save, tiny_model
 
 import packrt
 from packrt.models import CausalLM, from_pretrained
@@ -28,20 +29,10 @@ VOCAB, POSITIONS = 97, 40
 def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny llama directory (no eos/pad in config.json), saved once; tests copy what they change."""
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=POSITIONS,
-        initializer_range=0.3,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
+    fields = {**SMALL, "vocab_size": VOCAB, "max_position_embeddings": POSITIONS}
+    directory, _ = save(
+        tiny_model(transformers, "LlamaConfig", "LlamaForCausalLM", **fields), tmp_path_factory.mktemp("llama")
     )
-    directory = tmp_path_factory.mktemp("llama")
-    transformers.LlamaForCausalLM(config).save_pretrained(directory, safe_serialization=True)
     return directory
 
 

@@ -17,6 +17,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import (
+    SMALL,
+    VOCAB,
+    assert_eos_generation_matches,
+    assert_greedy_matches,
+    logits,
+    masked_max_diff,
+    perturb_norms,
+    save,
+    tiny_model,
+)
 
 import packrt
 from packrt import nn
@@ -25,8 +36,6 @@ from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
 from packrt.models.qwen3 import Qwen3ForCausalLM
 
-VOCAB = 97
-SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 GEMMA = {
     **SMALL,
     "num_key_value_heads": 2,
@@ -90,29 +99,15 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], type]] = {
 RESIDENCIES = ["borrowed", "packed"]
 
 
-def _perturb_norms(torch: ModuleType, model: Any) -> None:
-    with torch.no_grad():
-        for name, tensor in model.state_dict().items():
-            if "norm" in name:
-                tensor.add_(0.3 * torch.randn_like(tensor))
-
-
 @pytest.fixture(scope="module")
 def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """name -> (directory, the fp32 transformers model saved there)."""
     torch.manual_seed(0)
     out: dict[str, Any] = {}
     for name, (config_class, model_class, fields, save_args, _) in FAMILIES.items():
-        # A wide init keeps logits far apart, so greedy decoding is a sharp test; no eos/bos/pad tokens.
-        fields = {"initializer_range": 0.3, **fields}
-        config = getattr(transformers, config_class)(
-            vocab_size=VOCAB, bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields
-        )
-        model = getattr(transformers, model_class)(config).eval()
-        _perturb_norms(torch, model)
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True, **save_args)
-        out[name] = (directory, model)
+        model = tiny_model(transformers, config_class, model_class, vocab_size=VOCAB, **fields)
+        perturb_norms(torch, model)
+        out[name] = save(model, tmp_path_factory.mktemp(name), **save_args)
     return out
 
 
@@ -123,12 +118,6 @@ def _batch(seed: int = 0, length: int = 11) -> tuple[np.ndarray, np.ndarray]:
     mask[1, length - 3 :] = 0
     mask[2, :4] = 0
     return ids, mask
-
-
-def _reference(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        out: np.ndarray = model(torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.float().numpy()
-    return out
 
 
 def _ours(model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -152,9 +141,9 @@ def test_padded_batches_match_transformers_within_1e_4(
     model = from_pretrained(directory, weight_residency=residency)
     assert isinstance(model, FAMILIES[name][4]) and not model.training
     ids, mask = _batch()
-    out, expected = _ours(model, ids, mask), _reference(torch, reference, ids, mask)
+    out, expected = _ours(model, ids, mask), logits(torch, reference, ids, mask)
     assert out.shape == expected.shape == (3, 11, VOCAB)
-    diff = float(np.abs(out - expected)[mask.astype(bool)].max())
+    diff = masked_max_diff(out, expected, mask)
     assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
 
 
@@ -166,11 +155,8 @@ def test_32_greedy_tokens_equal_transformers_token_for_token(
     directory, reference = saved[name]
     model = from_pretrained(directory, weight_residency=residency)
     ids = np.random.default_rng(1).integers(1, VOCAB, (2, 6)).astype(np.int64)
-    ours = model.generate(packrt.from_numpy(ids), 32).numpy()
-    with torch.no_grad():
-        theirs = reference.generate(torch.from_numpy(ids), max_new_tokens=32, do_sample=False).numpy()
+    ours = assert_greedy_matches(torch, model, reference, ids, 32)
     assert ours.shape == (2, 38)
-    np.testing.assert_array_equal(ours, theirs)
     assert len(set(ours[:, 6:].ravel().tolist())) > 2, "the generation is degenerate: the test would prove little"
 
 
@@ -183,21 +169,7 @@ def test_left_padded_generation_with_an_eos_matches_transformers(
     ids, mask = _batch(seed=2, length=7)
     ids, mask = ids[[0, 2]], mask[[0, 2]]
     ids[mask == 0] = 0
-    free = model.generate(packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask)).numpy()
-    eos = int(free[0, 11])  # a token the first row emits, so it stops early
-    ours = model.generate(
-        packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask), eos_token_id=eos, pad_token_id=0
-    ).numpy()
-    with torch.no_grad():
-        theirs = reference.generate(
-            torch.from_numpy(ids),
-            attention_mask=torch.from_numpy(mask),
-            max_new_tokens=10,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
-        ).numpy()
-    np.testing.assert_array_equal(ours, theirs)
+    assert_eos_generation_matches(torch, model, reference, ids, mask, eos_at=11)
 
 
 # The bound on the mean absolute logit error of a bf16 checkpoint, as a multiple of transformers' own: measured
@@ -211,11 +183,11 @@ def test_a_bf16_checkpoint_is_as_close_to_fp32_as_transformers_bf16(
 ) -> None:
     directory, reference = saved[name]
     ids, mask = _batch(seed=3, length=24)
-    exact = _reference(torch, reference, ids, mask)
+    exact = logits(torch, reference, ids, mask)
     half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
     half.save_pretrained(tmp_path, safe_serialization=True)
     where = mask.astype(bool)
-    theirs = np.abs(_reference(torch, half, ids, mask) - exact)[where]
+    theirs = np.abs(logits(torch, half, ids, mask) - exact)[where]
     for residency in RESIDENCIES:
         model = from_pretrained(tmp_path, weight_residency=residency)
         assert model.embed.weight.dtype is packrt.bfloat16
@@ -249,7 +221,7 @@ def test_a_qwen3_config_without_head_dim_means_128_as_in_transformers(
     assert model.layers[0].attention.head_dim == 128
     reference = transformers.Qwen3ForCausalLM.from_pretrained(directory).eval()
     ids, mask = _batch(seed=4)
-    diff = float(np.abs(_ours(model, ids, mask) - _reference(torch, reference, ids, mask))[mask.astype(bool)].max())
+    diff = masked_max_diff(_ours(model, ids, mask), logits(torch, reference, ids, mask), mask)
     assert diff <= 1e-4
 
 
@@ -274,7 +246,7 @@ def test_a_gemma3_config_in_the_older_keys_is_read_as_transformers_reads_it(
     assert reference.config.layer_types == ["sliding_attention", "full_attention"]
     model = from_pretrained(tmp_path)
     ids, mask = _batch(seed=5)
-    expected = _reference(torch, reference, ids, mask)
-    diff = float(np.abs(_ours(model, ids, mask) - expected)[mask.astype(bool)].max())
+    expected = logits(torch, reference, ids, mask)
+    diff = masked_max_diff(_ours(model, ids, mask), expected, mask)
     assert diff <= 1e-4
-    assert float(np.abs(expected - _reference(torch, original, ids, mask)).max()) <= 1e-4
+    assert float(np.abs(expected - logits(torch, original, ids, mask)).max()) <= 1e-4

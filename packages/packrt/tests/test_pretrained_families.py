@@ -14,13 +14,20 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import (
+    SMALL,
+    VOCAB,
+    assert_eos_generation_matches,
+    assert_greedy_matches,
+    masked_max_diff,
+    save,
+    tiny_model,
+)
 
 import packrt
 from packrt import nn
 from packrt.models import CausalLM, from_pretrained
 
-VOCAB = 97
-SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 ROPE_LLAMA3 = {
     "rope_type": "llama3",
     "rope_theta": 500000.0,
@@ -58,14 +65,8 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
     torch.manual_seed(0)
     out: dict[str, Any] = {}
     for name, (config_class, model_class, fields, save_args) in FAMILIES.items():
-        # A wide init keeps logits far apart, so greedy decoding is a sharp test; no eos/bos/pad tokens.
-        config = getattr(transformers, config_class)(
-            vocab_size=VOCAB, initializer_range=0.3, bos_token_id=None, eos_token_id=None, pad_token_id=None, **fields
-        )
-        model = getattr(transformers, model_class)(config).eval()
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True, **save_args)
-        out[name] = (directory, model)
+        model = tiny_model(transformers, config_class, model_class, vocab_size=VOCAB, **fields)
+        out[name] = save(model, tmp_path_factory.mktemp(name), **save_args)
     return out
 
 
@@ -101,7 +102,7 @@ def test_every_family_matches_transformers_within_1e_4(
     out = model(packrt.from_numpy(ids), attention_mask=packrt.from_numpy(mask)).numpy()
     expected = _reference(torch, reference_model, ids, mask)
     assert out.shape == expected.shape
-    diff = float(np.abs(out - expected)[mask.astype(bool)].max())
+    diff = masked_max_diff(out, expected, mask)
     assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
 
 
@@ -112,12 +113,8 @@ def test_greedy_generation_equals_transformers_token_for_token(
 ) -> None:
     directory, reference_model = saved[name]
     model = from_pretrained(directory, weight_residency=residency)
-    ids = _ids(2, 6, seed=1)
-    ours = model.generate(packrt.from_numpy(ids), 12).numpy()
-    with torch.no_grad():
-        theirs = reference_model.generate(torch.from_numpy(ids), max_new_tokens=12, do_sample=False).numpy()
+    ours = assert_greedy_matches(torch, model, reference_model, _ids(2, 6, seed=1), 12)
     assert ours.shape == (2, 18)
-    np.testing.assert_array_equal(ours, theirs)
     assert len(set(ours[:, 6:].ravel().tolist())) > 2, "the generation is degenerate: the test would prove little"
 
 
@@ -130,21 +127,7 @@ def test_left_padded_generation_with_eos_matches_transformers(
     ids = _ids(2, 7, seed=2)
     mask = np.ones_like(ids)
     mask[1, :3], ids[1, :3] = 0, 0
-    free = model.generate(packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask)).numpy()
-    eos = int(free[0, 9])  # a token the first row emits, so it stops early
-    ours = model.generate(
-        packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask), eos_token_id=eos, pad_token_id=0
-    ).numpy()
-    with torch.no_grad():
-        theirs = reference_model.generate(
-            torch.from_numpy(ids),
-            attention_mask=torch.from_numpy(mask),
-            max_new_tokens=10,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
-        ).numpy()
-    np.testing.assert_array_equal(ours, theirs)
+    assert_eos_generation_matches(torch, model, reference_model, ids, mask, eos_at=9)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2"])

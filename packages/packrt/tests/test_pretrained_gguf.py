@@ -10,14 +10,14 @@ names) names what it found and lists what is supported.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
+from gguf_files import assert_logits_match_transformers_gguf, gguf_writer, permute_rows, write_gguf
+from peers import VOCAB, assert_greedy_matches, max_logits_diff, tiny_model
 
 import packrt
 from packrt import nn
@@ -26,91 +26,6 @@ from packrt.models import UnsupportedModelError, from_pretrained
 from packrt.models.gguf import supported_architectures, unpermute_rows
 from packrt.models.gguf_tokenizer import load_tokenizer
 
-_LAYER = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.q_proj.bias": "attn_q.bias",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.k_proj.bias": "attn_k.bias",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.v_proj.bias": "attn_v.bias",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-}
-
-
-def permute_rows(weights: np.ndarray, heads: int) -> np.ndarray:
-    """transformers' query/key rows into llama.cpp's order (what its converter does)."""
-    half = weights.shape[0] // heads // 2
-    return weights.reshape(heads, 2, half, *weights.shape[1:]).swapaxes(1, 2).reshape(weights.shape)
-
-
-def gguf_name(key: str) -> str:
-    """llama.cpp's name for a transformers state_dict key."""
-    fixed = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
-    if key in fixed:
-        return fixed[key]
-    if key == "lm_head.weight":
-        return "output.weight"
-    _, _, index, rest = key.split(".", 3)
-    return f"blk.{index}.{_LAYER[rest]}"
-
-
-@contextmanager
-def gguf_writer(gguf: Any, path: Path, arch: str) -> Iterator[Any]:
-    """A ``gguf.GGUFWriter`` for ``path``; the header, metadata and tensors are written when the block ends."""
-    writer = gguf.GGUFWriter(str(path), arch)
-    yield writer
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-
-
-def write_model_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", extra: dict[str, Any] | None = None) -> Path:
-    """``model`` (a transformers LlamaForCausalLM or Qwen2ForCausalLM) as the GGUF file ``path``."""
-    config = model.config
-    arch = config.model_type
-    with gguf_writer(gguf, path, arch) as writer:
-        writer.add_uint32(f"{arch}.block_count", config.num_hidden_layers)
-        writer.add_uint32(f"{arch}.embedding_length", config.hidden_size)
-        writer.add_uint32(f"{arch}.feed_forward_length", config.intermediate_size)
-        writer.add_uint32(f"{arch}.attention.head_count", config.num_attention_heads)
-        writer.add_uint32(f"{arch}.attention.head_count_kv", config.num_key_value_heads)
-        writer.add_uint32(f"{arch}.context_length", config.max_position_embeddings)
-        writer.add_uint32(f"{arch}.vocab_size", config.vocab_size)
-        writer.add_uint32(f"{arch}.rope.dimension_count", config.hidden_size // config.num_attention_heads)
-        writer.add_float32(f"{arch}.rope.freq_base", float(config.rope_parameters["rope_theta"]))
-        writer.add_float32(f"{arch}.attention.layer_norm_rms_epsilon", float(config.rms_norm_eps))
-        for key, value in (extra or {}).items():
-            if isinstance(value, str):
-                writer.add_string(key, value)
-            elif isinstance(value, float):
-                writer.add_float32(key, value)
-            else:
-                writer.add_uint32(key, value)
-        quant = gguf.GGMLQuantizationType[kind]
-        for key, tensor in model.state_dict().items():
-            if key == "lm_head.weight" and config.tie_word_embeddings:
-                continue
-            name = gguf_name(key)
-            values = tensor.detach().float().numpy()
-            if arch == "llama" and (".attn_q." in name or ".attn_k." in name):
-                heads = config.num_attention_heads if ".attn_q." in name else config.num_key_value_heads
-                values = permute_rows(values, heads)
-            if values.ndim == 1 or kind == "F32":
-                writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
-            elif kind == "F16":
-                writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float16))
-            else:
-                writer.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(values), quant), raw_dtype=quant)
-    return path
-
-
-VOCAB = 97
 SMALL = {
     "vocab_size": VOCAB,
     "hidden_size": 64,
@@ -127,20 +42,13 @@ KINDS = ["F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1"]  # the K-quants are check
 def models(transformers: ModuleType, torch: ModuleType) -> dict[str, Any]:
     """A tiny llama (untied head) and a tiny qwen2 (tied, q/k/v biases), random and wide-initialised."""
     torch.manual_seed(0)
-    common = {**SMALL, "initializer_range": 0.3, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
-    llama = transformers.LlamaForCausalLM(transformers.LlamaConfig(**common)).eval()
-    qwen2 = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**common, tie_word_embeddings=True)).eval()
+    llama = tiny_model(transformers, "LlamaConfig", "LlamaForCausalLM", **SMALL)
+    qwen2 = tiny_model(transformers, "Qwen2Config", "Qwen2ForCausalLM", **SMALL, tie_word_embeddings=True)
     return {"llama": llama, "qwen2": qwen2}
 
 
 def _ids(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, VOCAB, (2, 9)).astype(np.int64)
-
-
-def _logits(torch: ModuleType, model: Any, ids: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        out: np.ndarray = model(torch.from_numpy(ids)).logits.float().numpy()
-    return out
 
 
 def test_the_supported_architectures_are_llama_qwen2_qwen3_gemma3_and_phi3() -> None:
@@ -158,53 +66,40 @@ def test_unpermuting_inverts_llama_cpp_rotary_row_order() -> None:
 def test_an_f32_gguf_gives_the_original_models_logits_within_1e_4(
     gguf: ModuleType, torch: ModuleType, models: dict[str, Any], tmp_path: Path, arch: str, residency: str
 ) -> None:
-    path = write_model_gguf(gguf, models[arch], tmp_path / f"{arch}.gguf")
+    path = write_gguf(gguf, models[arch], tmp_path / f"{arch}.gguf")
     model = from_pretrained(path, weight_residency=residency)
     assert not model.training
     ids = _ids()
-    diff = float(np.abs(model(packrt.from_numpy(ids)).numpy() - _logits(torch, models[arch], ids)).max())
+    diff = max_logits_diff(torch, model, models[arch], ids)
     assert diff <= 1e-4, f"{arch} GGUF under {residency}: max abs logits diff {diff:.2e} against the original"
-    greedy = model.generate(packrt.from_numpy(ids), 8).numpy()
-    with torch.no_grad():
-        expected = models[arch].generate(torch.from_numpy(ids), max_new_tokens=8, do_sample=False).numpy()
-    np.testing.assert_array_equal(greedy, expected)
+    assert_greedy_matches(torch, model, models[arch], ids, 8)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_ggml_type_gives_transformers_gguf_logits(
-    accelerate: ModuleType,
-    gguf: ModuleType,
-    transformers: ModuleType,
-    torch: ModuleType,
-    models: dict[str, Any],
-    tmp_path: Path,
-    kind: str,
+    gguf: ModuleType, torch: ModuleType, gguf_reference: Any, models: dict[str, Any], tmp_path: Path, kind: str
 ) -> None:
-    path = write_model_gguf(gguf, models["llama"], tmp_path / f"{kind}.gguf", kind)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
-    model = from_pretrained(path, weight_residency="borrowed", dtype="float32")
-    ids = _ids(1)
-    diff = float(np.abs(model(packrt.from_numpy(ids)).numpy() - _logits(torch, reference.eval(), ids)).max())
-    assert diff <= 1e-4, f"{kind}: max abs logits diff {diff:.2e} against transformers' GGUF loading"
+    path = write_gguf(gguf, models["llama"], tmp_path / f"{kind}.gguf", kind)
+    assert_logits_match_transformers_gguf(torch, path, gguf_reference(path), _ids(1), kind)
 
 
 def test_stored_types_serve_as_stored_unless_a_dtype_is_asked(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_model_gguf(gguf, models["llama"], tmp_path / "f16.gguf", "F16")
+    path = write_gguf(gguf, models["llama"], tmp_path / "f16.gguf", "F16")
     as_stored = from_pretrained(path, weight_residency="borrowed")
     assert as_stored.layers[0].mlp.up.weight.dtype is packrt.float16
     assert as_stored.layers[0].attention_norm.weight.dtype is packrt.float32
     cast = from_pretrained(path, dtype=packrt.bfloat16)
     assert cast.layers[0].mlp.up.weight.dtype is packrt.bfloat16
-    quantised = from_pretrained(write_model_gguf(gguf, models["llama"], tmp_path / "q8.gguf", "Q8_0"))
+    quantised = from_pretrained(write_gguf(gguf, models["llama"], tmp_path / "q8.gguf", "Q8_0"))
     assert quantised.layers[0].mlp.up.weight.dtype is packrt.float32
 
 
 def test_memory_report_shows_mapped_views_and_converted_copies(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_model_gguf(gguf, models["llama"], tmp_path / "mixed.gguf", "Q8_0")
+    path = write_gguf(gguf, models["llama"], tmp_path / "mixed.gguf", "Q8_0")
     report = nn.memory_report(from_pretrained(path, weight_residency="borrowed"))
     rows = {row.path: row for row in report}
     assert rows["layers.0.attention_norm"].mapped > 0 and rows["layers.0.attention_norm"].converted == 0
@@ -214,14 +109,14 @@ def test_memory_report_shows_mapped_views_and_converted_copies(
     assert report.files() == (str(path),)
     text = str(report)
     assert "converted:" in text and "Q8_0 dequantised to float32" in text and "mixed.gguf" in text
-    f32 = nn.memory_report(from_pretrained(write_model_gguf(gguf, models["qwen2"], tmp_path / "f.gguf")))
+    f32 = nn.memory_report(from_pretrained(write_gguf(gguf, models["qwen2"], tmp_path / "f.gguf")))
     assert f32.converted() == 0, "an F32 qwen2 file (no permuted rows) is served from its pages alone"
 
 
 def test_a_rewritten_file_is_refused_before_the_next_call(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_model_gguf(gguf, models["qwen2"], tmp_path / "m.gguf")
+    path = write_gguf(gguf, models["qwen2"], tmp_path / "m.gguf")
     model = from_pretrained(path, weight_residency="borrowed")
     ids = packrt.from_numpy(_ids())
     model(ids)
@@ -230,10 +125,6 @@ def test_a_rewritten_file_is_refused_before_the_next_call(
         handle.write(b"\0\0\0\0")
     with pytest.raises(CheckpointError, match=r"m.gguf'.*changed: it was modified in place"):
         model(ids)
-
-
-def _rewrite(gguf: ModuleType, model: Any, path: Path, **extra: Any) -> Path:
-    return write_model_gguf(gguf, model, path, extra=extra)
 
 
 def test_an_unknown_architecture_is_refused_listing_the_supported(gguf: ModuleType, tmp_path: Path) -> None:
@@ -249,7 +140,7 @@ def test_an_unknown_architecture_is_refused_listing_the_supported(gguf: ModuleTy
 def test_an_unknown_quant_type_is_refused_before_anything_loads(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_model_gguf(gguf, models["llama"], tmp_path / "q5.gguf", "Q5_0")
+    path = write_gguf(gguf, models["llama"], tmp_path / "q5.gguf", "Q5_0")
     with pytest.raises(CheckpointError, match=r"stored as Q5_0, which packrt does not read; supported: F32, F16, BF16"):
         from_pretrained(path)
 
@@ -257,7 +148,7 @@ def test_an_unknown_quant_type_is_refused_before_anything_loads(
 def test_an_unimplemented_rope_scaling_says_packrt_lacks_it(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = _rewrite(gguf, models["llama"], tmp_path / "yarn.gguf", **{"llama.rope.scaling.type": "yarn"})
+    path = write_gguf(gguf, models["llama"], tmp_path / "yarn.gguf", rope_scaling_type=gguf.RopeScalingType.YARN)
     with pytest.raises(UnsupportedModelError, match=r"packrt does not implement llama\.rope\.scaling\.type 'yarn' yet"):
         from_pretrained(path)
 
@@ -265,7 +156,7 @@ def test_an_unimplemented_rope_scaling_says_packrt_lacks_it(
 def test_metadata_that_disagrees_with_the_tensors_is_refused_naming_the_tensor(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    path = write_model_gguf(gguf, models["llama"], tmp_path / "bad.gguf")
+    path = write_gguf(gguf, models["llama"], tmp_path / "bad.gguf")
     data = bytearray(path.read_bytes())
     key = b"llama.feed_forward_length"
     at = data.index(key) + len(key) + 4  # the uint32 value follows its type tag
@@ -283,7 +174,7 @@ def test_the_tokenizer_json_beside_a_gguf_file_is_preferred(
     from tokenizers import Tokenizer, pre_tokenizers
     from tokenizers import models as tokenizer_models
 
-    path = write_model_gguf(gguf, models["qwen2"], tmp_path / "m.gguf")
+    path = write_gguf(gguf, models["qwen2"], tmp_path / "m.gguf")
     with pytest.raises(CheckpointError, match=r"tokenizer.ggml.model None is not one packrt builds"):
         load_tokenizer(path)
     beside = Tokenizer(tokenizer_models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))

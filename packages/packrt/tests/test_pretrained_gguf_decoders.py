@@ -16,109 +16,54 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gguf_files import assert_logits_match_transformers_gguf, gguf_writer, write_gguf
+from peers import VOCAB, assert_greedy_matches, logits, max_logits_diff, perturb_norms, tiny_model
 
 import packrt
 from packrt import nn
 from packrt.models import UnsupportedModelError, from_pretrained
 from packrt.models.gguf import gguf_config
 
-VOCAB = 97
 SMALL = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 64}
-GGUF_ARCH = {"qwen3": "qwen3", "gemma3_text": "gemma3", "phi3": "phi3"}
 KINDS = ["F32", "F16", "Q8_0"]
-
-
-def write_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", **extra: Any) -> Path:
-    """``model`` (a transformers Qwen3, Gemma3 or Phi3 causal LM) as the GGUF file ``path``, as llama.cpp writes it."""
-    config = model.config
-    arch = GGUF_ARCH[config.model_type]
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    writer = gguf.GGUFWriter(str(path), arch)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_key_length(head_dim)
-    writer.add_value_length(head_dim)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_vocab_size(config.vocab_size)
-    writer.add_rope_dimension_count(head_dim)
-    theta = config.rope_parameters.get("full_attention", config.rope_parameters)["rope_theta"]
-    writer.add_rope_freq_base(float(theta))
-    writer.add_layer_norm_rms_eps(float(config.rms_norm_eps))
-    if config.model_type == "gemma3_text":
-        writer.add_sliding_window(config.sliding_window)
-    for key, value in extra.items():
-        getattr(writer, f"add_{key}")(value)
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[arch.upper()], config.num_hidden_layers)
-    quant = gguf.GGMLQuantizationType[kind]
-    for key, tensor in model.state_dict().items():
-        if key == "lm_head.weight" and config.tie_word_embeddings:
-            continue
-        stem, suffix = key.rsplit(".", 1)
-        name = f"{names.get_name(stem)}.{suffix}"
-        values = tensor.detach().float().numpy()
-        if config.model_type == "gemma3_text" and name.endswith("norm.weight"):
-            values = values + 1  # llama.cpp's Gemma converter stores the norm weights as 1 + w
-        if values.ndim == 1 or kind == "F32":
-            writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float32))
-        elif kind == "F16":
-            writer.add_tensor(name, np.ascontiguousarray(values, dtype=np.float16))
-        else:
-            writer.add_tensor(name, gguf.quants.quantize(np.ascontiguousarray(values), quant), raw_dtype=quant)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+# name -> (config class, model class, config fields besides SMALL), with the settings transformers' GGUF loading
+# reads back the same: Qwen3 keeps transformers' head_dim default (128: its GGUF reading ignores key_length),
+# Gemma 3 its query_pre_attn_scalar default (256, so head_dim 256: llama.cpp scales by the head width) and six
+# layers (the sixth is global); Phi-3 slides nowhere (transformers' GGUF reading drops the window).
+GROUPED = {"num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", GROUPED),
+    "gemma3": (
+        "Gemma3TextConfig",
+        "Gemma3ForCausalLM",
+        {
+            "num_hidden_layers": 6,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "head_dim": 256,
+            "sliding_window": 4,
+            "tie_word_embeddings": False,
+        },
+    ),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", GROUPED),
+}
 
 
 @pytest.fixture(scope="module")
 def models(transformers: ModuleType, torch: ModuleType) -> dict[str, Any]:
-    """One tiny model per architecture, with the settings transformers' GGUF loading reads back the same.
-
-    Qwen3 keeps transformers' head_dim default (128: its GGUF reading ignores key_length), Gemma 3 its
-    query_pre_attn_scalar default (256, so head_dim 256: llama.cpp scales by the head width) and six layers
-    (the sixth is global); Phi-3 slides nowhere (transformers' GGUF reading drops the window).
-    """
+    """One tiny model per architecture (see :data:`FAMILIES`), every norm weight perturbed."""
     torch.manual_seed(0)
-    common = {**SMALL, "initializer_range": 0.3, "bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
     built = {
-        "qwen3": transformers.Qwen3ForCausalLM(
-            transformers.Qwen3Config(**common, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-        ),
-        "gemma3": transformers.Gemma3ForCausalLM(
-            transformers.Gemma3TextConfig(
-                **common,
-                num_hidden_layers=6,
-                num_attention_heads=2,
-                num_key_value_heads=1,
-                head_dim=256,
-                sliding_window=4,
-                tie_word_embeddings=False,
-            )
-        ),
-        "phi3": transformers.Phi3ForCausalLM(
-            transformers.Phi3Config(**common, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
-        ),
+        name: tiny_model(transformers, config_class, model_class, **SMALL, **fields)
+        for name, (config_class, model_class, fields) in FAMILIES.items()
     }
-    with torch.no_grad():
-        for model in built.values():
-            for name, tensor in model.state_dict().items():
-                if "norm" in name:
-                    tensor.add_(0.3 * torch.randn_like(tensor))
-    return {name: model.eval() for name, model in built.items()}
+    for model in built.values():
+        perturb_norms(torch, model)
+    return built
 
 
 def _ids(seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, VOCAB, (2, 11)).astype(np.int64)
-
-
-def _logits(torch: ModuleType, model: Any, ids: np.ndarray) -> np.ndarray:
-    with torch.no_grad():
-        out: np.ndarray = model(torch.from_numpy(ids)).logits.float().numpy()
-    return out
 
 
 @pytest.mark.parametrize("residency", ["borrowed", "packed"])
@@ -129,21 +74,17 @@ def test_an_f32_gguf_gives_the_original_models_logits_and_greedy_tokens(
     path = write_gguf(gguf, models[arch], tmp_path / f"{arch}.gguf")
     model = from_pretrained(path, weight_residency=residency)
     ids = _ids()
-    diff = float(np.abs(model(packrt.from_numpy(ids)).numpy() - _logits(torch, models[arch], ids)).max())
+    diff = max_logits_diff(torch, model, models[arch], ids)
     assert diff <= 1e-4, f"{arch} GGUF under {residency}: max abs logits diff {diff:.2e} against the original"
-    greedy = model.generate(packrt.from_numpy(ids[:, :6]), 16, eos_token_id=None).numpy()
-    with torch.no_grad():
-        expected = models[arch].generate(torch.from_numpy(ids[:, :6]), max_new_tokens=16, do_sample=False).numpy()
-    np.testing.assert_array_equal(greedy, expected)
+    assert_greedy_matches(torch, model, models[arch], ids[:, :6], 16, eos_token_id=None)
 
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("arch", ["qwen3", "gemma3", "phi3"])
 def test_every_new_architecture_gives_transformers_gguf_logits(
-    accelerate: ModuleType,
     gguf: ModuleType,
-    transformers: ModuleType,
     torch: ModuleType,
+    gguf_reference: Any,
     models: dict[str, Any],
     tmp_path: Path,
     arch: str,
@@ -152,12 +93,9 @@ def test_every_new_architecture_gives_transformers_gguf_logits(
     # transformers' Phi3Config defaults pad_token_id to 32000, past this vocabulary: the file names one
     extra = {"pad_token_id": 0} if arch == "phi3" else {}
     path = write_gguf(gguf, models[arch], tmp_path / f"{arch}-{kind}.gguf", kind, **extra)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
+    reference = gguf_reference(path)
     assert type(reference).__name__ == type(models[arch]).__name__
-    model = from_pretrained(path, weight_residency="borrowed", dtype="float32")
-    ids = _ids(1)
-    diff = float(np.abs(model(packrt.from_numpy(ids)).numpy() - _logits(torch, reference.eval(), ids)).max())
-    assert diff <= 1e-4, f"{arch} {kind}: max abs logits diff {diff:.2e} against transformers' GGUF loading"
+    assert_logits_match_transformers_gguf(torch, path, reference, _ids(1), f"{arch} {kind}")
 
 
 def test_gemma_norms_stored_as_one_plus_w_are_given_back_as_w_and_reported(
@@ -189,23 +127,19 @@ def test_a_phi3_sliding_window_in_the_metadata_is_served_as_the_original_slides(
     model = from_pretrained(path)
     assert [layer.attention.window for layer in model.layers] == [3, 3]
     ids = _ids(2)
-    expected = _logits(torch, sliding, ids)
+    expected = logits(torch, sliding, ids)
     assert float(np.abs(model(packrt.from_numpy(ids)).numpy() - expected).max()) <= 1e-4
-    assert float(np.abs(expected - _logits(torch, original, ids)).max()) > 1e-2, "the window changes the result"
+    assert float(np.abs(expected - logits(torch, original, ids)).max()) > 1e-2, "the window changes the result"
 
 
 def test_phi3_long_context_rope_factors_are_refused_as_not_implemented(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
     path = tmp_path / "long.gguf"
-    writer = gguf.GGUFWriter(str(path), "phi3")
-    writer.add_uint32("phi3.embedding_length", 64)
-    writer.add_tensor("rope_factors_long.weight", np.ones(8, np.float32))
-    writer.add_tensor("token_embd.weight", np.zeros((4, 64), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with gguf_writer(gguf, path, "phi3") as writer:
+        writer.add_uint32("phi3.embedding_length", 64)
+        writer.add_tensor("rope_factors_long.weight", np.ones(8, np.float32))
+        writer.add_tensor("token_embd.weight", np.zeros((4, 64), np.float32))
     with pytest.raises(
         UnsupportedModelError, match=r"tensor 'rope_factors_long.weight' carries longrope .* packrt does not implement"
     ):
@@ -213,14 +147,10 @@ def test_phi3_long_context_rope_factors_are_refused_as_not_implemented(
 
 
 def _metadata_only(gguf: ModuleType, path: Path, arch: str, **values: Any) -> Path:
-    writer = gguf.GGUFWriter(str(path), arch)
-    for key, value in values.items():
-        getattr(writer, f"add_{key}")(value)
-    writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    with gguf_writer(gguf, path, arch) as writer:
+        for key, value in values.items():
+            getattr(writer, f"add_{key}")(value)
+        writer.add_tensor("token_embd.weight", np.zeros((4, 8), np.float32))
     return path
 
 
@@ -257,12 +187,7 @@ def test_gemma3_settings_the_metadata_leaves_out_follow_llama_cpps_loader(gguf: 
 
 
 def test_generate_stops_at_the_files_eos_id_as_transformers_gguf_loading_does(
-    accelerate: ModuleType,
-    gguf: ModuleType,
-    transformers: ModuleType,
-    torch: ModuleType,
-    models: dict[str, Any],
-    tmp_path: Path,
+    gguf: ModuleType, torch: ModuleType, gguf_reference: Any, models: dict[str, Any], tmp_path: Path
 ) -> None:
     ids = _ids(3)[:, :6]
     with torch.no_grad():
@@ -271,9 +196,8 @@ def test_generate_stops_at_the_files_eos_id_as_transformers_gguf_loading_does(
     path = write_gguf(gguf, models["qwen3"], tmp_path / "eos.gguf", eos_token_id=eos)
     model = from_pretrained(path)
     assert model.generation_defaults.eos_token_ids == (eos,)
-    reference = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=path.name, dtype=torch.float32)
     with torch.no_grad():
-        theirs = reference.eval().generate(torch.from_numpy(ids), do_sample=False).numpy()
+        theirs = gguf_reference(path).generate(torch.from_numpy(ids), do_sample=False).numpy()
     ours = model.generate(packrt.from_numpy(ids)).numpy()
     np.testing.assert_array_equal(ours, theirs)
     assert ours[0, 8] == eos and (ours[0, 9:] == eos).all(), "the first row ends at the eos and is padded with it"

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from peers import encoder_fields, masked_max_diff, padded_batch, save
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -23,16 +24,7 @@ from packrt.models import RobertaEncoder, SentenceEncoder, from_pretrained, supp
 from packrt.models.roberta import roberta_positions
 
 VOCAB, PAD, POSITIONS = 97, 1, 40
-SMALL = {
-    "vocab_size": VOCAB,
-    "hidden_size": 32,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "intermediate_size": 64,
-    "max_position_embeddings": POSITIONS,
-    "initializer_range": 0.3,
-    "pad_token_id": PAD,
-}
+SMALL = encoder_fields(PAD, max_position_embeddings=POSITIONS)
 # model_type -> (config class, model class, extra fields): roberta with two token types exercises them
 FAMILIES = {
     "roberta": ("RobertaConfig", "RobertaModel", {"type_vocab_size": 2}),
@@ -48,23 +40,12 @@ def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.
     out: dict[str, Any] = {}
     for name, (config_class, model_class, extra) in FAMILIES.items():
         config = getattr(transformers, config_class)(**SMALL, **extra)
-        model = getattr(transformers, model_class)(config).eval()
-        directory = tmp_path_factory.mktemp(name)
-        model.save_pretrained(directory, safe_serialization=True)
-        out[name] = (directory, model)
+        out[name] = save(getattr(transformers, model_class)(config).eval(), tmp_path_factory.mktemp(name))
     return out
 
 
 def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """ids, attention_mask, token types for three rows: full, right-padded, left-padded (pads = PAD)."""
-    rng = np.random.default_rng(seed)
-    ids = rng.integers(3, VOCAB, (3, 12)).astype(np.int64)
-    mask = np.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, :4] = 0
-    ids[mask == 0] = PAD
-    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
-    return ids, mask, types
+    return padded_batch(seed, PAD)
 
 
 def _reference(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None) -> Any:
@@ -109,7 +90,7 @@ def test_padded_batches_match_transformers_within_1e_4(
     types = types if name == "roberta" else None  # xlm-roberta has one token type
     out, expected = _ours(model, ids, mask, types), _reference(torch, reference, ids, mask, types)
     assert out.shape == expected.shape == (3, 12, 32)
-    diff = float(np.abs(out - expected)[mask.astype(bool)].max())
+    diff = masked_max_diff(out, expected, mask)
     assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
 
 

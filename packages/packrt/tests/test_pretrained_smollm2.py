@@ -8,6 +8,7 @@ report must say what is mapped from the file and what was dequantised.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,11 +26,8 @@ NEW_TOKENS = 16
 
 
 @pytest.fixture(scope="module")
-def reference(transformers: ModuleType, accelerate: ModuleType, smollm2_gguf: Path, torch: ModuleType) -> Any:
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        smollm2_gguf.parent, gguf_file=smollm2_gguf.name, dtype=torch.float32
-    )
-    return model.eval()
+def reference(gguf_reference: Callable[[Path], Any], smollm2_gguf: Path) -> Any:
+    return gguf_reference(smollm2_gguf)
 
 
 @pytest.fixture(scope="module")

@@ -636,13 +636,16 @@ class Tensor:
             converted.append(Ellipsis)  # keeps a 0-d result an array view instead of a scalar copy
         return tuple(converted), basic
 
+    def _out_of_range(self, index: Any, err: IndexError) -> IndexingError:
+        return IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}")
+
     def __getitem__(self, index: Any) -> Tensor:
         data = self._layout()
         idx, basic = self._index(index)
         try:
             out = data[idx]
         except IndexError as err:
-            raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
+            raise self._out_of_range(index, err) from err
         return self._shaped(out, shares=basic)
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -653,7 +656,7 @@ class Tensor:
             with self._lineage:
                 self._write_target()[idx] = src
         except IndexError as err:
-            raise IndexingError(f"index {index!r} is out of range for a tensor of shape {self._shape}: {err}") from err
+            raise self._out_of_range(index, err) from err
         except ValueError as err:
             raise ShapeError(
                 f"cannot assign a value of shape {np.shape(src)} to tensor{list(self._shape)}[{index!r}]: {err}"

@@ -154,35 +154,10 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
     missing = [field for field in ("dtype", "shape", "data_offsets") if field not in value]
     if missing:
         fail(path, f"entry lacks the field(s) {', '.join(missing)} (has: {_names(value)})", key=key)
-    dtype_name, shape, offsets = value["dtype"], value["shape"], value["data_offsets"]
-    if not isinstance(dtype_name, str):
-        fail(path, f"dtype must be a string, found {_json_type(dtype_name)}", key=key)
-    dtype = BY_NAME.get(dtype_name)
-    if dtype is None:
-        fail(
-            path,
-            f"dtype {_clip(dtype_name)!r} is not one packrt can load (supported: {', '.join(SUPPORTED_NAMES)})",
-            key=key,
-            fix="convert the tensor to a supported dtype before saving",
-        )
-    if not isinstance(shape, list) or not all(type(dim) is int and dim >= 0 for dim in shape):
-        fail(path, f"shape must be an array of non-negative integers, found {_clip(repr(shape))}", key=key)
-    if len(shape) > MAX_DIMENSIONS:
-        fail(path, f"shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported", key=key)
-    for axis, dim in enumerate(shape):
-        if dim > MAX_SIZE:
-            fail(path, f"dimension {axis} is {dim}; a dimension must be below 2**63", key=key)
-    if not _fits(shape, dtype.itemsize):
-        fail(path, f"shape {shape} of {dtype_name} would need 2**63 bytes or more", key=key)
-    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
-        fail(
-            path,
-            f"data_offsets must be [begin, end] with non-negative integers below 2**63, found {_clip(repr(offsets))}",
-            key=key,
-        )
-    begin, end = offsets
-    if end < begin:
-        fail(path, f"data_offsets [{begin}, {end}] are reversed: end must not precede begin", key=key)
+    dtype_name = value["dtype"]
+    dtype = _entry_dtype(key, dtype_name, path)
+    shape = _entry_shape(key, value["shape"], dtype_name, dtype.itemsize, path)
+    begin, end = _entry_offsets(key, value["data_offsets"], path)
     needed = dtype.itemsize
     for dim in shape:
         needed *= dim
@@ -193,6 +168,49 @@ def _entry(key: str, value: Any, path: str) -> TensorEntry:
             key=key,
         )
     return TensorEntry(key, dtype, tuple(shape), begin, end)
+
+
+def _entry_dtype(key: str, dtype_name: Any, path: str) -> FileDType:
+    """The file dtype an entry's ``dtype`` field names, or the error saying it is not a string or not loadable."""
+    if not isinstance(dtype_name, str):
+        fail(path, f"dtype must be a string, found {_json_type(dtype_name)}", key=key)
+    dtype = BY_NAME.get(dtype_name)
+    if dtype is None:
+        fail(
+            path,
+            f"dtype {_clip(dtype_name)!r} is not one packrt can load (supported: {', '.join(SUPPORTED_NAMES)})",
+            key=key,
+            fix="convert the tensor to a supported dtype before saving",
+        )
+    return dtype
+
+
+def _entry_shape(key: str, shape: Any, dtype_name: str, itemsize: int, path: str) -> list[int]:
+    """An entry's ``shape`` field, once it is a list of at most MAX_DIMENSIONS counts numpy can hold."""
+    if not isinstance(shape, list) or not all(type(dim) is int and dim >= 0 for dim in shape):
+        fail(path, f"shape must be an array of non-negative integers, found {_clip(repr(shape))}", key=key)
+    if len(shape) > MAX_DIMENSIONS:
+        fail(path, f"shape has {len(shape)} dimensions; at most {MAX_DIMENSIONS} are supported", key=key)
+    for axis, dim in enumerate(shape):
+        if dim > MAX_SIZE:
+            fail(path, f"dimension {axis} is {dim}; a dimension must be below 2**63", key=key)
+    if not _fits(shape, itemsize):
+        fail(path, f"shape {shape} of {dtype_name} would need 2**63 bytes or more", key=key)
+    return shape
+
+
+def _entry_offsets(key: str, offsets: Any, path: str) -> tuple[int, int]:
+    """An entry's ``data_offsets`` field as (begin, end), once both are counts and end does not precede begin."""
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(o) for o in offsets):
+        fail(
+            path,
+            f"data_offsets must be [begin, end] with non-negative integers below 2**63, found {_clip(repr(offsets))}",
+            key=key,
+        )
+    begin, end = offsets
+    if end < begin:
+        fail(path, f"data_offsets [{begin}, {end}] are reversed: end must not precede begin", key=key)
+    return begin, end
 
 
 def clip_name(name: str, limit: int = 200) -> str:
@@ -425,20 +443,33 @@ def _canonical_metadata(parts: list[str]) -> dict[str, str] | None:
         return None
     head, tail = head[1:], tail[:-1]
     between = parts[_FIELDS:-1:_FIELDS]
-    if between.count(",") == len(between):
+    if not head and not tail and between.count(",") == len(between):
+        return {}
+    chunk = _member_between(head, tail, between)
+    return None if chunk is None else _plain_metadata(chunk)
+
+
+def _member_between(head: str, tail: str, between: list[str]) -> str | None:
+    """The one member a split header holds besides its entries, found in the text before them (``head``),
+    after them (``tail``) or between two of them, or None when that text is anything but commas and it."""
+    commas = between.count(",")
+    if commas == len(between):
         if head and not tail and head.endswith(","):
-            chunk = head[:-1]
-        elif tail and not head and tail.startswith(","):
-            chunk = tail[1:]
-        else:
-            return {} if not head and not tail else None
-    elif between.count(",") == len(between) - 1 and not head and not tail:
+            return head[:-1]
+        if tail and not head and tail.startswith(","):
+            return tail[1:]
+        return None
+    if commas == len(between) - 1 and not head and not tail:
         chunk = next(piece for piece in between if piece != ",")
         if len(chunk) < 2 or chunk[0] != "," or chunk[-1] != ",":
             return None
-        chunk = chunk[1:-1]
-    else:
-        return None
+        return chunk[1:-1]
+    return None
+
+
+def _plain_metadata(chunk: str) -> dict[str, str] | None:
+    """The string -> string object of the member ``chunk`` when it is __metadata__ written plainly (no
+    escapes, no repeated name), else None."""
     if not chunk.startswith(f'"{METADATA_KEY}":{{') or "\\" in chunk:
         return None  # an escape (a surrogate?) or another member: the general parser decides
     try:

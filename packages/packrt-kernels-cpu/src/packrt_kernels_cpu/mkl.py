@@ -99,9 +99,7 @@ def batch_handle() -> Mkl | None:
         if not isinstance(loaded, Mkl):
             return None
         if not _state.get("capped"):  # the thread cap reaches MKL once it is loaded, whichever road it serves
-            threads = settings.current().threads
-            if threads is not None:
-                loaded.set_num_threads(threads)
+            _cap_threads(loaded)
             _state["capped"] = True
     return loaded
 
@@ -159,11 +157,16 @@ def _decide() -> str:
         road = "numpy"
     else:
         road = "mkl"
-        threads = settings.current().threads
-        if threads is not None:
-            loaded.set_num_threads(threads)
+        _cap_threads(loaded)
     _state["road"] = road
     return road
+
+
+def _cap_threads(loaded: Mkl) -> None:
+    """Give MKL the thread cap the settings hold, if they hold one."""
+    threads = settings.current().threads
+    if threads is not None:
+        loaded.set_num_threads(threads)
 
 
 def _loaded() -> Mkl | str:

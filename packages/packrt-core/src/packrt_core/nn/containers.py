@@ -248,7 +248,31 @@ class ModuleList(_ModuleSequence):
         raise NotImplementedError("ModuleList has no forward: iterate over it and call its modules")
 
 
-class ModuleDict(Module, MutableMapping[str, Module]):
+class KeyedContainer:
+    """What ModuleDict and ParameterDict share: an identity object (a Mapping would compare contents and
+    be unhashable; a module is an identity object) whose keys are those of the dict :meth:`_key_order`
+    gives, in insertion order; iteration walks a snapshot, so the container may change meanwhile."""
+
+    __eq__ = object.__eq__
+    __hash__ = object.__hash__
+
+    def _key_order(self) -> Mapping[str, Any]:
+        raise NotImplementedError
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._key_order()
+
+    def __len__(self) -> int:
+        return len(self._key_order())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._key_order()))
+
+    def __reversed__(self) -> Iterator[str]:
+        return reversed(list(self._key_order()))
+
+
+class ModuleDict(KeyedContainer, Module, MutableMapping[str, Module]):
     """A dict of modules, registered under their keys in insertion order; a ``MutableMapping``.
 
     ``update`` takes a mapping (a ModuleDict included) or an iterable of (key, module) pairs;
@@ -257,10 +281,6 @@ class ModuleDict(Module, MutableMapping[str, Module]):
     when they are the same object, as modules are. It has no forward: index it and call its
     modules.
     """
-
-    # Mapping compares by content and so is unhashable; a module is an identity object.
-    __eq__ = object.__eq__
-    __hash__ = object.__hash__
 
     def __init__(self, modules: Mapping[str, Module] | Iterable[tuple[str, Module]] | None = None) -> None:
         super().__init__()
@@ -280,17 +300,8 @@ class ModuleDict(Module, MutableMapping[str, Module]):
         self[key]  # the KeyError that names what there is
         del self._modules[key]
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._modules
-
-    def __len__(self) -> int:
-        return len(self._modules)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._modules))
-
-    def __reversed__(self) -> Iterator[str]:
-        return reversed(list(self._modules))
+    def _key_order(self) -> Mapping[str, Any]:
+        return self._modules
 
     def clear(self) -> None:
         """Remove every module."""

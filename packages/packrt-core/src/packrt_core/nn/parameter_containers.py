@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Self, overload
 
-from packrt_core.nn.containers import pairs_of, position, without_digit_names
+from packrt_core.nn.containers import KeyedContainer, pairs_of, position, without_digit_names
 from packrt_core.nn.module import Module
 from packrt_core.nn.parameter import Parameter
 from packrt_core.tensor import Tensor
@@ -100,7 +100,7 @@ class ParameterList(Module):
         raise RuntimeError("ParameterList is not called: index it or iterate over it and use its parameters")
 
 
-class ParameterDict(Module, MutableMapping[str, Any]):
+class ParameterDict(KeyedContainer, Module, MutableMapping[str, Any]):
     """A dict of parameters under string keys, in insertion order; a ``MutableMapping``.
 
     A tensor value becomes a Parameter; any other value stays a plain attribute. ``update``
@@ -108,9 +108,6 @@ class ParameterDict(Module, MutableMapping[str, Any]):
     neither an ``OrderedDict`` nor a ParameterDict is added in sorted key order. ``|`` and ``|=``
     merge, ``copy()`` is shallow, ``popitem()`` takes the last entry, ``fromkeys`` builds one.
     """
-
-    __eq__ = object.__eq__  # an identity object, as every module is (Mapping would compare contents)
-    __hash__ = object.__hash__
 
     _keys: dict[str, None]
 
@@ -141,17 +138,8 @@ class ParameterDict(Module, MutableMapping[str, Any]):
         del self._keys[key]
         delattr(self, key)
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._keys
-
-    def __len__(self) -> int:
-        return len(self._keys)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(list(self._keys))
-
-    def __reversed__(self) -> Iterator[str]:
-        return reversed(list(self._keys))
+    def _key_order(self) -> Mapping[str, Any]:
+        return self._keys
 
     def get(self, key: str, default: Any = None) -> Any:
         """The value under ``key``, or ``default`` when there is none."""

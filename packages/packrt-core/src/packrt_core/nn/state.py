@@ -91,26 +91,15 @@ def load_state_dict(
         raise TypeError(f"load_state_dict expects a Mapping[str, Tensor], got {type(state_dict).__name__}")
     check_residency(weight_residency, "load_state_dict")
     with serialized():  # no other change lands between the checks and the writes; forwards go on
-        return _load(root, state_dict, strict, assign, pack, weight_residency)
-
-
-def _load(
-    root: Module,
-    state_dict: Mapping[str, Any],
-    strict: bool,
-    assign: bool,
-    pack: bool,
-    weight_residency: str | None,
-) -> _IncompatibleKeys:
-    ties, extra = _layout(root)
-    match = _match(state_dict, ties, extra, assign)
-    if strict and (match.missing or match.unexpected):
-        match.problems[:0] = _key_lines(match.missing, match.unexpected)
-    if match.problems:
-        raise StateDictError(_failure(root, match.problems))
-    restored = [(key, module) for key, module in extra.items() if key in state_dict]
-    _apply(root, state_dict, match.chosen, restored, assign, pack, weight_residency)
-    return _IncompatibleKeys(match.missing, match.unexpected)
+        ties, extra = _layout(root)
+        match = _match(state_dict, ties, extra, assign)
+        if strict and (match.missing or match.unexpected):
+            match.problems[:0] = _key_lines(match.missing, match.unexpected)
+        if match.problems:
+            raise StateDictError(_failure(root, match.problems))
+        restored = [(key, module) for key, module in extra.items() if key in state_dict]
+        _apply(root, state_dict, match.chosen, restored, assign, pack, weight_residency)
+        return _IncompatibleKeys(match.missing, match.unexpected)
 
 
 @dataclass

@@ -17,9 +17,9 @@ Adding a family is one entry in :data:`SCHEMAS` per model type (see the ones bel
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from packrt.errors import CheckpointError
 from packrt.models.hfconfig import UnsupportedModelError
@@ -96,7 +96,8 @@ class Field:
 class Schema:
     """A model type's fields and the checks across them (all data; see the module docstring).
 
-    ``layers``: the field counting the layers the weights hold; ``divides``: (divisor, dividend)
+    ``layers``: the field counting the layers the weights hold (default: transformers' usual name, as for
+    ``vocab``); ``divides``: (divisor, dividend)
     pairs; ``head_dim``: (width, heads, head_dim field) for rotary families, where an explicit
     ``head_dim`` replaces ``width // heads`` (and must be even); ``vocab``: the field token ids must
     stay below; ``rope``: whether ``rope_parameters`` / ``rope_scaling`` / ``rope_theta`` apply
@@ -106,8 +107,8 @@ class Schema:
     """
 
     fields: tuple[Field, ...]
-    layers: str
-    vocab: str
+    layers: str = "num_hidden_layers"
+    vocab: str = "vocab_size"
     divides: tuple[tuple[str, str], ...] = ()
     head_dim: tuple[str, str, str] | None = None
     rope: bool | Literal["per_layer_type"] = False
@@ -143,45 +144,67 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class _Scalar(NamedTuple):
+    """How a field of a scalar kind is checked: which values it accepts, what the error says was expected,
+    and the fix it gives (``{name}``: the field's name)."""
+
+    accepts: Callable[[Any], bool]
+    expected: str
+    fix: str = _FIX
+
+
+_SCALARS: Final[Mapping[str, _Scalar]] = {
+    "size": _Scalar(
+        lambda value: _is_int(value) and value > 0,
+        "expected a positive integer",
+        "set {name} to the model's size; " + _FIX,
+    ),
+    "count": _Scalar(
+        lambda value: _is_int(value) and value >= 0, "expected an integer >= 0", "set {name} to a whole number"
+    ),
+    "eps": _Scalar(
+        lambda value: _is_number(value) and value > 0,
+        "expected a finite positive number",
+        "set {name} to the epsilon the model was trained with (such as 1e-6)",
+    ),
+    "number": _Scalar(_is_number, "expected a finite number"),
+    "positive": _Scalar(
+        lambda value: _is_number(value) and value > 0,
+        "expected a finite positive number",
+        "set {name} to the model's value",
+    ),
+    "bool": _Scalar(lambda value: isinstance(value, bool), "expected true or false", "write {name} as a JSON boolean"),
+}
+
+
 def _check_field(config: HFConfig, field: Field, value: Any, model_type: str) -> None:
     kind, name = field.kind, field.name
     if value is None and (field.nullable or kind == "token_ids"):
         return
-    if kind == "size" and not (_is_int(value) and value > 0):
-        raise error(config, name, value, "expected a positive integer", f"set {name} to the model's size; {_FIX}")
-    if kind == "count" and not (_is_int(value) and value >= 0):
-        raise error(config, name, value, "expected an integer >= 0", f"set {name} to a whole number")
-    if kind == "eps" and not (_is_number(value) and value > 0):
-        raise error(
-            config,
-            name,
-            value,
-            "expected a finite positive number",
-            f"set {name} to the epsilon the model was trained with (such as 1e-6)",
-        )
-    if kind == "number" and not _is_number(value):
-        raise error(config, name, value, "expected a finite number")
-    if kind == "positive" and not (_is_number(value) and value > 0):
-        raise error(config, name, value, "expected a finite positive number", f"set {name} to the model's value")
-    if kind == "bool" and not isinstance(value, bool):
-        raise error(config, name, value, "expected true or false", f"write {name} as a JSON boolean")
+    scalar = _SCALARS.get(kind)
+    if scalar is not None and not scalar.accepts(value):
+        raise error(config, name, value, scalar.expected, scalar.fix.format(name=name))
     if kind == "choice":
         _check_choice(config, field, value, model_type, name)
-    if kind == "token_ids":
-        items = value if isinstance(value, list) else [value]
-        if not items or not all(_is_int(item) and item >= 0 for item in items):
-            raise error(
-                config,
-                name,
-                value,
-                "expected a token id (an integer >= 0), a list of them, or null",
-                f"set {name} to the tokenizer's id for it, or null",
-            )
-    if kind == "layer_types":
+    elif kind == "token_ids":
+        _check_token_ids(config, name, value)
+    elif kind == "layer_types":
         if not isinstance(value, list):
             raise error(config, name, value, "expected a list with one attention type per layer")
         for index, item in enumerate(value):
             _check_choice(config, field, item, model_type, f"{name}[{index}]")
+
+
+def _check_token_ids(config: HFConfig, name: str, value: Any) -> None:
+    items = value if isinstance(value, list) else [value]
+    if not items or not all(_is_int(item) and item >= 0 for item in items):
+        raise error(
+            config,
+            name,
+            value,
+            "expected a token id (an integer >= 0), a list of them, or null",
+            f"set {name} to the tokenizer's id for it, or null",
+        )
 
 
 def _check_choice(config: HFConfig, field: Field, value: Any, model_type: str, name: str) -> None:
@@ -423,12 +446,25 @@ def check_capacity(config: HFConfig, schema: Schema, info: packrt_io.CheckpointI
 
 # -- the families' schemas ---------------------------------------------------------------------------
 
+# The sizes every family but GPT-2 names the same way, and the special token ids of the causal families.
+_SIZES = (
+    Field("vocab_size", "size", held=True),
+    Field("hidden_size", "size", held=True),
+    Field("num_hidden_layers", "size"),
+    Field("num_attention_heads", "size"),
+)
+_TOKEN_IDS = (
+    Field("pad_token_id", "token_ids", None),
+    Field("bos_token_id", "token_ids", None),
+    Field("eos_token_id", "token_ids", None),
+)
+# A rotary decoder's key/value heads divide its query heads; an explicit head_dim replaces hidden // heads.
+_KV_GROUPS = (("num_key_value_heads", "num_attention_heads"),)
+_ROTARY_HEAD_DIM = ("hidden_size", "num_attention_heads", "head_dim")
+
 _BERT = Schema(
     fields=(
-        Field("vocab_size", "size", held=True),
-        Field("hidden_size", "size", held=True),
-        Field("num_hidden_layers", "size"),
-        Field("num_attention_heads", "size"),
+        *_SIZES,
         Field("intermediate_size", "size", held=True),
         Field("max_position_embeddings", "size", 512, held=True),
         Field("type_vocab_size", "size", 2, held=True),
@@ -443,8 +479,6 @@ _BERT = Schema(
         ),
         Field("pad_token_id", "token_ids", None),
     ),
-    layers="num_hidden_layers",
-    vocab="vocab_size",
     divides=(("num_attention_heads", "hidden_size"),),
 )
 
@@ -467,12 +501,9 @@ _GPT2 = Schema(
         Field("scale_attn_weights", "bool", True),
         Field("scale_attn_by_inverse_layer_idx", "bool", False),
         Field("tie_word_embeddings", "bool", True),
-        Field("pad_token_id", "token_ids", None),
-        Field("bos_token_id", "token_ids", None),
-        Field("eos_token_id", "token_ids", None),
+        *_TOKEN_IDS,
     ),
     layers="n_layer",
-    vocab="vocab_size",
     divides=(("n_head", "n_embd"),),
 )
 
@@ -484,10 +515,7 @@ def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
     """
     return Schema(
         fields=(
-            Field("vocab_size", "size", held=True),
-            Field("hidden_size", "size", held=True),
-            Field("num_hidden_layers", "size"),
-            Field("num_attention_heads", "size"),
+            *_SIZES,
             Field("num_key_value_heads", "size", None, nullable=True),
             Field("head_dim", "size", head_dim, held=True, nullable=True),
             Field("intermediate_size", "size", held=True),
@@ -497,15 +525,11 @@ def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
             Field("attention_bias", "bool", False),
             Field("mlp_bias", "bool", False),
             Field("tie_word_embeddings", "bool", False),
-            Field("pad_token_id", "token_ids", None),
-            Field("bos_token_id", "token_ids", None),
-            Field("eos_token_id", "token_ids", None),
+            *_TOKEN_IDS,
             *extra,
         ),
-        layers="num_hidden_layers",
-        vocab="vocab_size",
-        divides=(("num_key_value_heads", "num_attention_heads"),),
-        head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+        divides=_KV_GROUPS,
+        head_dim=_ROTARY_HEAD_DIM,
         rope=True,
     )
 
@@ -529,10 +553,7 @@ _QWEN_WINDOWS = (
 # Gemma3ForCausalLM's config (model_type gemma3_text): its own defaults, sandwich norms and two kinds of layer.
 _GEMMA3 = Schema(
     fields=(
-        Field("vocab_size", "size", held=True),
-        Field("hidden_size", "size", held=True),
-        Field("num_hidden_layers", "size"),
-        Field("num_attention_heads", "size"),
+        *_SIZES,
         Field("num_key_value_heads", "size", 4),
         Field("head_dim", "size", 256, held=True),
         Field("intermediate_size", "size", held=True),
@@ -552,14 +573,10 @@ _GEMMA3 = Schema(
         Field("use_bidirectional_attention", "bool", False, nullable=True),
         Field("rope_theta", "positive", 1_000_000.0),
         Field("rope_local_base_freq", "positive", 10_000.0),
-        Field("pad_token_id", "token_ids", None),
-        Field("bos_token_id", "token_ids", None),
-        Field("eos_token_id", "token_ids", None),
+        *_TOKEN_IDS,
     ),
-    layers="num_hidden_layers",
-    vocab="vocab_size",
-    divides=(("num_key_value_heads", "num_attention_heads"),),
-    head_dim=("hidden_size", "num_attention_heads", "head_dim"),
+    divides=_KV_GROUPS,
+    head_dim=_ROTARY_HEAD_DIM,
     rope="per_layer_type",
     off=("use_bidirectional_attention",),
 )

@@ -17,6 +17,7 @@ module builds its model from these blocks and says what differs:
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
   global attention) each read their own frequencies.
+- :func:`decoder_family`: the :class:`~packrt.models.keymap.Family` a decoder class is served as.
 
 Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
 applies the one asked for when it binds the weights.
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
 import numpy as np
 
@@ -35,8 +36,8 @@ from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import KeyMap, Rule
-from packrt.models.llama import RotaryTables
+from packrt.models.keymap import Family, KeyMap, Rule
+from packrt.models.llama import RotaryTables, declare_decoder_stack, rope_frequencies
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
 
@@ -70,41 +71,16 @@ class DecoderWidths:
             eps=config.number("rms_norm_eps", eps),
         )
 
-    def attention(self, index: int, **options: Any) -> RotaryAttention:
-        """Layer ``index``'s :class:`RotaryAttention` of these widths (``options``: its keyword options)."""
-        return RotaryAttention(
-            index=index, hidden=self.hidden, heads=self.heads, kv_heads=self.kv_heads, head_dim=self.head_dim, **options
-        )
-
-
-def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
-    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
-
-    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
-    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
-    derive ``layer_types`` from).
-    """
-    types = config.get("layer_types")
-    if types is None:
-        limit = config.integer("max_window_layers", 28)
-        sliding = config.flag("use_sliding_window", False) and window is not None
-        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
-    if not isinstance(types, list) or len(types) != layers:
-        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
-    return tuple(window if kind == "sliding_attention" else None for kind in types)
-
 
 class RotaryAttention(nn.Module):
-    """Rotary grouped-query attention (see the module docstring for the options)."""
+    """Rotary grouped-query attention of layer ``index``, sized by ``widths`` (see the module docstring for
+    the options)."""
 
     def __init__(
         self,
-        *,
+        widths: DecoderWidths,
         index: int,
-        hidden: int,
-        heads: int,
-        kv_heads: int,
-        head_dim: int,
+        *,
         qkv_bias: bool = False,
         o_bias: bool = False,
         fused: bool = False,
@@ -113,9 +89,10 @@ class RotaryAttention(nn.Module):
         head_norm: Callable[[int], nn.Module] | None = None,
     ) -> None:
         super().__init__()
-        self.index, self.heads, self.kv_heads, self.head_dim = index, heads, kv_heads, head_dim
+        hidden, head_dim = widths.hidden, widths.head_dim
+        self.index, self.heads, self.kv_heads, self.head_dim = index, widths.heads, widths.kv_heads, head_dim
         self.window, self.scale, self.fused = window, scale, fused
-        q_width, kv_width = heads * head_dim, kv_heads * head_dim
+        q_width, kv_width = widths.heads * head_dim, widths.kv_heads * head_dim
         if fused:
             self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=qkv_bias)
         else:
@@ -200,37 +177,44 @@ class PreNormLayer(nn.Module):
 
 
 class RotaryDecoderLM(CausalLM):
-    """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring).
+    """A rotary decoder LM over ``embed``, ``layers``, ``norm`` and ``lm_head`` (see the module docstring):
+    ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM` for ``attention_mask`` and
+    ``generate``.
 
-    A family's constructor calls :meth:`_declare` with its layers, its final norm and its rotary
-    frequencies per ``rope_kind``; the vocabulary, the pad id and whether the head is tied (then it is
-    the embedding's Parameter itself) are read from the config.
+    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked: this
+    constructor reads the vocabulary, the pad id and whether the head is tied (then it is the embedding's
+    Parameter itself; ``tied_by_default`` when the config does not say); a family's constructor then builds
+    its layers and calls :meth:`_declare` with them.
     """
 
     model_type = ""
+    tied_by_default = False
     embed_scale: float | None = None
     logit_softcap: float | None = None
+
+    def __init__(self, config: HFConfig) -> None:
+        super().__init__()
+        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", self.tied_by_default)
+        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
 
     def _declare(
         self,
         config: HFConfig,
-        *,
-        hidden: int,
+        widths: DecoderWidths,
         layers: list[nn.Module],
-        norm: nn.Module,
-        rotaries: Mapping[str, RotaryTables],
-        tied_by_default: bool = False,
+        *,
+        norm: nn.Module | None = None,
+        rotaries: Mapping[str, RotaryTables] | None = None,
     ) -> None:
-        vocab, tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", tied_by_default)
-        self.num_layers, self.vocab, self.hidden, self.tied = len(layers), vocab, hidden, tied
-        self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
+        """The embedding, ``layers``, the final ``norm`` (default: an RMSNorm) and the head; ``rotaries``: the
+        frequencies per ``rope_kind`` (default: one ``"default"`` table from the config's rope settings)."""
+        hidden = widths.hidden
+        self.num_layers, self.hidden = len(layers), hidden
+        if rotaries is None:
+            rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
         self.rotaries = dict(rotaries)
-        self.embed = nn.Embedding(vocab, hidden)
-        self.layers = nn.ModuleList(layers)
-        self.norm = norm
-        self.lm_head = nn.Linear(hidden, vocab, bias=False)
-        if tied:
-            self.lm_head.weight = self.embed.weight
+        norm = nn.RMSNorm(hidden, eps=widths.eps) if norm is None else norm
+        declare_decoder_stack(self, self.vocab, hidden, layers, norm, self.tied)
 
     def _name(self) -> str:
         return f"{type(self).__name__}({self.model_type})"
@@ -260,6 +244,29 @@ class RotaryDecoderLM(CausalLM):
         )
 
 
+# Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
+# ``layers.{i}.``): a PreNormLayer's two norms, the four attention projections (weight and bias), the per-head
+# q/k norms, the gated MLP.
+PRE_NORM_ROWS: tuple[tuple[str, str], ...] = (
+    ("input_layernorm.weight", "attention_norm.weight"),
+    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+)
+ATTENTION_ROWS: tuple[tuple[str, str], ...] = tuple(
+    (f"self_attn.{p}.{kind}", f"attention.{p}.{kind}")
+    for p in ("q_proj", "k_proj", "v_proj", "o_proj")
+    for kind in ("weight", "bias")
+)
+HEAD_NORM_ROWS: tuple[tuple[str, str], ...] = (
+    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
+    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
+)
+GATED_MLP_ROWS: tuple[tuple[str, str], ...] = (
+    ("mlp.gate_proj.weight", "mlp.gate.weight"),
+    ("mlp.up_proj.weight", "mlp.up.weight"),
+    ("mlp.down_proj.weight", "mlp.down.weight"),
+)
+
+
 def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, tied_by_default: bool = False) -> KeyMap:
     """A rotary decoder's key map: its per-layer rows (transformers' name after ``layers.{i}.``, packrt's)
     plus what every such checkpoint holds (``model.embed_tokens``, ``model.norm``, ``lm_head``).
@@ -278,12 +285,29 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, t
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
+def decoder_family(name: str, model: type[RotaryDecoderLM], layer_rows: Iterable[tuple[str, str]]) -> Family:
+    """The :class:`Family` of a rotary decoder class: it answers to the class's ``model_type`` and is named
+    by the class's name as an architecture; its checkpoints load through :func:`decoder_keymap` with
+    ``layer_rows`` and the class's ``tied_by_default``."""
+    return Family(
+        name=name,
+        model_types=(model.model_type,),
+        architectures=(model.__name__,),
+        build=model,
+        keymap=partial(decoder_keymap, layer_rows=tuple(layer_rows), tied_by_default=model.tied_by_default),
+    )
+
+
 __all__ = [
+    "ATTENTION_ROWS",
+    "GATED_MLP_ROWS",
+    "HEAD_NORM_ROWS",
+    "PRE_NORM_ROWS",
     "DecoderWidths",
     "GatedMLP",
     "PreNormLayer",
     "RotaryAttention",
     "RotaryDecoderLM",
+    "decoder_family",
     "decoder_keymap",
-    "layer_windows",
 ]

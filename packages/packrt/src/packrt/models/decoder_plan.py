@@ -26,6 +26,7 @@ import numpy as np
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.plan_parts import as_float32, exact, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.dtypes import float32
@@ -38,13 +39,8 @@ _ACTIVATIONS: dict[type, str] = {nn.SiLU: "silu", nn.ReLU: "relu"}
 
 
 def _exact(module: Any, kind: type | tuple[type, ...], path: str) -> Any:
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if type(module) not in kinds:
-        names = " or ".join(k.__name__ for k in kinds)
-        raise PlanUnavailableError(f"{path} is a {type(module).__name__}, where the decoder's plan serves a {names}")
-    for name, param in module.named_parameters():
-        if not param.has_storage:
-            raise PlanUnavailableError(f"{path}.{name} is storage-free (meta init, not loaded yet)")
+    module = exact(module, kind, path, "decoder")
+    require_storage(module, path)
     return module
 
 
@@ -71,11 +67,7 @@ class _Norm:
         rms = type(norm) is nn.RMSNorm
         eps = (float(np.finfo(np.float32).eps) if norm.eps is None else float(norm.eps)) if rms else float(norm.eps)
         b = None if rms else owned_copy(norm.bias)
-        return cls(_f32(owned_copy(norm.weight)), _f32(b), eps, rms)
-
-
-def _f32(a: Any) -> Any:
-    return None if a is None else a.astype(np.float32) if a.dtype != np.float32 else a
+        return cls(as_float32(owned_copy(norm.weight)), as_float32(b), eps, rms)
 
 
 def _joined(kernels: PlanKernels, layers: list[Any], activation: str | None = None) -> tuple[tuple[Any, ...], int]:

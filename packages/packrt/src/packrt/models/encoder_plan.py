@@ -28,6 +28,7 @@ import numpy as np
 
 from packrt import nn
 from packrt.models.layers import MultiHeadAttention
+from packrt.models.plan_parts import as_float32, exact, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.dtypes import float32
@@ -52,18 +53,7 @@ _ACTIVATION = {"none": "gelu", "tanh": "gelu_tanh"}
 
 
 def _exact(module: Any, kind: type | tuple[type, ...], path: str) -> Any:
-    """``module`` when its class is exactly one the plan knows (a subclass may compute anything)."""
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if type(module) not in kinds:
-        names = " or ".join(k.__name__ for k in kinds)
-        raise PlanUnavailableError(f"{path} is a {type(module).__name__}, where the encoder's plan serves a {names}")
-    return module
-
-
-def _storage(layer: nn.Module, path: str) -> None:
-    for name, param in layer.named_parameters():
-        if not param.has_storage:
-            raise PlanUnavailableError(f"{path}.{name} is storage-free (meta init, not loaded yet)")
+    return exact(module, kind, path, "encoder")
 
 
 @dataclass(frozen=True)
@@ -77,11 +67,7 @@ class _Norm:
         norm = _exact(norm, nn.LayerNorm, path)
         if len(norm.normalized_shape) != 1:
             raise PlanUnavailableError(f"{path} normalizes {norm.normalized_shape}: the plan serves one trailing dim")
-        return cls(_f32(owned_copy(norm.weight)), _f32(owned_copy(norm.bias)), float(norm.eps))
-
-
-def _f32(a: Any) -> Any:
-    return None if a is None else a.astype(np.float32) if a.dtype != np.float32 else a
+        return cls(as_float32(owned_copy(norm.weight)), as_float32(owned_copy(norm.bias)), float(norm.eps))
 
 
 @dataclass(frozen=True)
@@ -109,7 +95,7 @@ def _plan_layer(kernels: PlanKernels, kinds: Kinds, layer: Any, path: str, heads
     linears = [*projections, attention.o_proj, mlp.up, mlp.down]
     for name, linear in zip(("q_proj", "k_proj", "v_proj", "o_proj", "up", "down"), linears, strict=True):
         _exact(linear, _LINEARS, f"{path}.{name}")
-        _storage(linear, f"{path}.{name}")
+        require_storage(linear, f"{path}.{name}")
     packs = [p._serving_pack() for p in projections]
     if all(p.serving_residency() == "packed" for p in projections) and kernels.fuses(packs):
         fused = kernels.linear(packs)
@@ -145,7 +131,7 @@ class EncoderPlan:
         embeddings = _exact(model.embeddings, kinds.embeddings, "embeddings")
         for name in ("word", "position", "token_type"):
             _exact(getattr(embeddings, name), nn.Embedding, f"embeddings.{name}")
-            _storage(getattr(embeddings, name), f"embeddings.{name}")
+            require_storage(getattr(embeddings, name), f"embeddings.{name}")
         for name, param in model.named_parameters():
             if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
                 raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")

@@ -38,30 +38,28 @@ from packrt import nn
 from packrt.models.attention import KVCache, Step
 from packrt.models.config_schema import rope_by_layer_type
 from packrt.models.decoder_blocks import (
+    ATTENTION_ROWS,
+    GATED_MLP_ROWS,
+    HEAD_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     Rotary,
     RotaryAttention,
     RotaryDecoderLM,
-    decoder_keymap,
+    decoder_family,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import Family, KeyMap
 from packrt.models.llama import RotaryTables, rope_frequencies
 
-_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
     ("input_layernorm.weight", "attention_norm.weight"),
     ("post_attention_layernorm.weight", "post_attention_norm.weight"),
     ("pre_feedforward_layernorm.weight", "mlp_norm.weight"),
     ("post_feedforward_layernorm.weight", "post_mlp_norm.weight"),
-    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
-    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
-    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
-    ("mlp.gate_proj.weight", "mlp.gate.weight"),
-    ("mlp.up_proj.weight", "mlp.up.weight"),
-    ("mlp.down_proj.weight", "mlp.down.weight"),
+    *ATTENTION_ROWS,
+    *HEAD_NORM_ROWS,
+    *GATED_MLP_ROWS,
 )
 LAYER_KINDS = ("full_attention", "sliding_attention")
 
@@ -119,15 +117,14 @@ def layer_kinds(config: HFConfig, layers: int) -> list[str]:
 
 
 class Gemma3ForCausalLM(RotaryDecoderLM):
-    """A Gemma 3 text LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Gemma 3's text LM: llama's with sandwich norms, local and global layers, soft-capped logits (see the module
+    docstring)."""
 
     model_type = "gemma3_text"
+    tied_by_default = True
 
     def __init__(self, config: HFConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         w = DecoderWidths.read(config, head_dim=256, kv_heads=4)  # Gemma3TextConfig's defaults
         bias = config.flag("attention_bias", False)
         scale = config.number("query_pre_attn_scalar", 256) ** -0.5
@@ -135,7 +132,8 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         kinds = layer_kinds(config, w.layers)
         blocks: list[nn.Module] = []
         for index, kind in enumerate(kinds):
-            attention = w.attention(
+            attention = RotaryAttention(
+                w,
                 index,
                 qkv_bias=bias,
                 o_bias=bias,
@@ -155,25 +153,9 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         self.embed_scale = float(np.float32(math.sqrt(w.hidden)))
         cap = config.get("final_logit_softcapping")
         self.logit_softcap = None if cap is None else float(cap)
-        norm = OffsetRMSNorm(w.hidden, w.eps)
-        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries=rotaries, tied_by_default=True)
+        self._declare(config, w, blocks, norm=OffsetRMSNorm(w.hidden, w.eps), rotaries=rotaries)
 
 
-def gemma3_keymap(config: HFConfig) -> KeyMap:
-    """The table from transformers' Gemma3ForCausalLM names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
-    return decoder_keymap(config, LAYER_ROWS, tied_by_default=True)
+FAMILY = decoder_family("gemma3", Gemma3ForCausalLM, LAYER_ROWS)
 
-
-def _build(config: HFConfig) -> nn.Module:
-    return Gemma3ForCausalLM(config)
-
-
-FAMILY = Family(
-    name="gemma3",
-    model_types=("gemma3_text",),
-    architectures=("Gemma3ForCausalLM",),
-    build=_build,
-    keymap=gemma3_keymap,
-)
-
-__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "gemma3_keymap", "layer_kinds"]
+__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "layer_kinds"]

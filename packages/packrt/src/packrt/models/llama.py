@@ -72,6 +72,23 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     return inv_freq
 
 
+def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
+    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
+
+    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
+    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
+    derive ``layer_types`` from).
+    """
+    types = config.get("layer_types")
+    if types is None:
+        limit = config.integer("max_window_layers", 28)
+        sliding = config.flag("use_sliding_window", False) and window is not None
+        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
+    return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+
 @dataclass(frozen=True)
 class LlamaGeometry:
     """What config.json says about a llama / qwen2 / mistral model, checked."""
@@ -105,14 +122,7 @@ class LlamaGeometry:
         bias = config.flag("attention_bias", False)
         window = config.optional_int("sliding_window")
         if model_type == "qwen2":
-            types = config.get("layer_types")
-            if types is None:
-                limit = config.integer("max_window_layers", 28)
-                sliding = config.flag("use_sliding_window", False) and window is not None
-                types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
-            if not isinstance(types, list) or len(types) != layers:
-                raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
-            windows = tuple(window if kind == "sliding_attention" else None for kind in types)
+            windows = layer_windows(config, layers, window)
         else:
             windows = (window if model_type == "mistral" else None,) * layers
         return cls(
@@ -198,6 +208,19 @@ class LlamaLayer(nn.Module):
         return out
 
 
+def declare_decoder_stack(
+    model: nn.Module, vocab: int, hidden: int, layers: list[nn.Module], norm: nn.Module, tied: bool
+) -> None:
+    """``model.embed``, ``.layers``, ``.norm`` and ``.lm_head`` (bias-free) of a decoder LM, declared in
+    that order (the order its state_dict lists them); a ``tied`` head is the embedding's Parameter itself."""
+    model.embed = nn.Embedding(vocab, hidden)
+    model.layers = nn.ModuleList(layers)
+    model.norm = norm
+    model.lm_head = nn.Linear(hidden, vocab, bias=False)
+    if tied:
+        model.lm_head.weight = model.embed.weight
+
+
 class LlamaForCausalLM(CausalLM):
     """A llama / qwen2 / mistral causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab).
 
@@ -215,12 +238,8 @@ class LlamaForCausalLM(CausalLM):
         self.vocab = g.vocab
         self.pad_token_id = g.pad_token_id
         self.rotary = RotaryTables(rope_frequencies(config, g.head_dim))
-        self.embed = nn.Embedding(g.vocab, g.hidden)
-        self.layers = nn.ModuleList([LlamaLayer(g, i) for i in range(g.layers)])
-        self.norm = nn.RMSNorm(g.hidden, eps=g.eps)
-        self.lm_head = nn.Linear(g.hidden, g.vocab, bias=False)
-        if g.tied:
-            self.lm_head.weight = self.embed.weight
+        layers: list[nn.Module] = [LlamaLayer(g, i) for i in range(g.layers)]
+        declare_decoder_stack(self, g.vocab, g.hidden, layers, nn.RMSNorm(g.hidden, eps=g.eps), g.tied)
 
     def _name(self) -> str:
         return f"{type(self).__name__}({self.geometry.model_type})"
@@ -292,6 +311,8 @@ __all__ = [
     "LlamaLayer",
     "RotaryTables",
     "SwiGLU",
+    "declare_decoder_stack",
+    "layer_windows",
     "llama_keymap",
     "rope_frequencies",
 ]

@@ -17,15 +17,20 @@ Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.w
 from __future__ import annotations
 
 from packrt import nn
-from packrt.models.decoder_blocks import DecoderWidths, GatedMLP, PreNormLayer, RotaryDecoderLM, decoder_keymap
+from packrt.models.decoder_blocks import (
+    PRE_NORM_ROWS,
+    DecoderWidths,
+    GatedMLP,
+    PreNormLayer,
+    RotaryAttention,
+    RotaryDecoderLM,
+    decoder_family,
+)
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import Family, KeyMap
-from packrt.models.llama import RotaryTables, rope_frequencies
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
-    ("input_layernorm.weight", "attention_norm.weight"),
-    ("post_attention_layernorm.weight", "mlp_norm.weight"),
+    *PRE_NORM_ROWS,
     ("self_attn.qkv_proj.weight", "attention.qkv_proj.weight"),
     ("self_attn.o_proj.weight", "attention.o_proj.weight"),
     ("mlp.gate_up_proj.weight", "mlp.gate_up.weight"),
@@ -34,41 +39,21 @@ LAYER_ROWS: tuple[tuple[str, str], ...] = (
 
 
 class Phi3ForCausalLM(RotaryDecoderLM):
-    """A Phi-3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Phi-3's causal LM: llama's with one fused qkv and one fused gate/up projection (see the module docstring)."""
 
     model_type = "phi3"
 
     def __init__(self, config: HFConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         w = DecoderWidths.read(config, eps=1e-5)
         window = config.optional_int("sliding_window")
         blocks: list[nn.Module] = []
         for index in range(w.layers):
             mlp = GatedMLP(w.hidden, w.intermediate, nn.SiLU(), fused=True)
-            blocks.append(PreNormLayer(w.attention(index, fused=True, window=window), mlp, w.hidden, w.eps))
-        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
-        norm = nn.RMSNorm(w.hidden, eps=w.eps)
-        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
+            blocks.append(PreNormLayer(RotaryAttention(w, index, fused=True, window=window), mlp, w.hidden, w.eps))
+        self._declare(config, w, blocks)
 
 
-def phi3_keymap(config: HFConfig) -> KeyMap:
-    """The table from transformers' Phi-3 names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
-    return decoder_keymap(config, LAYER_ROWS)
+FAMILY = decoder_family("phi3", Phi3ForCausalLM, LAYER_ROWS)
 
-
-def _build(config: HFConfig) -> nn.Module:
-    return Phi3ForCausalLM(config)
-
-
-FAMILY = Family(
-    name="phi3",
-    model_types=("phi3",),
-    architectures=("Phi3ForCausalLM",),
-    build=_build,
-    keymap=phi3_keymap,
-)
-
-__all__ = ["FAMILY", "LAYER_ROWS", "Phi3ForCausalLM", "phi3_keymap"]
+__all__ = ["FAMILY", "LAYER_ROWS", "Phi3ForCausalLM"]

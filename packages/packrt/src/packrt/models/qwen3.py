@@ -20,73 +20,51 @@ from functools import partial
 
 from packrt import nn
 from packrt.models.decoder_blocks import (
+    ATTENTION_ROWS,
+    GATED_MLP_ROWS,
+    HEAD_NORM_ROWS,
+    PRE_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
     PreNormLayer,
+    RotaryAttention,
     RotaryDecoderLM,
-    decoder_keymap,
-    layer_windows,
+    decoder_family,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.keymap import Family, KeyMap
-from packrt.models.llama import RotaryTables, rope_frequencies
+from packrt.models.llama import layer_windows
 
 HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
 
-_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj")
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
-    ("input_layernorm.weight", "attention_norm.weight"),
-    ("post_attention_layernorm.weight", "mlp_norm.weight"),
-    *((f"self_attn.{p}.{kind}", f"attention.{p}.{kind}") for p in _PROJECTIONS for kind in ("weight", "bias")),
-    ("self_attn.q_norm.weight", "attention.q_norm.weight"),
-    ("self_attn.k_norm.weight", "attention.k_norm.weight"),
-    ("mlp.gate_proj.weight", "mlp.gate.weight"),
-    ("mlp.up_proj.weight", "mlp.up.weight"),
-    ("mlp.down_proj.weight", "mlp.down.weight"),
+    *PRE_NORM_ROWS,
+    *ATTENTION_ROWS,
+    *HEAD_NORM_ROWS,
+    *GATED_MLP_ROWS,
 )
 
 
 class Qwen3ForCausalLM(RotaryDecoderLM):
-    """A Qwen3 causal LM: ``model(input_ids)`` gives logits (batch, seq, vocab); see :class:`CausalLM`.
-
-    Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked.
-    """
+    """Qwen3's causal LM: llama's with an RMSNorm over each query and key head (see the module docstring)."""
 
     model_type = "qwen3"
 
     def __init__(self, config: HFConfig) -> None:
-        super().__init__()
+        super().__init__(config)
         w = DecoderWidths.read(config, head_dim=HEAD_DIM)
         bias = config.flag("attention_bias", False)
         window = config.optional_int("sliding_window") if config.flag("use_sliding_window", False) else None
         windows = layer_windows(config, w.layers, window)
         blocks: list[nn.Module] = []
         for index in range(w.layers):
-            attention = w.attention(
-                index, qkv_bias=bias, o_bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
+            attention = RotaryAttention(
+                w, index, qkv_bias=bias, o_bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
             )
             blocks.append(PreNormLayer(attention, GatedMLP(w.hidden, w.intermediate, nn.SiLU()), w.hidden, w.eps))
-        rotary = RotaryTables(rope_frequencies(config, w.head_dim))
-        norm = nn.RMSNorm(w.hidden, eps=w.eps)
-        self._declare(config, hidden=w.hidden, layers=blocks, norm=norm, rotaries={"default": rotary})
+        self._declare(config, w, blocks)
 
 
-def qwen3_keymap(config: HFConfig) -> KeyMap:
-    """The table from transformers' Qwen3 names to packrt's (:data:`LAYER_ROWS` and the shared rows)."""
-    return decoder_keymap(config, LAYER_ROWS)
+FAMILY = decoder_family("qwen3", Qwen3ForCausalLM, LAYER_ROWS)
 
-
-def _build(config: HFConfig) -> nn.Module:
-    return Qwen3ForCausalLM(config)
-
-
-FAMILY = Family(
-    name="qwen3",
-    model_types=("qwen3",),
-    architectures=("Qwen3ForCausalLM",),
-    build=_build,
-    keymap=qwen3_keymap,
-)
-
-__all__ = ["FAMILY", "HEAD_DIM", "LAYER_ROWS", "Qwen3ForCausalLM", "qwen3_keymap"]
+__all__ = ["FAMILY", "HEAD_DIM", "LAYER_ROWS", "Qwen3ForCausalLM"]

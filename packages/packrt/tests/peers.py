@@ -1,0 +1,127 @@
+"""Tiny random transformers models, and the comparisons that hold what packrt serves from them to transformers.
+
+Shared by the tests of from_pretrained against transformers (save_pretrained directories and GGUF files):
+a tiny model of a family's config, the directory it is saved to, its logits, and the generation checks
+(greedy tokens, and a left-padded batch stopped by an eos) that packrt must pass token for token.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+import packrt
+
+VOCAB = 97
+# hidden 32, two layers: the size of the tiny models of most families' tests
+SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
+NO_SPECIAL_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+
+
+def encoder_fields(pad: int, **fields: Any) -> dict[str, Any]:
+    """A tiny BERT-family config's fields: :data:`SMALL`'s widths, :data:`VOCAB` ids, 40 positions, weights
+    drawn wide (``initializer_range`` 0.3) and padding id ``pad`` (roberta counts positions from it);
+    ``fields`` on top."""
+    return {
+        **SMALL,
+        "vocab_size": VOCAB,
+        "max_position_embeddings": 40,
+        "initializer_range": 0.3,
+        "pad_token_id": pad,
+        **fields,
+    }
+
+
+def tiny_model(transformers: ModuleType, config_class: str, model_class: str, **fields: Any) -> Any:
+    """A random transformers ``model_class`` of ``config_class(**fields)``, in eval mode.
+
+    Its weights are drawn wide (``initializer_range`` 0.3 unless ``fields`` gives one), which keeps the
+    logits far apart so greedy decoding is a sharp test, and it has no bos/eos/pad token unless ``fields``
+    names one, so every generation step runs.
+    """
+    config = getattr(transformers, config_class)(**{"initializer_range": 0.3, **NO_SPECIAL_TOKENS, **fields})
+    return getattr(transformers, model_class)(config).eval()
+
+
+def save(model: Any, directory: Path, **save_args: Any) -> tuple[Path, Any]:
+    """(directory, model) once ``model`` is saved there with safetensors (``save_args``: save_pretrained's)."""
+    model.save_pretrained(directory, safe_serialization=True, **save_args)
+    return directory, model
+
+
+def padded_batch(seed: int, pad: int, vocab: int = VOCAB) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """ids, attention_mask and token types of an encoder batch of three rows of 12: a full row, a
+    right-padded one and a left-padded one (padding holds ``pad``; ids drawn from 3 up); the type is 1
+    from position 6 on."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, vocab, (3, 12)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, :4] = 0
+    ids[mask == 0] = pad
+    types = (np.arange(12)[None, :] >= 6).astype(np.int64).repeat(3, axis=0)
+    return ids, mask, types
+
+
+def perturb_norms(torch: ModuleType, model: Any) -> None:
+    """Every norm weight of ``model`` moved off its init, so a norm read as ``w`` instead of ``1 + w``, or
+    skipped, shows in the outputs."""
+    with torch.no_grad():
+        for name, tensor in model.state_dict().items():
+            if "norm" in name:
+                tensor.add_(0.3 * torch.randn_like(tensor))
+
+
+def logits(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """transformers' float32 logits of ``model`` for ``ids`` (and ``attention_mask``, when given)."""
+    kwargs = {} if mask is None else {"attention_mask": torch.from_numpy(mask)}
+    with torch.no_grad():
+        out: np.ndarray = model(torch.from_numpy(ids), **kwargs).logits.float().numpy()
+    return out
+
+
+def max_logits_diff(torch: ModuleType, model: Any, reference: Any, ids: np.ndarray) -> float:
+    """The largest absolute difference between packrt's logits (``model``) and transformers' (``reference``)."""
+    return float(np.abs(model(packrt.from_numpy(ids)).numpy() - logits(torch, reference, ids)).max())
+
+
+def masked_max_diff(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray) -> float:
+    """The largest absolute difference over the positions ``mask`` keeps (padding is not compared)."""
+    return float(np.abs(ours - theirs)[mask.astype(bool)].max())
+
+
+def assert_greedy_matches(
+    torch: ModuleType, model: Any, reference: Any, ids: np.ndarray, new_tokens: int, **options: Any
+) -> np.ndarray:
+    """packrt's ``new_tokens`` greedy tokens after ``ids`` (``options``: generate's) are transformers', token
+    for token; returns them."""
+    ours: np.ndarray = model.generate(packrt.from_numpy(ids), new_tokens, **options).numpy()
+    with torch.no_grad():
+        theirs = reference.generate(torch.from_numpy(ids), max_new_tokens=new_tokens, do_sample=False).numpy()
+    np.testing.assert_array_equal(ours, theirs)
+    return ours
+
+
+def assert_eos_generation_matches(
+    torch: ModuleType, model: Any, reference: Any, ids: np.ndarray, mask: np.ndarray, eos_at: int
+) -> None:
+    """On a padded batch, with the eos set to the token the first row emits at column ``eos_at`` when no eos
+    is set (so that row stops early) and pad id 0, packrt's 10 new tokens are transformers'."""
+    free = model.generate(packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask)).numpy()
+    eos = int(free[0, eos_at])
+    ours = model.generate(
+        packrt.from_numpy(ids), 10, attention_mask=packrt.from_numpy(mask), eos_token_id=eos, pad_token_id=0
+    ).numpy()
+    with torch.no_grad():
+        theirs = reference.generate(
+            torch.from_numpy(ids),
+            attention_mask=torch.from_numpy(mask),
+            max_new_tokens=10,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=0,
+        ).numpy()
+    np.testing.assert_array_equal(ours, theirs)
