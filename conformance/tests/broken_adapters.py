@@ -19,3 +19,27 @@ class DevicePinned(TorchAdapter):
         layer = self._torch.nn.Linear(in_features, out_features, bias=bias, device="cpu")
         layer.requires_grad_(False)
         return layer
+
+
+def _without(member: str) -> type:
+    """The torch adapter's class with ``member`` taken out (the class body, not an override)."""
+    body = {k: v for k, v in vars(TorchAdapter).items() if k not in (member, "__dict__", "__weakref__")}
+    return type(f"TorchWithout_{member}", (), body)
+
+
+NoRawBytes = _without("raw_bytes")
+
+
+class TensorWithoutDtype(TorchAdapter):
+    """tensor() that cannot take the dtype the suite passes."""
+
+    def tensor(self, data: Any) -> Any:  # type: ignore[override]
+        return super().tensor(data)
+
+
+class ClaimsPacking(TorchAdapter):
+    """Declares packing (and dtype names in to()), which torch does not have."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        self.capabilities = self.capabilities | {"packing", "dtype-names"}
