@@ -158,6 +158,7 @@ _META_FIX = "build layers so an enclosing meta_init() applies, or drop the 'meta
 
 # -- capability probes: each calls what the capability promises ------------------------------------
 def _probe_packing(impl: Adapter) -> None:
+    """A Linear's first forward; then is_packed(layer) must be True."""
     layer = impl.linear(2, 3)
     layer(impl.tensor([[1.0, 2.0]]))
     if not impl.is_packed(layer):
@@ -165,6 +166,7 @@ def _probe_packing(impl: Adapter) -> None:
 
 
 def _probe_residency(impl: Adapter) -> None:
+    """load_state_dict(..., weight_residency='packed') on a Linear."""
     layer = impl.linear(2, 3)
     layer.load_state_dict(
         {"weight": impl.tensor([[1.0, 2.0]] * 3), "bias": impl.tensor([0.0] * 3)}, weight_residency="packed"
@@ -172,12 +174,14 @@ def _probe_residency(impl: Adapter) -> None:
 
 
 def _probe_dtype_names(impl: Adapter) -> None:
+    """linear(...).to('half'); the weight must read back float16."""
     layer = impl.linear(2, 3).to("half")
     if impl.dtype_name(layer.weight) != "float16":
         raise AssertionError(f"to('half') left the weight {impl.dtype_name(layer.weight)}")
 
 
 def _probe_datatype_enum(impl: Adapter) -> None:
+    """linear(...).to(datatype('float16')); the weight must read back float16."""
     layer = impl.linear(2, 3).to(impl.datatype("float16"))
     if impl.dtype_name(layer.weight) != "float16":
         raise AssertionError(f"to(DataType float16) left the weight {impl.dtype_name(layer.weight)}")
@@ -189,11 +193,13 @@ def _meta_layer(impl: Adapter) -> Any:
 
 
 def _probe_meta_init(impl: Adapter) -> None:
+    """linear() inside meta_init(); has_storage(weight) must be False."""
     if impl.has_storage(_meta_layer(impl).weight):
         raise AssertionError("a layer built inside meta_init() holds real storage")
 
 
 def _probe_storage_free_to_empty(impl: Adapter) -> None:
+    """A meta-init Linear's to_empty(device=adapter.device); the weight must stay storage-free."""
     layer = _meta_layer(impl)
     layer.to_empty(device=impl.device)
     if impl.has_storage(layer.weight):
@@ -201,17 +207,21 @@ def _probe_storage_free_to_empty(impl: Adapter) -> None:
 
 
 def _probe_cuda(impl: Adapter) -> None:
+    """linear(...).cuda(); the weight's device must start with 'cuda'."""
     layer = impl.linear(2, 3).cuda()
     if not impl.device_of(layer.weight).startswith("cuda"):
         raise AssertionError(f"cuda() left the weight on {impl.device_of(layer.weight)}")
 
 
 def _probe_bfloat16(impl: Adapter) -> None:
+    """tensor([1.0], 'bfloat16'); dtype_name must read 'bfloat16'."""
     if impl.dtype_name(impl.tensor([1.0], "bfloat16")) != "bfloat16":
         raise AssertionError("a bfloat16 tensor reads back under another dtype")
 
 
 def _probe_extra_state(impl: Adapter) -> None:
+    """A Module subclass defining get_extra_state; state_dict must hold '_extra_state'."""
+
     class WithState(impl.nn.Module):  # type: ignore[name-defined,misc]
         def get_extra_state(self) -> Any:
             return {"seen": 1}
@@ -224,6 +234,7 @@ def _probe_extra_state(impl: Adapter) -> None:
 
 
 def _probe_forward_hooks(impl: Adapter) -> None:
+    """A pre-hook and a forward hook on a Linear; a call must run both, in that order."""
     layer = impl.linear(2, 3)
     seen: list[str] = []
     layer.register_forward_pre_hook(lambda mod, args: seen.append("pre"))
@@ -234,10 +245,12 @@ def _probe_forward_hooks(impl: Adapter) -> None:
 
 
 def _probe_quantized_layers(impl: Adapter) -> None:
+    """quantized_linear(4, 4) must build."""
     impl.quantized_linear(4, 4)
 
 
 def _probe_transactional_load(impl: Adapter) -> None:
+    """A load with a wrongly shaped bias must raise and leave the weight as it was."""
     layer = impl.linear(2, 3)
     before = impl.to_numpy(layer.weight).tolist()
     try:
