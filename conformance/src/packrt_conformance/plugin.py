@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,20 +28,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
+
+from packrt_conformance import __version__
+from packrt_conformance.adapter import Adapter, AdapterError
+from packrt_conformance.adapters import load_adapter
+from packrt_conformance.clauses import CAPABILITIES, Clause, Registry, load_registry
+from packrt_conformance.expectations import Expectations, ExpectationsError, load_expectations
+from packrt_conformance.report import ClauseResult, build_report, count_line, render_markdown
 
 # The suite's helper modules hold assertions too: rewritten, a failing one prints the values it
 # compared (the test_*.py modules themselves are rewritten as pytest collects them).
-pytest.register_assert_rewrite("packrt_conformance.suite")
-
-from hypothesis import settings  # noqa: E402
-from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
-
-from packrt_conformance import __version__  # noqa: E402
-from packrt_conformance.adapter import Adapter, AdapterError  # noqa: E402
-from packrt_conformance.adapters import load_adapter  # noqa: E402
-from packrt_conformance.clauses import CAPABILITIES, Clause, Registry, load_registry  # noqa: E402
-from packrt_conformance.expectations import Expectations, ExpectationsError, load_expectations  # noqa: E402
-from packrt_conformance.report import ClauseResult, build_report, count_line, render_markdown  # noqa: E402
+# (Already imported, as when a caller's own process loaded the suite's tables first, it stays as it is.)
+if "packrt_conformance.suite" not in sys.modules:
+    pytest.register_assert_rewrite("packrt_conformance.suite")
 
 __all__ = ["DEFAULT_MAX_EXAMPLES", "HYPOTHESIS_PROFILE", "ConformanceState", "shipped_expectations"]
 
