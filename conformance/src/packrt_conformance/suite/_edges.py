@@ -95,6 +95,15 @@ EDGES: dict[str, Edges] = {
         },
         ("plain parameter", "buffer", "layer weight (float values; int64 on the copy road)"),
     ),
+    "load_state_dict (weight_residency)": Edges(
+        "load_state_dict.residency-matrix",
+        {
+            "weight_residency": ("packed", "borrowed", "auto", "per_call"),
+            "assign": (True, False),
+            "dtype": ("float32", "float64", "float16", "int64"),
+        },
+        ("plain parameter", "layer weight and bias (float values; int64 on the copy road)"),
+    ),
     "register_forward_hook": Edges(
         "register_forward_hook.keyword-matrix",
         {

@@ -200,6 +200,26 @@ def test_keyword_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]
         assert root.gain is held["gain"] and values_equal(impl, root.gain, _BEFORE["gain"])
 
 
+@pytest.mark.parametrize("values", cases("load_state_dict (weight_residency)"))
+def test_residency_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]) -> None:
+    residency, assign, dtype = values["weight_residency"], values["assign"], values["dtype"]
+    root = _load_tree(impl)
+    layer_dtype = "float32" if assign and dtype == "int64" else dtype
+    ckpt = {k: impl.tensor(v, layer_dtype if k.startswith("proj.") else dtype) for k, v in _VALUES.items()}
+    result = root.load_state_dict(ckpt, assign=assign, weight_residency=residency)
+    assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], [])
+    now = root.state_dict()
+    for key, value in ckpt.items():
+        assert values_equal(impl, now[key], _VALUES[key]), f"{key} reads back the checkpoint's values"
+        want = impl.dtype_name(value) if assign else "float32"
+        assert impl.dtype_name(now[key]) == want, (
+            f"{key}: {'assign takes the incoming' if assign else 'a copy keeps the'} dtype"
+        )
+    x = impl.tensor([[1.0, -1.0]], impl.dtype_name(root.proj.weight))
+    out = impl.to_numpy(root.proj(x))
+    assert out.tolist() == [[7.0 - 8.0 + 9.0]], f"{residency}: the layer computes x W^T + b from the loaded values"
+
+
 # -- hooks -------------------------------------------------------------------------------------
 def _hooked_module(impl: Adapter, raises: bool) -> Any:
     class Affine(impl.nn.Module):  # type: ignore[name-defined,misc]
