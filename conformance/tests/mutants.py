@@ -725,7 +725,7 @@ class TensorWalksDedupSharedChildren:
 
 @mutant(
     "copy-load-skips-integers",
-    {"load_state_dict.copy.integer-into-float", "load_state_dict.keyword-matrix"},
+    {"load_state_dict.residency-matrix", "load_state_dict.copy.integer-into-float", "load_state_dict.keyword-matrix"},
     "test_load",
     "test_edges",
 )
