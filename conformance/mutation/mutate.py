@@ -264,11 +264,30 @@ def _preflight(root: Path) -> None:
             raise SystemExit(f"a package on PYTHONPATH does not shadow the installed packrt_core ({probe.stdout})")
 
 
+def draw_seed(given: int | None) -> int:
+    """``given``, or a fresh seed: each run samples anew unless asked, so nobody tunes the suite to
+    one sample (the seed is printed and recorded, so any sample can be rerun)."""
+    return given if given is not None else random.SystemRandom().randrange(1, 2**31)
+
+
+def kill_rates(entries: list[dict[str, Any]]) -> tuple[float, int, float, int]:
+    """(rate, count) over every non-equivalent mutant run, and over the contract-relevant ones: those
+    less the survivors ``equivalent.toml``'s ``[[outside_contract]]`` table records (a change no page
+    describes: packrt's own API, diagnostics, messages). Killed and timed-out mutants count as killed;
+    equivalent and not-run ones count in neither."""
+    killed = sum(1 for e in entries if e["outcome"] in ("killed", "timeout"))
+    survived = [e for e in entries if e["outcome"] == "survived"]
+    outside = sum(1 for e in survived if str(e.get("classified", "")).startswith("outside the contract"))
+    decided = killed + len(survived)
+    relevant = decided - outside
+    return (killed / decided if decided else 1.0), decided, (killed / relevant if relevant else 1.0), relevant
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=HERE.parents[1], help="the repository root")
     parser.add_argument("--sample", type=int, default=300, help="mutants drawn per run")
-    parser.add_argument("--seed", type=int, default=None, help="sample seed (default: today's date)")
+    parser.add_argument("--seed", type=int, default=None, help="sample seed (default: a fresh one each run, printed)")
     parser.add_argument("--budget-s", type=float, default=1200.0, help="stop starting mutants after this long")
     parser.add_argument("--timeout-s", type=float, default=120.0, help="one suite run longer than this is killed")
     parser.add_argument("--jobs", type=int, default=max(1, os.cpu_count() or 1))
@@ -283,13 +302,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.id} {s.file}:{s.line} {s.function} {s.operator}: {s.original} -> {s.mutated}")
         return 0
     today = _dt.date.today()
-    seed = args.seed if args.seed is not None else int(today.strftime("%Y%m%d"))
+    seed = draw_seed(args.seed)
+    if not args.ids:
+        print(f"seed {seed}: {min(args.sample, len(sites))} of {len(sites)} sites (rerun this sample: --seed {seed})")
     if args.ids:
         chosen = [s for s in sites if s.id in set(args.ids)]
     else:
         chosen = random.Random(seed).sample(sites, min(args.sample, len(sites)))
     equivalent = load_equivalent()
     device_only = load_equivalent(table="device_only")
+    outside = load_equivalent(table="outside_contract")
     _preflight(root)
     deadline = time.monotonic() + args.budget_s
     results: dict[str, dict[str, Any]] = {}
@@ -305,6 +327,8 @@ def main(argv: list[str] | None = None) -> int:
             entry.update(outcome=outcome, seconds=seconds)
             if outcome == "survived" and site.id in device_only:
                 entry["classified"] = f"device only: {device_only[site.id]}"
+            elif outcome == "survived" and site.id in outside:
+                entry["classified"] = f"outside the contract: {outside[site.id]}"
         results[site.id] = entry
         print(f"{entry['outcome']:>10} {site.id} {site.file}:{site.line} {site.operator}: {site.original!r:.60}")
 
@@ -314,8 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: dict[str, int] = {}
     for entry in ordered:
         counts[entry["outcome"]] = counts.get(entry["outcome"], 0) + 1
-    decided = counts.get("killed", 0) + counts.get("timeout", 0) + counts.get("survived", 0)
-    rate = (counts.get("killed", 0) + counts.get("timeout", 0)) / decided if decided else 1.0
+    rate, decided, contract_rate, relevant = kill_rates(ordered)
     report = {
         "format": "packrt-conformance-mutants",
         "format_version": 1,
@@ -327,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         "files": [f"{p}/{r}" for _, p, r in TARGETS],
         "counts": counts,
         "kill_rate_non_equivalent": round(rate, 4),
+        "kill_rate_contract_relevant": round(contract_rate, 4),
+        "contract_relevant": relevant,
         "survivors": [e for e in ordered if e["outcome"] == "survived"],
         "unclassified_survivors": [e["id"] for e in ordered if e["outcome"] == "survived" and "classified" not in e],
         "mutants": ordered,
@@ -335,7 +360,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     unclassified = len(report["unclassified_survivors"])
-    print(f"{counts}; kill rate of non-equivalent mutants {rate:.1%} over {decided}; report {out}")
+    print(f"seed {seed}; {counts}; report {out}")
+    print(f"kill rate: {rate:.1%} of {decided} non-equivalent mutants, ", end="")
+    print(f"{contract_rate:.1%} of {relevant} contract-relevant")
     print(f"{unclassified} survivors not reviewed yet: kill each with a test or record it in equivalent.toml")
     return 0
 

@@ -63,6 +63,15 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
 @mutant(
     "walk-order-reversed",
     {
+        "buffers.recurse-matrix",
+        "named_buffers.keyword-matrix",
+        "named_buffers.remove-duplicate-false-shared-child",
+        "named_modules.keyword-matrix",
+        "named_modules.recurse",
+        "named_parameters.keyword-matrix",
+        "named_parameters.remove-duplicate-false-shared-child",
+        "parameters.recurse-matrix",
+        "state_dict.keyword-matrix",
         "module.order.walks",
         "named_parameters.order",
         "named_buffers.order",
@@ -87,6 +96,7 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
     },
     "test_walks",
     "test_state_dict",
+    "test_edges",
 )
 class WalkOrderReversed:
     """Children are visited in reverse registration order, by every walk built on the tree."""
@@ -106,6 +116,12 @@ class _NewestFirst(dict[str, Any]):
 @mutant(
     "dedup-off",
     {
+        "buffers.recurse-matrix",
+        "named_buffers.keyword-matrix",
+        "named_buffers.remove-duplicate-false-shared-child",
+        "named_parameters.keyword-matrix",
+        "named_parameters.remove-duplicate-false-shared-child",
+        "parameters.recurse-matrix",
         "module.dedup.walks",
         "named_parameters.shared-first-name",
         "parameters.shared-once",
@@ -114,6 +130,7 @@ class _NewestFirst(dict[str, Any]):
     },
     "test_walks",
     "test_state_dict",
+    "test_edges",
 )
 class DedupOff:
     """A tensor reachable under several names is listed under every one of them."""
@@ -135,12 +152,19 @@ class DedupOff:
 @mutant(
     "remove-duplicate-ignored",
     {
+        "named_buffers.keyword-matrix",
+        "named_buffers.remove-duplicate-false-shared-child",
+        "named_modules.keyword-matrix",
+        "named_modules.recurse",
+        "named_parameters.keyword-matrix",
+        "named_parameters.remove-duplicate-false-shared-child",
         "named_parameters.remove-duplicate-false",
         "named_buffers.remove-duplicate",
         "named_modules.remove-duplicate-false",
         "named_modules.recurse-false-once",
     },
     "test_walks",
+    "test_edges",
 )
 class RemoveDuplicateIgnored:
     """``remove_duplicate=False`` is ignored: a shared tensor or module is always listed once."""
@@ -165,11 +189,13 @@ class RemoveDuplicateIgnored:
 @mutant(
     "always-call-ignored",
     {
+        "register_forward_hook.keyword-matrix",
         "register_forward_hook.always-call",
         "register_forward_hook.always-call-order",
         "register_forward_hook.always-call-with-kwargs",
     },
     "test_hooks",
+    "test_edges",
 )
 class HooksSkippedOnRaise:
     """``always_call=True`` is dropped: no forward hook runs when forward raises."""
@@ -182,6 +208,8 @@ class HooksSkippedOnRaise:
 @mutant(
     "prepend-ignored",
     {
+        "register_forward_hook.keyword-matrix",
+        "register_forward_pre_hook.keyword-matrix",
         "register_forward_hook.prepend",
         "register_forward_hook.registration-order",
         "register_forward_pre_hook.prepend",
@@ -189,6 +217,7 @@ class HooksSkippedOnRaise:
         "register_forward_hook.always-call-order",  # a prepended always_call hook runs first there too
     },
     "test_hooks",
+    "test_edges",
 )
 class PrependIgnored:
     """``prepend=True`` is dropped: every hook joins the end of its registry."""
@@ -202,7 +231,12 @@ class PrependIgnored:
         return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
 
 
-@mutant("pre-hook-one-tuple-missing", {"register_forward_pre_hook.single-value-wrapped"}, "test_hooks")
+@mutant(
+    "pre-hook-one-tuple-missing",
+    {"register_forward_pre_hook.falsy-value-replaces-args", "register_forward_pre_hook.single-value-wrapped"},
+    "test_hooks",
+    "test_edges",
+)
 class PreHookResultNotWrapped:
     """A pre-hook's non-tuple result is used as the argument tuple itself (``forward(*result)``)."""
 
@@ -221,7 +255,7 @@ class PreHookResultNotWrapped:
 
 
 # -- registration and placement --------------------------------------------------------------------
-@mutant("buffer-flag-ignored", {"register_buffer.buffer-flag-wins"}, "test_registration")
+@mutant("buffer-flag-ignored", {"register_buffer.buffer-flag-wins"}, "test_registration", "test_edges")
 class BufferFlagIgnored:
     """register_buffer's ``persistent`` argument decides even when handed a Buffer with its own flag."""
 
@@ -253,6 +287,7 @@ class BufferFlagIgnored:
         "to.returns-self",
     },
     "test_placement",
+    "test_edges",
 )
 class IntegerBuffersCast:
     """A dtype cast reaches integer and bool tensors too, not only floating-point ones."""
@@ -271,11 +306,13 @@ class IntegerBuffersCast:
 @mutant(
     "strict-ignored",
     {
+        "load_state_dict.keyword-matrix",
         "load_state_dict.strict.raises",
         "load_state_dict.strict.runtime-error-lists-keys",
         "load_state_dict.missing-extra-state",  # strict=True must refuse missing extra state too
     },
     "test_load",
+    "test_edges",
 )
 class StrictIgnored:
     """``strict=True`` is treated as ``strict=False``: key mismatches come back, never raise."""
@@ -284,7 +321,12 @@ class StrictIgnored:
         return super().load_state_dict(state_dict, False, *args, **kwargs)  # type: ignore[misc]  # the fault
 
 
-@mutant("non-transactional-load", {"load_state_dict.failed-load-leaves-module-unchanged"}, "test_load")
+@mutant(
+    "non-transactional-load",
+    {"load_state_dict.keyword-matrix", "load_state_dict.failed-load-leaves-module-unchanged"},
+    "test_load",
+    "test_edges",
+)
 class NonTransactionalLoad:
     """A copy load writes each key in turn before the whole checkpoint is checked, so a load that
     fails on a later key has already changed the tensors of the earlier ones."""
@@ -337,7 +379,12 @@ class MissingKeysBuffersFirst:
         return _incompatible(result, first, list(result.unexpected_keys))
 
 
-@mutant("missing-extra-state-unreported", {"load_state_dict.missing-extra-state"}, "test_load", "test_state_dict")
+@mutant(
+    "missing-extra-state-unreported",
+    {"load_state_dict.missing-extra-state"},
+    "test_load",
+    "test_state_dict",
+)
 class MissingExtraStateUnreported:
     """A missing extra-state key is neither reported nor refused: only tensor keys count."""
 
@@ -417,6 +464,7 @@ class _FaultyRemoval:
 @mutant(
     "remove-clears-registry",
     {
+        "register_forward_hook.same-function-twice",
         "register_forward_hook.remove-own-only",
         "register_forward_hook.remove-keeps-the-rest",
         "register_forward_pre_hook.remove-own-only",
@@ -491,7 +539,11 @@ class BufferUnderPlainAttribute:
 
 
 # -- a shared child ------------------------------------------------------------------------------
-@mutant("shared-child-second-name-ignored", {"load_state_dict.shared-child-second-name"}, "test_load")
+@mutant(
+    "shared-child-second-name-ignored",
+    {"load_state_dict.shared-child-second-name"},
+    "test_load",
+)
 class SharedChildSecondNameIgnored:
     """A child held under two names is loaded under its first name only: keys under the second are unexpected."""
 
@@ -633,6 +685,98 @@ class RevisionSwitchIgnored(Mutant):
         self.revision = revision  # the fault: packrt.contract_revision(revision) is never called
 
 
+# -- the edges a fresh mutation campaign found unguarded (issue 27) ----------------------------------
+@mutant(
+    "register-parameter-name-unchecked",
+    {"register_parameter.existing-name-refused"},
+    "test_registration",
+)
+class RegisterParameterNameUnchecked:
+    """register_parameter files over a plain attribute, a buffer or a child instead of refusing."""
+
+    def register_parameter(self, name: str, param: Any) -> None:
+        self._parameters[name] = param  # type: ignore[attr-defined]
+
+
+@mutant(
+    "tensor-walks-dedup-shared-children",
+    {
+        "named_parameters.remove-duplicate-false-shared-child",
+        "named_buffers.remove-duplicate-false-shared-child",
+        "named_parameters.keyword-matrix",
+        "named_buffers.keyword-matrix",
+    },
+    "test_walks",
+    "test_edges",
+)
+class TensorWalksDedupSharedChildren:
+    """With remove_duplicate=False the tensor walks still visit a child filed twice only once
+    (its tensors appear under the first path alone)."""
+
+    def _named_tensors(self, registry: str, prefix: str, recurse: bool, remove_duplicate: bool) -> Any:
+        if not (recurse and not remove_duplicate):
+            yield from super()._named_tensors(registry, prefix, recurse, remove_duplicate)  # type: ignore[misc]
+            return
+        for module_prefix, module in self.named_modules(prefix=prefix):  # type: ignore[attr-defined]
+            for name, tensor in getattr(module, registry).items():
+                if tensor is not None:
+                    yield (f"{module_prefix}.{name}" if module_prefix else name), tensor
+
+
+@mutant(
+    "copy-load-skips-integers",
+    {"load_state_dict.residency-matrix", "load_state_dict.copy.integer-into-float", "load_state_dict.keyword-matrix"},
+    "test_load",
+    "test_edges",
+)
+class CopyLoadSkipsIntegers:
+    """A copy load leaves a floating-point weight as it was when the checkpoint's value is an integer."""
+
+    def load_state_dict(
+        self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False, **options: Any
+    ) -> Any:
+        if assign:
+            return super().load_state_dict(state_dict, strict, assign, **options)  # type: ignore[misc]
+        held = self.state_dict()  # type: ignore[attr-defined]
+        kept = {k: held[k] if k in held and "int" in str(getattr(v, "dtype", "")) else v for k, v in state_dict.items()}
+        return super().load_state_dict(kept, strict, assign, **options)  # type: ignore[misc]
+
+
+@mutant(
+    "prefix-dropped-without-recursion",
+    {"named_parameters.keyword-matrix", "named_buffers.keyword-matrix"},
+    "test_edges",
+)
+class PrefixDroppedWithoutRecursion:
+    """named_parameters / named_buffers forget the prefix when recurse=False."""
+
+    def named_parameters(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
+        yield from super().named_parameters(prefix if recurse else "", recurse, remove_duplicate)  # type: ignore[misc]
+
+    def named_buffers(
+        self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Any]]:
+        yield from super().named_buffers(prefix if recurse else "", recurse, remove_duplicate)  # type: ignore[misc]
+
+
+@mutant(
+    "falsy-hook-value-ignored",
+    {"register_forward_hook.falsy-value-replaces-output"},
+    "test_hooks",
+)
+class FalsyHookValueIgnored:
+    """A forward hook's return value replaces the output only when it is truthy."""
+
+    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
+        def truthy_only(*args: Any) -> Any:
+            result = hook(*args)
+            return result if result else None
+
+        return super().register_forward_hook(truthy_only, **flags)  # type: ignore[misc]
+
+
 MUTANTS: tuple[type[Mutant], ...] = (
     WalkOrderReversed,
     DedupOff,
@@ -662,5 +806,10 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PackedKeepsRaw,
     PackedNeverPacks,
     LinearReprNeedsBias,
+    RegisterParameterNameUnchecked,
+    TensorWalksDedupSharedChildren,
+    CopyLoadSkipsIntegers,
+    PrefixDroppedWithoutRecursion,
+    FalsyHookValueIgnored,
 )
 """Every mutant, in the order the suite's own tests run them."""

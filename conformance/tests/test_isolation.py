@@ -191,3 +191,33 @@ def test_the_suite_owns_its_hypothesis_settings(pytester: pytest.Pytester, ci: s
         os.environ.pop("CI", None)
     result.stdout.fnmatch_lines([f"*PROFILE None 100 {derandomized} None*"])
     result.stdout.fnmatch_lines(["hypothesis: profile packrt-conformance, max_examples=100, deadline=None*"])
+
+
+def test_a_bare_assertion_reports_the_values_and_the_summary_real_paths(tmp_path: Path) -> None:
+    # An adapter whose helpers defeat meta_init fails a bare `assert not impl.has_storage(...)`.
+    args = [
+        "--impl",
+        "broken_adapters:DevicePinned",
+        "-q",
+        "-k",
+        "test_meta_init_module_receives_values_through_assign",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "packrt_conformance.cli", *args],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout[-3000:]
+    expected = next(ln for ln in done.stdout.splitlines() if ln.startswith("expected: "))
+    actual = next(ln for ln in done.stdout.splitlines() if ln.startswith("actual: "))
+    assert "assert not impl.has_storage(m.proj.weight)" in expected
+    assert actual.startswith("actual: assert not True, where True = has_storage(")
+    failed = [ln for ln in done.stdout.splitlines() if ln.startswith("FAILED ")]
+    assert len(failed) == 1
+    path = failed[0].removeprefix("FAILED ").partition("::")[0]
+    assert not path.startswith(".."), failed[0]
+    assert Path(path).is_absolute() and Path(path).is_file(), failed[0]

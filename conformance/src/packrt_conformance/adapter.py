@@ -14,11 +14,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy.typing as npt
 
-__all__ = ["ADAPTER_PROTOCOL_VERSION", "Adapter", "AdapterError"]
+__all__ = ["ADAPTER_PROTOCOL_VERSION", "DTYPE_NAMES", "Adapter", "AdapterError"]
 
 #: The protocol version this suite speaks; an adapter declaring another one is refused.
 #: Version 2 added :meth:`Adapter.raw_bytes` (a packed layer must really drop its raw weights).
 ADAPTER_PROTOCOL_VERSION = 2
+
+#: The canonical dtype names the suite passes to :meth:`Adapter.dtype` / :meth:`Adapter.tensor` and
+#: expects back from :meth:`Adapter.dtype_name` ("bfloat16" only under the capability of that name).
+DTYPE_NAMES: tuple[str, ...] = ("float16", "bfloat16", "float32", "float64", "int32", "int64")
 
 
 class AdapterError(RuntimeError):

@@ -50,8 +50,23 @@ def _is_clause_param(func: ast.expr) -> bool:
     return isinstance(func, ast.Name) and func.id == "clause_param"
 
 
+def _is_edge_cases(func: ast.expr) -> bool:
+    # cases("method"): the edge matrix's cases (suite/_edges.py), marked with that method's clauses
+    return isinstance(func, ast.Name) and func.id == "cases"
+
+
+def _edge_clause_ids(method: str) -> list[str]:
+    from packrt_conformance.suite._edges import EDGES  # the suite's own table, no implementation
+
+    edges = EDGES.get(method)
+    if edges is None:
+        return [f"<unknown edge method {method!r}>"]
+    return [edges.clause] + ([edges.split[0]] if edges.split else [])
+
+
 def marked_clause_ids(path: Path) -> list[tuple[str, int]]:
-    """(clause ID, line) for every ``pytest.mark.clause`` argument and ``clause_param`` ID in one test file.
+    """(clause ID, line) for every ``pytest.mark.clause`` argument, ``clause_param`` ID and the clauses
+    of every ``cases("<method>")`` edge matrix in one test file.
 
     A non-literal argument is reported as the ID ``<non-literal>`` so the check can flag it.
     """
@@ -64,6 +79,9 @@ def marked_clause_ids(path: Path) -> list[tuple[str, int]]:
             ids = node.args
         elif _is_clause_param(node.func):
             ids = node.args[:1]
+        elif _is_edge_cases(node.func) and node.args and isinstance(node.args[0], ast.Constant):
+            found.extend((cid, node.lineno) for cid in _edge_clause_ids(str(node.args[0].value)))
+            continue
         else:
             continue
         for arg in ids:

@@ -24,7 +24,7 @@ import pytest
 
 from packrt_conformance import isolation
 
-__all__ = ["help_text", "import_hint", "main", "suite_dir"]
+__all__ = ["check_adapter_first", "help_text", "import_hint", "main", "suite_dir"]
 
 _EXIT_USAGE = int(pytest.ExitCode.USAGE_ERROR)
 
@@ -94,6 +94,37 @@ def _cwd_importable() -> Iterator[None]:
 
 _HELP = ("-h", "--help")
 _PYTEST_HELP = "--pytest-help"
+_CHECK_ADAPTER = "--check-adapter"
+
+
+def _device(args: Sequence[str]) -> str | None:
+    device = None
+    for i, arg in enumerate(args):
+        if arg == "--device" and i + 1 < len(args):
+            device = args[i + 1]
+        elif arg.startswith("--device="):
+            device = arg.partition("=")[2]
+    return device
+
+
+def check_adapter_first(args: Sequence[str]) -> int | None:
+    """``--check-adapter``: the adapter's own problems printed and exit status 4 before any clause
+    runs; None when it holds (the run goes on)."""
+    from packrt_conformance.adapter import AdapterError
+    from packrt_conformance.adapter_check import adapter_problems, format_problems
+    from packrt_conformance.adapters import build_adapter
+
+    spec = _impl_spec(args)
+    if spec is None:
+        print(f"packrt-conformance: error: {_CHECK_ADAPTER} needs --impl SPEC", file=sys.stderr)
+        return _EXIT_USAGE
+    try:
+        problems = adapter_problems(build_adapter(spec, _device(args)))
+    except AdapterError as err:
+        print(f"packrt-conformance: error: {err}", file=sys.stderr)
+        return _EXIT_USAGE
+    print(format_problems(spec, problems), file=sys.stderr if problems else sys.stdout)
+    return _EXIT_USAGE if problems else None
 
 
 def help_text() -> str:
@@ -111,6 +142,12 @@ def help_text() -> str:
     )
     parser.add_argument("-h", "--help", action="store_true", help="show this message and exit")
     parser.add_argument(_PYTEST_HELP, action="store_true", help="show pytest's help (every pytest option) and exit")
+    parser.add_argument(
+        _CHECK_ADAPTER,
+        action="store_true",
+        help="check the adapter first (every protocol member and signature, the dtype names, meta_init, a "
+        "probe per declared capability); its problems are printed and the command exits 4 before any clause runs",
+    )
     group = parser.add_argument_group(*plugin.OPTION_GROUP)
     plugin.add_options(group.add_argument)
     return parser.format_help()
@@ -133,6 +170,11 @@ def main(argv: list[str] | None = None) -> int:
         if problem is not None:
             print(problem, file=sys.stderr)
             return _EXIT_USAGE
+        if _CHECK_ADAPTER in args:
+            args = [arg for arg in args if arg != _CHECK_ADAPTER]
+            status = check_adapter_first(args)
+            if status is not None:
+                return status
         with isolation.isolated_environment():  # the suite's own ini, rootdir and no conftest (isolation.py)
             return int(pytest.main([*isolation.pytest_args(), *args]))
 

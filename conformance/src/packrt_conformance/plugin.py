@@ -14,9 +14,12 @@ revision-1 clause that fails is recorded as ``superseded``, not failed.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
 import re
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +37,12 @@ from packrt_conformance.adapters import load_adapter
 from packrt_conformance.clauses import CAPABILITIES, Clause, Registry, load_registry
 from packrt_conformance.expectations import Expectations, ExpectationsError, load_expectations
 from packrt_conformance.report import ClauseResult, build_report, count_line, render_markdown
+
+# The suite's helper modules hold assertions too: rewritten, a failing one prints the values it
+# compared (the test_*.py modules themselves are rewritten as pytest collects them).
+# (Already imported, as when a caller's own process loaded the suite's tables first, it stays as it is.)
+if "packrt_conformance.suite" not in sys.modules:
+    pytest.register_assert_rewrite("packrt_conformance.suite")
 
 __all__ = ["DEFAULT_MAX_EXAMPLES", "HYPOTHESIS_PROFILE", "ConformanceState", "shipped_expectations"]
 
@@ -175,6 +184,26 @@ def pytest_configure(config: pytest.Config) -> None:
             )
     _load_hypothesis_profile(config.getoption("--max-examples"))
     config.stash[STATE] = ConformanceState(registry, adapter, spec, revision, expectations)
+    _summary_paths_real(config)
+
+
+def _summary_paths_real(config: pytest.Config) -> None:
+    """The summary's test paths: relative to the current directory when the suite lies under it,
+    otherwise the suite file's real path (never a climb such as ``../../venv/...``)."""
+    base = config.cwd_relative_nodeid
+    cwd = Path(config.invocation_params.dir).resolve()
+
+    def real(nodeid: Any) -> Any:
+        # pytest hands a structured node ID (a dataclass with a path) or, in older releases, a string.
+        structured = dataclasses.is_dataclass(nodeid) and hasattr(nodeid, "path")
+        path, sep, rest = (str(nodeid.path), "", "") if structured else str(nodeid).partition("::")
+        full = (config.rootpath / path).resolve()
+        if not path or not full.exists():
+            return base(nodeid)
+        shown = str(full.relative_to(cwd) if full.is_relative_to(cwd) else full)
+        return dataclasses.replace(nodeid, path=shown) if structured else f"{shown}{sep}{rest}"
+
+    config.cwd_relative_nodeid = real  # type: ignore[method-assign]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str] | None:
@@ -321,9 +350,24 @@ def _expected_actual(excinfo: pytest.ExceptionInfo[BaseException] | None, compar
             if op in ("in", "not in"):
                 return f"{op} the value, {_short(left)}", _short(right), first
             return f"{op} {_short(right)}", _short(left), first
-        asserted = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("assert ")), "")
-        return "the assertion to hold", _short(asserted or first), first
+        return _bare_assertion(excinfo, text, first)
     return "no exception", _short(f"{type(exc).__name__}: {text}"), f"{type(exc).__name__}: {first}"
+
+
+def _bare_assertion(excinfo: pytest.ExceptionInfo[BaseException], text: str, first: str) -> tuple[str, str, str]:
+    """An assertion with no comparison and no message: the asserted source is what was expected, the
+    values pytest's rewriting found (its ``where`` lines) are what came instead."""
+    statement = ""
+    if excinfo.traceback:
+        with contextlib.suppress(Exception):  # no source (a compiled or vanished file): go without
+            statement = " ".join(str(excinfo.traceback[-1].statement).split())
+    expected = f"{statement} (to hold)" if statement.startswith("assert") else "the assertion to hold"
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    values = [ln.lstrip("+ ").strip() for ln in lines[1:] if ln.lstrip("+ ").startswith(("where", "and"))]
+    actual = lines[0] if lines else first
+    if values:
+        actual = f"{actual}, {'; '.join(values)}"
+    return expected, _short(actual), first
 
 
 def _reproduce(state: ConformanceState, item: pytest.Item) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from packrt_conformance.adapter import Adapter, AdapterError, check_adapter
 
-__all__ = ["ENTRY_POINT_GROUP", "available_adapters", "load_adapter"]
+__all__ = ["ENTRY_POINT_GROUP", "available_adapters", "build_adapter", "load_adapter"]
 
 ENTRY_POINT_GROUP = "packrt_conformance.adapters"
 
@@ -63,13 +63,8 @@ def _takes_device(factory: Any) -> bool:
     )
 
 
-def load_adapter(spec: str, device: str | None = None) -> Adapter:
-    """Load, instantiate if needed, and validate the adapter named by ``spec``.
-
-    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...) is handed to the adapter's factory when it
-    takes a ``device`` keyword; None keeps the adapter's own default. An adapter that ends up on
-    another device than the one asked for is refused, so a report never names the wrong device.
-    """
+def build_adapter(spec: str, device: str | None = None) -> object:
+    """The object ``spec`` names, instantiated when it is a class or factory, not yet validated."""
     obj = _resolve(spec)
     if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Adapter)):
         kwargs = {"device": device} if device is not None and _takes_device(obj) else {}
@@ -77,7 +72,17 @@ def load_adapter(spec: str, device: str | None = None) -> Adapter:
             obj = obj(**kwargs)
         except ImportError as err:
             raise AdapterError(f"--impl {spec}: the adapter cannot start, a dependency is missing ({err})") from err
-    adapter = check_adapter(obj)
+    return obj
+
+
+def load_adapter(spec: str, device: str | None = None) -> Adapter:
+    """Load, instantiate if needed, and validate the adapter named by ``spec``.
+
+    ``device`` (``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...) is handed to the adapter's factory when it
+    takes a ``device`` keyword; None keeps the adapter's own default. An adapter that ends up on
+    another device than the one asked for is refused, so a report never names the wrong device.
+    """
+    adapter = check_adapter(build_adapter(spec, device))
     if device is not None and adapter.device != device:
         raise AdapterError(
             f"--impl {spec} --device {device}: adapter {adapter.name!r} runs on {adapter.device!r} and takes no "

@@ -241,3 +241,46 @@ def test_a_handle_removes_exactly_its_own_hook(impl: Adapter, register: str, rem
     handles[removed].remove()
     m(1)
     assert log == [tag for tag in ("older", "newer") if tag != removed]
+
+
+_FALSY = [0, 0.0, False, (), ""]
+
+
+@pytest.mark.clause("register_forward_hook.falsy-value-replaces-output")
+@pytest.mark.parametrize("with_kwargs", [False, True])
+@pytest.mark.parametrize("value", _FALSY, ids=repr)
+def test_a_falsy_hook_value_replaces_the_output(impl: Adapter, value: Any, with_kwargs: bool) -> None:
+    m = forward_module(impl)
+    later: list[Any] = []
+    m.register_forward_hook(lambda mod, args, *rest: value, with_kwargs=with_kwargs)
+    m.register_forward_hook(lambda mod, args, out: later.append(out))
+    out = m(2)
+    assert (type(out), out) == (type(value), value), "a hook's non-None value is the output"
+    assert [(type(v), v) for v in later] == [(type(value), value)], "and what later hooks see"
+
+
+@pytest.mark.clause("register_forward_pre_hook.falsy-value-replaces-args")
+@pytest.mark.parametrize("value", [0, 0.0, False], ids=repr)
+def test_a_falsy_pre_hook_value_becomes_the_only_argument(impl: Adapter, value: Any) -> None:
+    m = forward_module(impl)
+    m.register_forward_pre_hook(lambda mod, args: value)
+    m(3, 4)
+    assert [(type(x), x, y) for x, y in m.calls] == [(type(value), value, 0)]
+
+
+@pytest.mark.clause("register_forward_hook.same-function-twice")
+def test_a_function_registered_twice_runs_twice(impl: Adapter) -> None:
+    m = forward_module(impl)
+    log: list[Any] = []
+
+    def hook(mod: Any, args: Any, out: Any) -> None:
+        log.append(out)
+
+    first = m.register_forward_hook(hook)
+    m.register_forward_hook(hook)
+    m(1)
+    assert log == [10, 10]
+    first.remove()
+    log.clear()
+    m(2)
+    assert log == [20], "removing one registration keeps the other"

@@ -95,6 +95,26 @@ def test_copy_from_a_storage_free_value_raises_naming_the_key(impl: Adapter, str
         m.load_state_dict(ckpt, strict=strict)
 
 
+@pytest.mark.clause("load_state_dict.copy.integer-into-float")
+@pytest.mark.parametrize("source", ["int64", "int32"])
+@pytest.mark.parametrize("slot", ["float32", "float64"])
+def test_copy_load_converts_integer_values_into_float_weights(impl: Adapter, source: str, slot: str) -> None:
+    m = _model(impl)
+    m.to(impl.dtype(slot))
+    weight = m.proj.weight
+    ckpt = {
+        "proj.weight": impl.tensor([[1, -2], [3, 4], [5, 600]], source),
+        "proj.bias": impl.tensor([7, 0, -8], source),
+    }
+    ckpt["gain"] = impl.tensor([9], source)
+    m.load_state_dict(ckpt)
+    assert m.proj.weight is weight
+    assert [impl.dtype_name(t) for t in (m.proj.weight, m.proj.bias, m.gain)] == [slot] * 3
+    assert impl.to_numpy(m.proj.weight).tolist() == [[1.0, -2.0], [3.0, 4.0], [5.0, 600.0]]
+    assert impl.to_numpy(m.proj.bias).tolist() == [7.0, 0.0, -8.0]
+    assert impl.to_numpy(m.gain).tolist() == [9.0]
+
+
 @pytest.mark.clause("load_state_dict.assign.binds-incoming")
 def test_assign_binds_the_incoming_tensor_without_copying(impl: Adapter) -> None:
     m = _model(impl)

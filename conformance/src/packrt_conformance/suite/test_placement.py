@@ -174,6 +174,15 @@ def test_to_empty_gives_fresh_storage_of_same_shape_and_dtype(impl: Adapter) -> 
     assert [n for n in old if impl.shares_storage(new[n], old[n])] == []
 
 
+@pytest.mark.clause("to_empty.keeps-device-index")
+def test_to_empty_keeps_the_device_index(impl: Adapter) -> None:
+    # The run's own device when it names an index (--device cuda:1 shows a dropped index), else cuda:0.
+    target = impl.device if impl.device.startswith("cuda:") else "cuda:0"
+    root = sample_tree(impl)
+    assert root.to_empty(device=target) is root
+    assert {impl.device_of(t) for t in [*root.parameters(), *root.buffers()]} == {target}
+
+
 @pytest.mark.clause("to_empty.recurse-false")
 def test_to_empty_without_recursion_leaves_children(impl: Adapter) -> None:
     root = sample_tree(impl)

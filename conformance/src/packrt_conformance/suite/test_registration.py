@@ -246,3 +246,23 @@ def test_assigning_none_to_a_parameter_empties_its_slot(impl: Adapter) -> None:
     m.first = again
     assert m.first is again
     assert names(m.named_parameters()) == ["first", "second"]
+
+
+@pytest.mark.parametrize("taken_by", ["plain attribute", "buffer", "child"])
+@pytest.mark.clause("register_parameter.existing-name-refused")
+def test_register_parameter_refuses_a_name_already_taken(impl: Adapter, taken_by: str) -> None:
+    m = impl.nn.Module()
+    if taken_by == "plain attribute":
+        m.foo = 3
+    elif taken_by == "buffer":
+        m.register_buffer("foo", impl.tensor([5.0]))
+    else:
+        m.foo = impl.nn.Module()
+    held = m.foo
+    with pytest.raises(KeyError, match="foo"):
+        m.register_parameter("foo", impl.parameter([1.0]))
+    assert m.foo is held, "a refused registration leaves the attribute as it was"
+    assert names(m.named_parameters()) == []
+    assert names(m.named_buffers()) == (["foo"] if taken_by == "buffer" else [])
+    assert list(m.state_dict()) == (["foo"] if taken_by == "buffer" else [])
+    assert names(m.named_children()) == (["foo"] if taken_by == "child" else [])

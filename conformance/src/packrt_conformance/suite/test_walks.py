@@ -201,3 +201,21 @@ def test_walks_reach_every_depth(impl: Adapter) -> None:
     assert names(root.named_parameters()) == ["mid.leaf.w", "mid.side.weight", "mid.side.bias"]
     assert names(root.named_buffers()) == ["mid.leaf.b"]
     assert list(root.state_dict()) == ["mid.leaf.w", "mid.leaf.b", "mid.side.weight", "mid.side.bias"]
+
+
+@pytest.mark.parametrize(
+    "walk",
+    [
+        clause_param("named_parameters.remove-duplicate-false-shared-child", "named_parameters"),
+        clause_param("named_buffers.remove-duplicate-false-shared-child", "named_buffers"),
+    ],
+)
+def test_remove_duplicate_false_lists_a_shared_childs_tensors_under_every_path(impl: Adapter, walk: str) -> None:
+    root, child = shared_child_tree(impl)
+    child.register_buffer("b", impl.tensor([2.0]))
+    root.last = impl.nn.Module()
+    own = "w" if walk == "named_parameters" else "b"
+    pairs = list(getattr(root, walk)(remove_duplicate=False))
+    assert names(pairs) == [f"first.{own}", f"second.{own}"]
+    assert pairs[0][1] is pairs[1][1] is getattr(child, own)
+    assert names(getattr(root, walk)()) == [f"first.{own}"]
