@@ -2,7 +2,7 @@
 
 Starts a local Ray cluster (loopback only, ``--cpus`` CPUs, no dashboard), deploys
 ``packrt_ray.serve.build_app`` on the real all-MiniLM-L6-v2 (or ``--model DIR``) with
-``weight_residency="borrowed"``, and sends the same bounded set of ``POST /embed`` requests from
+``weight_residency="borrowed"``, and sends the same bounded set of ``POST /v1/embeddings`` requests from
 ``--clients`` threads over HTTP to 127.0.0.1: once with one replica, once with two. It prints a
 markdown table (requests/s, texts/s, median and p90 latency, the anonymous memory each replica's
 weights added) and the 2-replica / 1-replica throughput ratio. Each replica asks Ray for
@@ -95,14 +95,14 @@ def _run(serve: Any, build_app: Any, model: Path, replicas: int, args: argparse.
     name = f"bench_{replicas}"
     app = build_app(model, num_replicas=replicas, ray_actor_options={"num_cpus": args.replica_cpus}, name=name)
     serve.run(app, name=name, route_prefix=f"/{name}")
-    url = f"{base}/{name}/embed"
+    url = f"{base}/{name}/v1/embeddings"
     handle = serve.get_app_handle(name)
     memory: dict[int, Any] = {}
     deadline = time.monotonic() + 60
     while len(memory) < replicas and time.monotonic() < deadline:
         answer = handle.memory.remote().result(timeout_s=30)
         memory.setdefault(answer["pid"], answer)
-    bodies = [{"texts": texts} for texts in _requests(args.requests, args.texts)]
+    bodies = [{"input": texts} for texts in _requests(args.requests, args.texts)]
     with ThreadPoolExecutor(max_workers=args.clients) as pool:
         list(pool.map(lambda body: _post(url, body), bodies[: args.clients * 2]))  # warm every replica
         start = time.perf_counter()

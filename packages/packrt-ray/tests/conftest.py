@@ -108,11 +108,13 @@ def tiny_bert_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(scope="session")
-def big_bert_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A random BertModel of about BIG_BERT_MIB MiB of float32 weights (one model.safetensors)."""
+def big_bert_dir(transformers: ModuleType, minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A random BertModel of about BIG_BERT_MIB MiB of float32 weights (one model.safetensors), with MiniLM's
+    tokenizer.json so a Serve replica can serve it (the memory tests encode nothing: its ids exceed the vocab)."""
     shape = {"vocab_size": 8192, "hidden_size": 512, "num_hidden_layers": 6, "intermediate_size": 2048}
     config = transformers.BertConfig(**shape, num_attention_heads=8, max_position_embeddings=128)
     directory = _save(transformers, tmp_path_factory.mktemp("big-bert"), config, "BertModel")
+    shutil.copy(minilm_dir / "tokenizer.json", directory / "tokenizer.json")
     size = (directory / "model.safetensors").stat().st_size
     assert size >= (BIG_BERT_MIB - 5) * 2**20, f"the memory tests' checkpoint is only {size / 2**20:.1f} MiB"
     return directory
@@ -131,6 +133,41 @@ def tiny_gpt2_dir(transformers: ModuleType, tmp_path_factory: pytest.TempPathFac
     """A random 2-layer GPT2LMHeadModel directory (vocab 96, 32 learned positions)."""
     config = transformers.GPT2Config(vocab_size=96, n_positions=32, n_embd=32, n_layer=2, n_head=4)
     return _save(transformers, tmp_path_factory.mktemp("tiny-gpt2"), config, "GPT2LMHeadModel")
+
+
+def tiny_encoder(directory: Path, transformers: ModuleType, minilm: Path) -> Path:
+    """A sentence-transformers directory in ``directory``: MiniLM's tokenizer and pipeline files over a random
+    2-layer, 32-wide BERT (quick to load and to run; the real MiniLM serves the equality test)."""
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
+    _save(transformers, directory, config, "BertModel")
+    for name in ("tokenizer.json", "tokenizer_config.json", "modules.json"):
+        shutil.copy(minilm / name, directory / name)
+    shutil.copytree(minilm / "1_Pooling", directory / "1_Pooling")
+    (directory / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 128}))
+    return directory
+
+
+@pytest.fixture(scope="session")
+def tiny_encoder_dir(transformers: ModuleType, minilm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small sentence-encoder directory (see :func:`tiny_encoder`), shared by the session's tests."""
+    return tiny_encoder(tmp_path_factory.mktemp("tiny-encoder"), transformers, minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_chat_dir(tiny_llama_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Llama with a word-level tokenizer ("w0" ... "w127", one id each), so it can serve completions."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    directory = tmp_path_factory.mktemp("tiny-llama-chat")
+    for item in tiny_llama_dir.iterdir():
+        shutil.copy(item, directory / item.name)
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(128)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins the words with spaces
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
 
 
 @pytest.fixture(scope="session")

@@ -82,3 +82,23 @@ def test_a_mapper_actor_runs_packrt_on_the_cpus_ray_gave_it(ray_cluster: ModuleT
     assert ray_cluster.get(probe.threads.remote(), timeout=180) == (1, 1)
     ray_cluster.kill(probe)
     assert cpus_assigned() is None, "the driver is no Ray worker: its threads are left as they are"
+
+
+def test_map_model_returns_rows_in_input_order_by_default(ray_cluster: ModuleType, tiny_encoder_dir: Path) -> None:
+    texts = _texts(24)
+    dataset = ray_cluster.data.from_items([{"id": i, "text": t} for i, t in enumerate(texts)])
+    # Two actors and batches of 2 rows: twelve batches finishing in whatever order the actors take.
+    pool = ray_cluster.data.ActorPoolStrategy(size=2)
+    mapped = map_model(dataset, tiny_encoder_dir, compute=pool, batch_size=2, num_cpus=0.5)
+    assert mapped.context.execution_options.preserve_order
+    assert [row["id"] for row in mapped.take_all()] == list(range(24))
+
+
+def test_preserve_order_false_leaves_the_datasets_context_as_it_was(
+    ray_cluster: ModuleType, tiny_encoder_dir: Path
+) -> None:
+    dataset = ray_cluster.data.from_items([{"text": t} for t in _texts(4)])
+    dataset.context.execution_options.preserve_order = False
+    mapped = map_model(dataset, tiny_encoder_dir, preserve_order=False, batch_size=2)
+    assert not mapped.context.execution_options.preserve_order
+    assert sorted(row["text"] for row in mapped.take_all()) == sorted(_texts(4))

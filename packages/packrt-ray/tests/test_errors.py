@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -11,10 +10,11 @@ import numpy as np
 import pytest
 
 from packrt.errors import CheckpointError, DTypeError, PackrtError, ResidencyError
+from packrt.serve import LimitsError
 from packrt_ray import BatchColumnError, ModelDirectoryError, ModelKindError, RequestError
 from packrt_ray.data import ModelBatchMapper, map_model
 from packrt_ray.model import ModelSource
-from packrt_ray.serve import PackrtServer, build_app
+from packrt_ray.serve import app_builder, build_app
 
 
 def test_a_missing_directory_raises_model_directory_error_in_the_driver(
@@ -79,45 +79,24 @@ def test_a_column_of_the_wrong_kind_of_values_raises_dtype_error(tiny_bert_dir: 
         ModelBatchMapper(minilm_dir)({"text": np.array(["a", 3], dtype=object)})
 
 
-def _run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
+def test_app_builder_refuses_args_without_a_path_naming_the_fix() -> None:
+    with pytest.raises(RequestError, match=r"app_builder needs a dict with the model directory as 'path'.*serve run"):
+        app_builder({"num_replicas": 1})
+    with pytest.raises(ValueError, match=r"got \{\}"):  # the builtin a Python user would catch
+        app_builder({})
 
 
-def test_a_route_the_model_kind_cannot_serve_raises_model_kind_error(
-    ray_cluster: ModuleType, minilm_dir: Path, tiny_llama_dir: Path
-) -> None:
-    encoder = PackrtServer(ModelSource.resolve(minilm_dir))
-    with pytest.raises(ModelKindError, match=r"the generate route needs a causal-lm model, but .* sentence-encoder"):
-        _run(encoder.generate([[1, 2]], 2))
-    llama = PackrtServer(ModelSource.resolve(tiny_llama_dir))
-    with pytest.raises(ModelKindError, match=r"the embed route needs a sentence-encoder model, .* modules.json"):
-        _run(llama.embed(["a text"]))
-    with pytest.raises(TypeError):  # the builtin a Python user would catch
-        _run(llama.embed(["a text"]))
-
-
-@pytest.mark.parametrize(
-    ("input_ids", "max_new_tokens", "pattern"),
-    [
-        ([[1, 2]], 999, r"max_new_tokens must be an int from 0 to 256 .* deploy with a larger max_new_tokens"),
-        ([[1, 2]], "3", r"max_new_tokens must be an int from 0 to 256 .* got '3'"),
-        ([], 3, r"input_ids must be a list of prompts .* send \{\"input_ids\": \[\[1, 2, 3\]\]"),
-        ([[1, -2]], 3, r"input_ids\[0\] must hold token ids \(ints >= 0\)"),
-        ([[1, 2], [500]], 3, r"input_ids\[1\] holds id 500, beyond the vocabulary of 128"),
-    ],
-)
-def test_a_malformed_generate_request_raises_request_error(
-    ray_cluster: ModuleType, tiny_llama_dir: Path, input_ids: Any, max_new_tokens: Any, pattern: str
-) -> None:
-    server = PackrtServer(ModelSource.resolve(tiny_llama_dir))
-    with pytest.raises(RequestError, match=pattern):
-        _run(server.generate(input_ids, max_new_tokens))
-
-
-def test_an_eos_id_beyond_the_vocabulary_raises_request_error(ray_cluster: ModuleType, tiny_llama_dir: Path) -> None:
-    server = PackrtServer(ModelSource.resolve(tiny_llama_dir))
-    with pytest.raises(RequestError, match=r"eos_token_id holds id 500, beyond the vocabulary of 128"):
-        _run(server.generate([[1, 2]], 3, 500))
+def test_a_bad_limit_or_option_is_refused_in_the_driver_naming_it(minilm_dir: Path) -> None:
+    with pytest.raises(
+        RequestError, match=r"limits: unknown field\(s\) max_texts; ServeLimits has .*max_texts_per_request"
+    ):
+        build_app(minilm_dir, limits={"max_texts": 3})
+    with pytest.raises(RequestError, match=r"limits.max_texts_per_request must be a number, got 'many'"):
+        app_builder({"path": str(minilm_dir), "max_texts_per_request": "many"})
+    with pytest.raises(LimitsError, match=r"ServeLimits.max_queued_requests must be a positive number, got 0"):
+        app_builder({"path": str(minilm_dir), "limits": {"max_queued_requests": 0}})
+    with pytest.raises(RequestError, match=r"deployment option num_replicas must be a number, got 'two'"):
+        app_builder({"path": str(minilm_dir), "num_replicas": "two"})
 
 
 def test_every_packrt_ray_error_is_a_packrt_error_and_a_builtin() -> None:
@@ -128,11 +107,3 @@ def test_every_packrt_ray_error_is_a_packrt_error_and_a_builtin() -> None:
     assert issubclass(RequestError, ValueError)
     for error in (ModelDirectoryError, ModelKindError, BatchColumnError, RequestError):
         assert issubclass(error, PackrtError)
-
-
-def test_a_prompt_past_the_models_positions_raises_request_error(ray_cluster: ModuleType, tiny_gpt2_dir: Path) -> None:
-    server = PackrtServer(ModelSource.resolve(tiny_gpt2_dir))
-    with pytest.raises(
-        RequestError, match=r"input_ids\[0\]: 30 prompt tokens \+ 5 new ones exceed the model's 32 positions"
-    ):
-        _run(server.generate([list(range(30))], 5))

@@ -1,8 +1,10 @@
-"""Ray Serve: two replicas answer HTTP on 127.0.0.1 with what one process computes."""
+"""Ray Serve: ``packrt serve``'s application answers on 127.0.0.1 through Serve's proxy, as one process computes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import shutil
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -10,12 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 from ray import serve
+from ray.serve._private.api import call_user_app_builder_with_args_if_necessary  # serve run's own path
 
 import packrt
-from packrt.models import SentenceEncoder, from_pretrained
-from packrt_ray.serve import build_app
+from packrt.models import SentenceEncoder, from_pretrained, load_tokenizer
+from packrt_ray.serve import DEPLOYMENT_DEFAULTS, PackrtDeployment, app_builder, build_app
 
-SMALL = {"num_cpus": 0.5}  # two replicas of each app fit the 2-CPU test cluster
+SMALL = {"num_cpus": 0.5}  # two replicas of an app fit the 2-CPU test cluster
+HANG_GUARD_S = 300.0  # waits for Serve to act: several times what a quiet machine takes (~15 s)
 
 
 @pytest.fixture
@@ -33,86 +37,137 @@ def deploy(serve_url: str) -> Any:
         serve.delete(name)
 
 
-def test_two_replicas_answer_embed_requests_with_single_process_vectors(
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def _vectors(body: dict[str, Any]) -> np.ndarray:
+    return np.asarray([item["embedding"] for item in body["data"]])
+
+
+def test_two_replicas_answer_v1_embeddings_with_single_process_vectors(
     deploy: Any, http: Any, replica_answers: Any, minilm_dir: Path
 ) -> None:
     base = deploy(build_app(minilm_dir, num_replicas=2, ray_actor_options=SMALL, name="minilm"), "minilm")
-    replicas = replica_answers(lambda: http("GET", base)[1], want=2)
+    replicas = replica_answers(lambda: http("GET", f"{base}/replica")[1], want=2)
     assert all(info["kind"] == "sentence-encoder" for info in replicas.values())
     # Each replica asked for half a CPU: packrt's kernels run on one thread there, not the node's two.
     assert [info["threads"] for info in replicas.values()] == [1, 1]
     requests = [
-        [f"request {i} sentence {j} about {'rain' if (i + j) % 2 else 'cats'}" for j in range(3)] for i in range(12)
+        [f"request {i} sentence {j} about {'rain' if (i + j) % 2 else 'cats'}" for j in range(3)] for i in range(8)
     ]
-    with ThreadPoolExecutor(max_workers=6) as pool:  # concurrent: @serve.batch may merge them
-        answers = list(pool.map(lambda texts: http("POST", f"{base}/embed", {"texts": texts}), requests))
+    with ThreadPoolExecutor(max_workers=4) as pool:  # concurrent: the replica's worker may batch them together
+        answers = list(pool.map(lambda texts: http("POST", f"{base}/v1/embeddings", {"input": texts}), requests))
     encoder = SentenceEncoder.from_pretrained(minilm_dir, weight_residency="borrowed")
     for texts, (status, body) in zip(requests, answers, strict=True):
         assert status == 200, body
-        assert body["dimension"] == 384
-        np.testing.assert_allclose(np.asarray(body["embeddings"]), encoder.encode(texts), rtol=0, atol=2e-5)
+        assert body["object"] == "list"
+        assert body["usage"]["prompt_tokens"] > 0
+        np.testing.assert_allclose(_vectors(body), encoder.encode(texts), rtol=0, atol=2e-5)
 
 
-def test_generate_over_http_returns_the_tokens_of_a_single_process_generate(
-    deploy: Any, http: Any, tiny_llama_dir: Path
-) -> None:
-    base = deploy(build_app(tiny_llama_dir, num_replicas=2, ray_actor_options=SMALL, name="llama"), "llama")
-    prompts = [[1, 2, 3], [9, 8, 7], [4, 5], [60, 61, 62, 63], [3], [10, 20, 30]]
-    budgets = [5, 3, 6, 4, 7, 5]
-
-    def ask(i: int) -> tuple[int, Any]:
-        return http("POST", f"{base}/generate", {"input_ids": [prompts[i]], "max_new_tokens": budgets[i]})
-
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        answers = list(pool.map(ask, range(len(prompts))))
-    model = from_pretrained(tiny_llama_dir, weight_residency="borrowed")
-    for prompt, budget, (status, body) in zip(prompts, budgets, answers, strict=True):
-        assert status == 200, body
-        alone = model.generate(packrt.tensor([prompt]), budget, eos_token_id=None).tolist()[0]  # none asked
-        assert body["tokens"] == [alone]
-
-
-def test_a_request_of_several_prompts_gets_each_prompts_own_tokens(
-    deploy: Any, http: Any, tiny_llama_dir: Path
-) -> None:
-    base = deploy(build_app(tiny_llama_dir, ray_actor_options=SMALL, name="llama_rows"), "llama_rows")
-    prompts = [[1, 2, 3], [4, 5], [6, 7, 8]]
-    status, body = http("POST", f"{base}/generate", {"input_ids": prompts, "max_new_tokens": 4, "eos_token_id": 5})
+def test_bind_of_a_path_string_serves_that_directory(deploy: Any, http: Any, tiny_encoder_dir: Path) -> None:
+    app = PackrtDeployment.options(ray_actor_options=SMALL).bind(str(tiny_encoder_dir))
+    base = deploy(app, "bound")
+    status, body = http("POST", f"{base}/v1/embeddings", {"input": "one text"})
     assert status == 200, body
-    model = from_pretrained(tiny_llama_dir)
-    assert body["tokens"] == [model.generate(packrt.tensor([p]), 4, eos_token_id=5).tolist()[0] for p in prompts]
+    reference = SentenceEncoder.from_pretrained(tiny_encoder_dir)
+    np.testing.assert_allclose(_vectors(body), reference.encode(["one text"]), atol=2e-6)
+    assert http("GET", f"{base}/v1/models")[1]["data"][0]["id"] == tiny_encoder_dir.name
 
 
-def _errors(http: Callable[..., tuple[int, Any]], base: str) -> dict[str, tuple[int, Any]]:
-    return {
-        "wrong kind": http("POST", f"{base}/generate", {"input_ids": [[1, 2]], "max_new_tokens": 2}),
-        "bad texts": http("POST", f"{base}/embed", {"texts": "not a list"}),
-        "not json": http("POST", f"{base}/embed", None),
+def test_app_builder_takes_one_args_dict_with_limits_and_deployment_options(
+    deploy: Any, http: Any, tiny_encoder_dir: Path
+) -> None:
+    # As `serve run packrt_ray.serve:app_builder path=... num_replicas=1 max_texts_per_request=2` passes them,
+    # through the function `serve run` and config files call a builder with (it checks the one parameter).
+    args: dict[str, Any] = {"path": str(tiny_encoder_dir), "num_replicas": "1", "max_texts_per_request": "2"}
+    args["ray_actor_options"] = SMALL
+    builder: Any = app_builder  # Serve's hint says FunctionType; a plain function is one
+    base = deploy(call_user_app_builder_with_args_if_necessary(builder, args), "built")
+    assert http("POST", f"{base}/v1/embeddings", {"input": ["a", "b"]})[0] == 200
+    status, body = http("POST", f"{base}/v1/embeddings", {"input": ["a", "b", "c"]})
+    assert status == 400
+    assert body["error"]["code"] == "too_many_inputs"
+    assert "more than this server's 2 per request" in body["error"]["message"]
+
+
+def test_the_default_deployment_lets_the_replica_queue_and_bounds_serves_queue() -> None:
+    config = PackrtDeployment._deployment_config  # what Serve deploys when no option overrides it
+    assert config.max_ongoing_requests == DEPLOYMENT_DEFAULTS["max_ongoing_requests"] == 64
+    assert config.max_queued_requests == DEPLOYMENT_DEFAULTS["max_queued_requests"]
+    assert config.max_queued_requests > config.max_ongoing_requests
+
+
+def test_a_bad_text_fails_alone_while_good_requests_beside_it_succeed(
+    deploy: Any, http: Any, tiny_encoder_dir: Path
+) -> None:
+    base = deploy(build_app(tiny_encoder_dir, ray_actor_options=SMALL, name="isolation"), "isolation")
+    good = [["hello world", f"text number {i}", "the cat"] for i in range(8)]
+    bad = [["hello world", "\ud800 broken", "the cat"]] * 2  # a lone surrogate: valid JSON, not UTF-8
+    with ThreadPoolExecutor(max_workers=len(good) + len(bad)) as pool:
+        answers = list(pool.map(lambda texts: http("POST", f"{base}/v1/embeddings", {"input": texts}), [*good, *bad]))
+    reference = SentenceEncoder.from_pretrained(tiny_encoder_dir)
+    for texts, (status, body) in zip(good, answers[: len(good)], strict=True):
+        assert status == 200, body
+        np.testing.assert_allclose(_vectors(body), reference.encode(texts), atol=2e-6)
+    for status, body in answers[len(good) :]:
+        assert status == 400, body
+        assert (body["error"]["param"], body["error"]["code"]) == ("input[1]", "invalid_text")
+
+
+def test_errors_are_openai_error_objects_as_under_packrt_serve(deploy: Any, http: Any, tiny_encoder_dir: Path) -> None:
+    base = deploy(build_app(tiny_encoder_dir, ray_actor_options=SMALL, name="errors"), "errors")
+    answers = {
         "no route": http("GET", f"{base}/nowhere"),
-        "wrong method": http("GET", f"{base}/embed"),
+        "wrong endpoint": http("POST", f"{base}/v1/completions", {"prompt": "hi", "model": "x"}),
+        "invalid field": http("POST", f"{base}/v1/embeddings", {"input": "hi", "encoding_format": "hex"}),
+        "too deep": http("POST", f"{base}/v1/embeddings", {"input": "hi", "user": _nested(40)}),
     }
+    codes = {what: (status, body["error"]["code"]) for what, (status, body) in answers.items()}
+    assert codes == {
+        "no route": (404, "not_found"),
+        "wrong endpoint": (404, "wrong_endpoint"),
+        "invalid field": (422, "invalid_value"),
+        "too deep": (400, "json_too_deep"),
+    }
+    assert answers["invalid field"][1]["error"]["param"] == "encoding_format"
 
 
-def test_http_errors_are_4xx_naming_the_packrt_error_and_the_fix(deploy: Any, http: Any, minilm_dir: Path) -> None:
-    base = deploy(build_app(minilm_dir, ray_actor_options=SMALL, name="minilm_errors"), "minilm_errors")
-    answers = _errors(http, base)
-    assert answers["wrong kind"][0] == 404
-    assert answers["wrong kind"][1]["error"] == "ModelKindError"
-    assert "needs a causal-lm model" in answers["wrong kind"][1]["message"]
-    assert answers["bad texts"][0] == 400
-    assert "texts must be a list of strings" in answers["bad texts"][1]["message"]
-    assert answers["not json"][0] == 400
-    assert answers["not json"][1]["error"] == "RequestError"
-    assert answers["no route"][0] == 404
-    assert "POST /embed" in answers["no route"][1]["message"]
-    assert answers["wrong method"][0] == 405
+def test_completions_over_ray_are_packrts_greedy_generation(deploy: Any, http: Any, tiny_llama_chat_dir: Path) -> None:
+    base = deploy(build_app(tiny_llama_chat_dir, ray_actor_options=SMALL, name="llama"), "llama")
+    prompt = "w5 w9 w17"
+    status, body = http("POST", f"{base}/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0})
+    assert status == 200, body
+    tokenizer = load_tokenizer(tiny_llama_chat_dir)
+    ids = tokenizer.encode(prompt).ids
+    model = from_pretrained(tiny_llama_chat_dir)
+    new = model.generate(packrt.tensor([ids]), 6, eos_token_id=None).tolist()[0][len(ids) :]
+    assert body["choices"][0]["text"] == tokenizer.decode(new)
+    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
 
 
-def test_a_handle_call_raises_the_packrt_error_itself(deploy: Any, tiny_llama_dir: Path) -> None:
-    deploy(build_app(tiny_llama_dir, ray_actor_options=SMALL, name="llama_handle", max_new_tokens=8), "llama_handle")
-    handle = serve.get_app_handle("llama_handle")
-    from packrt_ray import RequestError
-
-    with pytest.raises(RequestError, match=r"max_new_tokens must be an int from 0 to 8"):
-        handle.generate.remote([[1, 2]], 50).result(timeout_s=180)
-    assert handle.generate.remote([[1, 2]], 2).result(timeout_s=180)[0][:2] == [1, 2]
+def test_a_checkpoint_changed_under_the_replica_fails_health_and_serve_replaces_it(
+    deploy: Any, http: Any, tiny_encoder_dir: Path, tmp_path: Path
+) -> None:
+    directory = Path(shutil.copytree(tiny_encoder_dir, tmp_path / "encoder"))
+    base = deploy(build_app(directory, ray_actor_options=SMALL, name="faulty", health_check_period_s=1.0), "faulty")
+    first = http("GET", f"{base}/replica")[1]["pid"]
+    assert http("GET", f"{base}/health")[0] == 200
+    weights = directory / "model.safetensors"
+    os.utime(weights, ns=(0, os.stat(weights).st_mtime_ns + 10**9))  # what a copy over the file also changes
+    status, body = http("GET", f"{base}/health")
+    assert status == 503, body
+    assert body["error"]["code"] == "checkpoint_changed"
+    # Serve's own check_health sees the same: the replica is replaced by one that loads the file as it is now.
+    deadline = time.monotonic() + HANG_GUARD_S
+    pid = first
+    while pid == first and time.monotonic() < deadline:
+        time.sleep(1.0)
+        status, body = http("GET", f"{base}/replica")
+        pid = body["pid"] if status == 200 else first
+    assert pid != first, f"Serve kept the replica whose checkpoint changed for {HANG_GUARD_S} s"
+    assert http("GET", f"{base}/health")[0] == 200

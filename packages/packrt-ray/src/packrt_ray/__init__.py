@@ -5,8 +5,9 @@ Serve replica and maps requests or batches onto it:
 
 - :class:`~packrt_ray.data.ModelBatchMapper` / :func:`~packrt_ray.data.map_model`: a callable
   class for ``Dataset.map_batches`` (texts to embeddings, token ids to hidden states or logits).
-- :class:`~packrt_ray.serve.PackrtServer` / :func:`~packrt_ray.serve.build_app`: a Serve
-  deployment answering ``/embed`` and ``/generate`` over HTTP, batched with ``@serve.batch``.
+- :class:`~packrt_ray.serve.PackrtServer` / :func:`~packrt_ray.serve.build_app` /
+  :func:`~packrt_ray.serve.app_builder`: ``packrt serve``'s OpenAI-style application on Ray Serve
+  (``@serve.ingress``), with Serve's ``check_health`` failing when the checkpoint changed.
 - :class:`~packrt_ray.memory.WeightMemory`: what the weights cost each worker, measured inside it.
 
 Workers load with ``weight_residency="borrowed"`` by default: every worker on a node maps the same
@@ -40,11 +41,12 @@ _LAZY = {
     "PackrtServer": "packrt_ray.serve",
     "PackrtDeployment": "packrt_ray.serve",
     "build_app": "packrt_ray.serve",
+    "app_builder": "packrt_ray.serve",
 }
 
 
 def __getattr__(name: str) -> Any:
-    """``ModelBatchMapper``, ``map_model``, ``PackrtServer``, ``PackrtDeployment`` and ``build_app``
+    """``ModelBatchMapper``, ``map_model``, ``PackrtServer``, ``PackrtDeployment``, ``build_app`` and ``app_builder``
     on first use (importing Ray Data or Ray Serve only then)."""
     module = _LAZY.get(name)
     if module is None:
@@ -70,6 +72,7 @@ __all__ = [
     "ProcessMemory",
     "RequestError",
     "WeightMemory",
+    "app_builder",
     "build_app",
     "load",
     "map_model",

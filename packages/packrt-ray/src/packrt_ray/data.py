@@ -21,7 +21,9 @@ Token ids come as a 2-D integer column (every row the same length) or as rows of
 lengths. Rows of different lengths are padded on the right for the call (with an attention mask)
 and each output row is cut back to its own length, so a row's output does not depend on the other
 rows of its batch. :func:`map_model` checks the directory in the driver and calls ``map_batches``
-with this class.
+with this class, keeping the rows' order unless told ``preserve_order=False``. Used directly with
+``map_batches``, the class keeps each batch's rows in order, but Ray Data returns batches in the
+order actors finish them unless the dataset's context sets ``execution_options.preserve_order``.
 """
 
 from __future__ import annotations
@@ -177,9 +179,16 @@ def map_model(
     input_column: str | None = None,
     output_column: str | None = None,
     normalize: bool = True,
+    preserve_order: bool = True,
     **map_batches_args: Any,
 ) -> Dataset:
     """``dataset.map_batches(ModelBatchMapper, ...)`` after checking the directory here, in the driver.
+
+    Rows come back in the input's order by default: ``preserve_order=True`` sets Ray Data's
+    ``execution_options.preserve_order`` on the dataset's ``DataContext`` (which Ray shares with the
+    datasets this one derives from), since Ray Data otherwise yields blocks as actors finish them.
+    ``preserve_order=False`` leaves the context as it is: faster when actors finish unevenly, and
+    rows may then come back in any order (keep an id column to join on).
 
     ``map_batches_args`` go to ``map_batches`` untouched (``concurrency``, ``batch_size``,
     ``num_cpus``, ``num_gpus``, ...); ``batch_format`` defaults to ``"numpy"``, the format the
@@ -196,12 +205,15 @@ def map_model(
         )
     map_batches_args.setdefault("batch_format", "numpy")
     constructor = {"input_column": input_column, "output_column": output_column, "normalize": normalize}
-    return dataset.map_batches(
+    mapped = dataset.map_batches(
         ModelBatchMapper,
         fn_constructor_args=(source,),
         fn_constructor_kwargs=constructor,
         **map_batches_args,
     )
+    if preserve_order:
+        mapped.context.execution_options.preserve_order = True
+    return mapped
 
 
 __all__ = ["INPUT_COLUMNS", "OUTPUT_COLUMNS", "ModelBatchMapper", "map_model"]

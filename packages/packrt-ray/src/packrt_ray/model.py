@@ -34,6 +34,7 @@ import packrt.models  # imported here, before any measure, so its import is not 
 from packrt import nn
 from packrt.errors import CheckpointError, PackrtError, ResidencyError
 from packrt.models import CausalLM, SentenceEncoder
+from packrt.models.sentence import Pipeline
 from packrt_ray.memory import ProcessMemory, WeightMemory, weight_memory
 
 ModelKind = Literal["sentence-encoder", "encoder", "causal-lm"]
@@ -146,8 +147,9 @@ _KIND_FIXES: dict[ModelKind, str] = {
 class LoadedModel:
     """A model loaded inside a worker, with what its weights added to the process's memory.
 
-    ``encoder`` is the :class:`~packrt.models.SentenceEncoder` for a sentence-encoder source (else
-    None); ``model`` the packrt module in every case (the encoder's transformer, or the causal LM).
+    ``encoder`` is the :class:`~packrt.models.SentenceEncoder` for a sentence-encoder source, or for an
+    encoder directory with a ``tokenizer.json`` (mean pooling, as ``packrt serve`` serves it; else None);
+    ``model`` the packrt module in every case (the encoder's transformer, or the causal LM).
     ``before`` is the process's memory read just before the weights were loaded, ``after`` (read
     when this record is made) just after they were packed.
     """
@@ -227,6 +229,10 @@ def load(source: ModelSource) -> LoadedModel:
     if source.kind == "sentence-encoder":
         encoder = SentenceEncoder.from_pretrained(source.path, weight_residency="borrowed")
         weights_dir = str(encoder.pipeline.transformer)
+    elif source.kind == "encoder" and (Path(source.path) / "tokenizer.json").is_file():
+        # What packrt serve makes of a plain encoder directory with a tokenizer: mean pooling, normalized.
+        pipeline = Pipeline(Path(source.path), ("mean_tokens",), True, None)
+        encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency="borrowed")
     files = tuple(str(shard) for shard in packrt.io.inspect_checkpoint(weights_dir).shards)
     _warm_up(source.weight_residency)
     gc.collect()

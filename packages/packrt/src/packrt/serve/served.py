@@ -103,6 +103,23 @@ class ServedModel:
                 else Pipeline(where, ("mean_tokens",), True, None)
             )
             encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency=weight_residency)
+            return cls.from_loaded(where, encoder.model, encoder=encoder, name=shown)
+        return cls.from_loaded(where, models.from_pretrained(where, weight_residency=weight_residency), name=shown)
+
+    @classmethod
+    def from_loaded(
+        cls,
+        path: str | os.PathLike[str],
+        module: nn.Module,
+        *,
+        encoder: SentenceEncoder | None = None,
+        name: str | None = None,
+    ) -> ServedModel:
+        """Serve a model already loaded from ``path`` (by a caller that measures or places the load itself):
+        ``encoder`` for embeddings, else ``module`` must be a causal LM, whose tokenizer is read from ``path``."""
+        where = Path(os.fspath(path)).expanduser().absolute()
+        shown = name or where.name
+        if encoder is not None:
             limit = (encoder.tokenizer.truncation or {}).get("max_length", 512)
             return cls(
                 where,
@@ -114,7 +131,6 @@ class ServedModel:
                 int(limit),
                 encoder=encoder,
             )
-        module = models.from_pretrained(where, weight_residency=weight_residency)
         if not isinstance(module, models.CausalLM):
             raise CheckpointError(f"{str(where)!r} holds a {type(module).__name__}, which packrt serve cannot serve")
         tokenizer = models.load_tokenizer(where)
