@@ -320,3 +320,24 @@ def test_inspect_refuses_a_lone_surrogate_key_as_safetensors_does(
     assert main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("packrt inspect: error: checkpoint '") and "lone surrogate" in err, err
+
+
+def test_the_packrt_command_works_without_the_serve_extra_and_serve_names_it(tmp_path: Path) -> None:
+    """FastAPI missing (``packrt`` installed without ``[serve]``): every other command still runs, and
+    ``packrt serve`` says which extra to install."""
+    checkpoint = _save(tmp_path / "net.safetensors", _net_arrays())
+    code = textwrap.dedent(
+        """
+        import sys
+        sys.modules["fastapi"] = None  # what an environment without the serve extra looks like to import
+        from packrt.cli import main
+        print("inspect exit", main(["inspect", sys.argv[1]]))
+        print("serve exit", main(["serve", sys.argv[2]]))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(checkpoint), str(tmp_path)], capture_output=True, text=True, timeout=600
+    )
+    assert "inspect exit 0" in done.stdout, done.stdout + done.stderr
+    assert "serve exit 2" in done.stdout, done.stdout + done.stderr
+    assert "pip install 'packrt[serve]'" in done.stderr, done.stderr

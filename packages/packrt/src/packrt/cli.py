@@ -346,6 +346,8 @@ def _serve_parser(commands: Any) -> None:
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from packrt import serve
+
+        importlib.import_module("packrt.serve.app")  # FastAPI and uvicorn: the serve extra
     except ImportError as err:
         raise UsageError(f"packrt serve needs the serve extra ({err}); pip install 'packrt[serve]'") from err
     try:

@@ -14,11 +14,26 @@ finishes the requests in flight before the process exits. See docs/guides/servin
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
-from packrt.serve.app import build_app, create_app
 from packrt.serve.limits import LimitsError, ServeLimits
-from packrt.serve.served import ServedModel
+
+if TYPE_CHECKING:
+    from packrt.serve.app import build_app, create_app
+    from packrt.serve.served import ServedModel
+
+# The application's names import FastAPI (the serve extra) on first use, not with the package: the packrt
+# command builds its `serve` options from ServeLimits, and must work without the extra.
+_LAZY = {"build_app": "packrt.serve.app", "create_app": "packrt.serve.app", "ServedModel": "packrt.serve.served"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'packrt.serve' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def serve(
@@ -34,6 +49,8 @@ def serve(
     """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
     up to ``drain_s`` seconds to finish."""
     import uvicorn
+
+    from packrt.serve.app import build_app
 
     app = build_app(path, limits, weight_residency=weight_residency, name=name)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_s, log_level="info")
