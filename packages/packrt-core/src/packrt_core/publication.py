@@ -8,12 +8,13 @@ version of every weight for its whole run, never a mixture, and never a state a 
 through. Loads, residency changes, ``to()`` / casts, ``to_empty`` and in-place writes to any tensor
 a module binds (a Parameter, a Buffer, or a view or alias sharing its lineage) publish.
 
-What a call pays is one read of :data:`GATE`'s ``pending`` flag. A call keeps no count of itself:
-a publication finds the calls in flight by looking at each thread's stack for a frame of a module
-call (:func:`count_as_call`), polling until there is none, and calls that find it pending park
-until it ends (nested calls go on: their top-level call is one it waits for). The price is paid
-by the publication instead: a scan of the threads' stacks each poll, and a wait for every call in
-flight in the process, of any model (one gate, not one per model: a module does not know its root).
+What a call pays is a count on its own thread's :class:`Reader` (one up on entry, one down on
+exit) and one read of :data:`GATE`'s ``pending`` flag. A publication finds the calls in flight by
+reading every thread's count, polling until none is inside, and calls that find it pending park
+until it ends (nested calls go on: their top-level call is one it waits for). The price is paid by
+the publication: a wait for every call in flight in the process, of any model (one gate, not one
+per model: a module does not know its root). A publication never walks another thread's stack:
+CPython 3.11 can crash reading the frames of a thread that is running (cpython#111363).
 
 A change made *inside* a call (a forward hook that loads, a forward writing a buffer) belongs to
 that call: it is not held back, since the call's own thread could never leave to let it through,
@@ -27,21 +28,20 @@ a mapped file) are not published.
 
 from __future__ import annotations
 
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import CodeType, FrameType, TracebackType
+from types import TracebackType
 
 
 class Reader:
-    """What a publication needs to know of one thread beyond its stack."""
+    """What a publication needs to know of one thread."""
 
     __slots__ = ("__weakref__", "depth", "parked", "write_begun")
 
     def __init__(self) -> None:
-        self.depth = 0  # reading() blocks open on this thread
+        self.depth = 0  # module calls and reading() blocks open on this thread
         self.parked = False  # a top-level call waiting for a publication to end: not in flight
         self.write_begun = False  # whether the in-place write under way on this thread publishes
 
@@ -60,67 +60,43 @@ class Gate:
 
 
 GATE = Gate()
-_THREAD = threading.local()  # _THREAD.reader: this thread's Reader, made when first needed
+PER_THREAD = threading.local()  # .reader: this thread's Reader, made when first needed (module calls read it)
 _readers: weakref.WeakValueDictionary[int, Reader] = weakref.WeakValueDictionary()  # by thread ident
-_call_codes: set[CodeType] = set()  # a frame running one of these is a module call
 _changes = threading.Condition(threading.Lock())  # publications ending, parked calls waking
 _serial = threading.Lock()  # one publication at a time
 _POLL_FIRST, _POLL_MOST = 1e-5, 1e-3  # seconds between looks for calls in flight, doubling
 
 
-def count_as_call(code: CodeType) -> None:
-    """Frames running ``code`` are module calls (``Module.__call__`` registers its code)."""
-    _call_codes.add(code)
-
-
 def reader() -> Reader:
     """This thread's Reader (registered at first use; it goes with the thread)."""
     try:
-        found: Reader = _THREAD.reader
+        found: Reader = PER_THREAD.reader
         return found
     except AttributeError:
         made = Reader()
         with _changes:
             _readers[threading.get_ident()] = made
-        _THREAD.reader = made
+        PER_THREAD.reader = made
         return made
-
-
-def _in_call(frame: FrameType | None) -> bool:
-    while frame is not None:
-        if frame.f_code in _call_codes:
-            return True
-        frame = frame.f_back
-    return False
 
 
 def inside_call() -> bool:
     """Whether this thread is inside a module call or a :func:`reading` block (a change it makes is
     that call's own)."""
-    return reader().depth > 0 or _in_call(sys._getframe(1))
+    return reader().depth > 0
 
 
 def _calls_in_flight(mine: int) -> bool:
-    """Whether a thread other than ``mine`` is inside a module call or a reading block, not parked."""
-    for ident, frame in sys._current_frames().items():
-        if ident == mine:
-            continue
-        found = _readers.get(ident)
-        if found is not None and found.parked:
-            continue
-        if (found is not None and found.depth) or _in_call(frame):
-            return True
-    return False
+    """Whether a thread other than ``mine`` is inside a module call or a reading block, not parked.
+    The caller holds ``_changes``, under which threads register their readers."""
+    return any(found.depth and not found.parked for ident, found in list(_readers.items()) if ident != mine)
 
 
-def arrive() -> None:
-    """A module call found a publication pending (``Module.__call__`` asks only then). A nested call
-    goes on, as does a call on the publishing thread; a top-level call parks until the publication
-    ends, and then sees all of it."""
-    if GATE.owner == threading.get_ident():
-        return
-    me = reader()
-    if me.depth or _in_call(sys._getframe(2)):  # frame 1 is the call that asked; 2 is its caller
+def arrive(me: Reader) -> None:
+    """A module call found a publication pending (``Module.__call__`` asks only then, after counting
+    itself in ``me.depth``). A nested call goes on, as does a call on the publishing thread; a
+    top-level call parks until the publication ends, and then sees all of it."""
+    if me.depth > 1 or GATE.owner == threading.get_ident():
         return
     _park(me)
 
@@ -150,7 +126,7 @@ def begin(exclusive: bool = True) -> bool:
     a module call (see the module doc)."""
     ident = threading.get_ident()
     if GATE.owner != ident:
-        if reader().depth or _in_call(sys._getframe(1)):
+        if reader().depth:
             return False
         _serial.acquire()
         GATE.owner = ident
@@ -223,10 +199,9 @@ class reading:  # noqa: N801 - used as a function: ``with publication.reading():
     def __enter__(self) -> None:
         me = reader()
         me.depth += 1
-        top_level = me.depth == 1 and GATE.owner != threading.get_ident()
-        if GATE.pending and top_level and not _in_call(sys._getframe(1)):
+        if GATE.pending:
             try:
-                _park(me)  # parked readers are not in flight, whatever their depth
+                arrive(me)  # parked readers are not in flight, whatever their depth
             except BaseException:  # interrupted while parked: the block never opened
                 me.depth -= 1
                 raise
@@ -259,9 +234,9 @@ def joining(step: Callable[[], None]) -> Iterator[list[bool]]:
 
 def _joined() -> list[Callable[[], None]]:
     try:
-        steps: list[Callable[[], None]] = _THREAD.joined
+        steps: list[Callable[[], None]] = PER_THREAD.joined
     except AttributeError:
-        steps = _THREAD.joined = []
+        steps = PER_THREAD.joined = []
     return steps
 
 
@@ -278,12 +253,12 @@ def commit_joined() -> None:
 
 __all__ = [
     "GATE",
+    "PER_THREAD",
     "Gate",
     "Reader",
     "arrive",
     "begin",
     "commit_joined",
-    "count_as_call",
     "end",
     "generation",
     "inside_call",

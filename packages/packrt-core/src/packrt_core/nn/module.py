@@ -26,7 +26,7 @@ from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationErr
 from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
 from packrt_core.nn.state import _IncompatibleKeys
-from packrt_core.publication import GATE, arrive, count_as_call, reading
+from packrt_core.publication import GATE, PER_THREAD, arrive, reader, reading
 from packrt_core.tensor import Tensor
 from packrt_hooks import HookRegistry, RemovableHandle, call_with_hooks
 
@@ -72,14 +72,23 @@ class Module:
         raise NotImplementedError(f"{type(self).__name__} defines no forward(): subclasses of Module must")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        # The one check a call makes for hot swap: while a publication (a load, a residency change,
-        # a cast, a write to a bound tensor) commits, a top-level call waits for it to end; the
-        # publication waits for the calls whose frames it finds in flight (packrt_core.publication).
-        if GATE.pending:
-            arrive()
-        if self._hooked:
-            return call_with_hooks(self, self.forward, args, kwargs, self._forward_pre_hooks, self._forward_hooks)
-        return self.forward(*args, **kwargs)
+        # What a call does for hot swap: it counts itself in flight on its thread's reader, so a
+        # publication (a load, a residency change, a cast, a write to a bound tensor) waits for it to
+        # leave; and while a publication commits, a top-level call waits for it to end
+        # (packrt_core.publication).
+        try:
+            me = PER_THREAD.reader
+        except AttributeError:
+            me = reader()
+        me.depth += 1
+        try:
+            if GATE.pending:
+                arrive(me)
+            if self._hooked:
+                return call_with_hooks(self, self.forward, args, kwargs, self._forward_pre_hooks, self._forward_hooks)
+            return self.forward(*args, **kwargs)
+        finally:
+            me.depth -= 1
 
     def _hooks_changed(self) -> None:
         # Recomputed from both registries under one lock, so two threads registering and
@@ -622,9 +631,6 @@ class Module:
             for module in self.modules():
                 module._pack_now()
         return self
-
-
-count_as_call(Module.__call__.__code__)  # a frame of this code is a call a publication waits for
 
 
 def _kind_of(module: Module, name: str) -> str:
