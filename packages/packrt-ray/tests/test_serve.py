@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai
 import pytest
 from ray import serve
 from ray.serve._private.api import call_user_app_builder_with_args_if_necessary  # serve run's own path
@@ -69,14 +71,20 @@ def test_two_replicas_answer_v1_embeddings_with_single_process_vectors(
         np.testing.assert_allclose(_vectors(body), encoder.encode(texts), rtol=0, atol=2e-5)
 
 
-def test_bind_of_a_path_string_serves_that_directory(deploy: Any, http: Any, tiny_encoder_dir: Path) -> None:
-    app = PackrtDeployment.options(ray_actor_options=SMALL).bind(str(tiny_encoder_dir))
-    base = deploy(app, "bound")
-    status, body = http("POST", f"{base}/v1/embeddings", {"input": "one text"})
-    assert status == 200, body
+def _client(base: str) -> Any:
+    return openai.OpenAI(base_url=f"{base}/v1", api_key="unused", max_retries=0, timeout=HANG_GUARD_S)
+
+
+def test_bind_of_a_path_string_serves_that_directory_to_the_openai_client(deploy: Any, tiny_encoder_dir: Path) -> None:
+    app = PackrtDeployment.options(ray_actor_options=SMALL).bind(str(tiny_encoder_dir), model_name="tiny")
+    client = _client(deploy(app, "bound"))
+    assert [model.id for model in client.models.list().data] == ["tiny"]
+    answer = client.embeddings.create(model="tiny", input=["one text", "two texts"])  # base64, as the client asks
     reference = SentenceEncoder.from_pretrained(tiny_encoder_dir)
-    np.testing.assert_allclose(_vectors(body), reference.encode(["one text"]), atol=2e-6)
-    assert http("GET", f"{base}/v1/models")[1]["data"][0]["id"] == tiny_encoder_dir.name
+    got = np.asarray([item.embedding for item in answer.data], dtype=np.float32)
+    np.testing.assert_allclose(got, reference.encode(["one text", "two texts"]), atol=2e-6)
+    with pytest.raises(openai.NotFoundError, match=r"model 'other' is not served here; this server serves 'tiny'"):
+        client.embeddings.create(model="other", input="one text")
 
 
 def test_app_builder_takes_one_args_dict_with_limits_and_deployment_options(
@@ -124,6 +132,7 @@ def test_errors_are_openai_error_objects_as_under_packrt_serve(deploy: Any, http
     answers = {
         "no route": http("GET", f"{base}/nowhere"),
         "wrong endpoint": http("POST", f"{base}/v1/completions", {"prompt": "hi", "model": "x"}),
+        "wrong model": http("POST", f"{base}/v1/embeddings", {"input": "hi", "model": "x"}),
         "invalid field": http("POST", f"{base}/v1/embeddings", {"input": "hi", "encoding_format": "hex"}),
         "too deep": http("POST", f"{base}/v1/embeddings", {"input": "hi", "user": _nested(40)}),
     }
@@ -131,23 +140,29 @@ def test_errors_are_openai_error_objects_as_under_packrt_serve(deploy: Any, http
     assert codes == {
         "no route": (404, "not_found"),
         "wrong endpoint": (404, "wrong_endpoint"),
+        "wrong model": (404, "model_not_found"),
         "invalid field": (422, "invalid_value"),
         "too deep": (400, "json_too_deep"),
     }
     assert answers["invalid field"][1]["error"]["param"] == "encoding_format"
 
 
-def test_completions_over_ray_are_packrts_greedy_generation(deploy: Any, http: Any, tiny_llama_chat_dir: Path) -> None:
-    base = deploy(build_app(tiny_llama_chat_dir, ray_actor_options=SMALL, name="llama"), "llama")
+def test_completions_over_ray_through_the_openai_client_are_packrts_greedy_generation(
+    deploy: Any, tiny_llama_chat_dir: Path
+) -> None:
+    client = _client(deploy(build_app(tiny_llama_chat_dir, ray_actor_options=SMALL, name="llama"), "llama"))
+    name = tiny_llama_chat_dir.name
     prompt = "w5 w9 w17"
-    status, body = http("POST", f"{base}/v1/completions", {"prompt": prompt, "max_tokens": 6, "temperature": 0})
-    assert status == 200, body
+    answer = client.completions.create(model=name, prompt=prompt, max_tokens=6, temperature=0)
     tokenizer = load_tokenizer(tiny_llama_chat_dir)
     ids = tokenizer.encode(prompt).ids
     model = from_pretrained(tiny_llama_chat_dir)
     new = model.generate(packrt.tensor([ids]), 6, eos_token_id=None).tolist()[0][len(ids) :]
-    assert body["choices"][0]["text"] == tokenizer.decode(new)
-    assert body["usage"] == {"prompt_tokens": 3, "completion_tokens": 6, "total_tokens": 9}
+    assert answer.choices[0].text == tokenizer.decode(new)
+    assert (answer.usage.prompt_tokens, answer.usage.completion_tokens, answer.usage.total_tokens) == (3, 6, 9)
+    chunks = list(client.completions.create(model=name, prompt=prompt, max_tokens=6, temperature=0, stream=True))
+    assert "".join(chunk.choices[0].text for chunk in chunks) == answer.choices[0].text
+    assert chunks[-1].choices[0].finish_reason == answer.choices[0].finish_reason
 
 
 def test_a_checkpoint_changed_under_the_replica_fails_health_and_serve_replaces_it(
@@ -171,3 +186,24 @@ def test_a_checkpoint_changed_under_the_replica_fails_health_and_serve_replaces_
         pid = body["pid"] if status == 200 else first
     assert pid != first, f"Serve kept the replica whose checkpoint changed for {HANG_GUARD_S} s"
     assert http("GET", f"{base}/health")[0] == 200
+
+
+def test_the_readmes_serve_config_file_validates_and_its_builder_applies_every_key(tiny_encoder_dir: Path) -> None:
+    # What `serve run config.yaml` / `serve deploy` do with it, short of deploying: Serve's own schema
+    # reads the file, its builder call hands `args` to app_builder, whose deployment carries each key.
+    import yaml
+    from ray._common.utils import import_attr
+    from ray.serve.schema import ServeDeploySchema
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    found = re.search(r"```yaml\n(.*?)```", readme, re.DOTALL)
+    assert found is not None, "packages/packrt-ray/README.md lost its Serve config file example"
+    (spec,) = ServeDeploySchema.model_validate(yaml.safe_load(found.group(1))).applications
+    args = {**spec.args, "path": str(tiny_encoder_dir)}  # the example's path exists on no test machine
+    deployment = call_user_app_builder_with_args_if_necessary(import_attr(spec.import_path), args)._bound_deployment
+    config = deployment._deployment_config
+    assert (config.max_queued_requests, config.autoscaling_config.max_replicas) == (256, 4)
+    assert deployment.ray_actor_options["num_cpus"] == 1
+    assert deployment.init_kwargs["model_name"] == "all-MiniLM-L6-v2"
+    limits = deployment.init_kwargs["limits"]
+    assert (limits.max_texts_per_request, limits.request_timeout_s) == (64, 30)

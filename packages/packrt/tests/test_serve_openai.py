@@ -29,12 +29,12 @@ TEXTS = ["hello world", "the cat sat on the mat", "a", "dogs and cats " * 20, "Ã
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
-    return tiny_encoder(tmp_path_factory.mktemp("encoder"), transformers, minilm_dir)
+    return tiny_encoder(tmp_path_factory.mktemp("encoder") / "tiny", transformers, minilm_dir)
 
 
 @pytest.fixture(scope="module")
 def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
-    return tiny_llama(tmp_path_factory.mktemp("llama"), transformers)
+    return tiny_llama(tmp_path_factory.mktemp("llama") / "tiny", transformers)
 
 
 @pytest.fixture(scope="module")
@@ -128,24 +128,24 @@ def test_streamed_completion_ends_with_done_and_the_same_text(llama_server: str)
         lines = [line for line in response.iter_lines() if line]
     assert lines[-1] == "data: [DONE]"
     assert all(line.startswith("data: ") for line in lines)
-    whole = _client(llama_server).completions.create(model="t", prompt="hello world", max_tokens=9, temperature=0)
+    whole = _client(llama_server).completions.create(model="tiny", prompt="hello world", max_tokens=9, temperature=0)
     streamed = _client(llama_server).completions.create(
-        model="t", prompt="hello world", max_tokens=9, temperature=0, stream=True
+        model="tiny", prompt="hello world", max_tokens=9, temperature=0, stream=True
     )
     assert "".join(chunk.choices[0].text for chunk in streamed) == whole.choices[0].text
 
 
 def test_sampling_with_a_seed_repeats_and_stop_strings_end_the_text(llama_server: str) -> None:
     client = _client(llama_server)
-    first = client.completions.create(model="t", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
-    again = client.completions.create(model="t", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
+    first = client.completions.create(model="tiny", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
+    again = client.completions.create(model="tiny", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7)
     assert first.choices[0].text == again.choices[0].text
     words = first.choices[0].text.split(" ")
     if len(words) < 3:
         pytest.fail(f"the seeded sample ended too early to test stop strings: {first.choices[0].text!r}")
     stop = words[2]
     cut = client.completions.create(
-        model="t", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7, stop=[stop]
+        model="tiny", prompt="the cat", max_tokens=20, temperature=1.5, top_p=0.9, seed=7, stop=[stop]
     )
     expected = first.choices[0].text[: first.choices[0].text.index(stop)]
     assert cut.choices[0].text == expected
@@ -177,9 +177,27 @@ def test_chat_content_given_as_text_parts_is_the_same_as_a_string(llama_server: 
     client = _client(llama_server)
     as_string = [{"role": "user", "content": "hello cat"}]
     as_parts = [{"role": "user", "content": [{"type": "text", "text": "hello "}, {"type": "text", "text": "cat"}]}]
-    one = client.chat.completions.create(model="t", messages=as_string, max_tokens=6, temperature=0)
-    two = client.chat.completions.create(model="t", messages=as_parts, max_tokens=6, temperature=0)
+    one = client.chat.completions.create(model="tiny", messages=as_string, max_tokens=6, temperature=0)
+    two = client.chat.completions.create(model="tiny", messages=as_parts, max_tokens=6, temperature=0)
     assert one.choices[0].message.content == two.choices[0].message.content
     image = [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]
     with pytest.raises(openai.BadRequestError, match="content part 'image_url' is not served: text parts only"):
-        client.chat.completions.create(model="t", messages=image, max_tokens=6)
+        client.chat.completions.create(model="tiny", messages=image, max_tokens=6)
+
+
+def test_a_request_for_another_model_is_a_404_naming_both_and_one_without_a_model_is_served(
+    encoder_server: str, llama_server: str
+) -> None:
+    import httpx2 as httpx
+
+    with pytest.raises(
+        openai.NotFoundError, match=r"model 'gpt-4o' is not served here; this server serves 'tiny'"
+    ) as err:
+        _client(llama_server).completions.create(model="gpt-4o", prompt="hello", max_tokens=2)
+    assert isinstance(err.value.body, dict)
+    assert (err.value.body["param"], err.value.body["code"]) == ("model", "model_not_found")
+    with pytest.raises(openai.NotFoundError, match="send model 'tiny', or start the server with --name 'other'"):
+        _client(encoder_server).embeddings.create(model="other", input="hello")
+    unnamed = httpx.post(f"{encoder_server}/v1/embeddings", json={"input": "hello"}, timeout=120)
+    assert unnamed.status_code == 200, unnamed.text
+    assert unnamed.json()["model"] == "tiny"

@@ -47,7 +47,7 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "health_check_period_s": 10.0,
 }
 _LIMIT_FIELDS = {f.name: f for f in dataclasses.fields(ServeLimits)}
-_BUILDER_KEYS = ("path", "weight_residency", "limits")
+_BUILDER_KEYS = ("path", "weight_residency", "limits", "model_name")
 # Deployment options that are numbers: ``serve run k=v`` passes them as strings, which Serve refuses.
 _NUMERIC_OPTIONS = {
     "num_replicas": int,
@@ -90,6 +90,8 @@ class PackrtServer:
         limits: the :class:`~packrt.serve.ServeLimits` each request is held to (or a dict of its
             fields); ``packrt serve``'s defaults when None.
         weight_residency: how a path given as ``model_dir`` is loaded (a ModelSource carries its own).
+        model_name: the name requests must give as ``model`` and answers carry (``packrt serve
+            --name``); the directory's name when None.
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class PackrtServer:
         *,
         limits: ServeLimits | Mapping[str, Any] | None = None,
         weight_residency: str = "borrowed",
+        model_name: str | None = None,
     ) -> None:
         source = (
             model_dir
@@ -106,7 +109,9 @@ class PackrtServer:
         )
         self.limits = _limits(limits)
         self.loaded = load(source)
-        self.served = ServedModel.from_loaded(source.path, self.loaded.model, encoder=self.loaded.encoder)
+        self.served = ServedModel.from_loaded(
+            source.path, self.loaded.model, encoder=self.loaded.encoder, name=model_name
+        )
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """The replica's application: ``packrt serve``'s, plus ``GET /replica`` and ``GET /memory``."""
@@ -149,12 +154,14 @@ def build_app(
     *,
     weight_residency: str = "borrowed",
     limits: ServeLimits | Mapping[str, Any] | None = None,
+    model_name: str | None = None,
     **deployment_options: Any,
 ) -> Application:
     """The Serve application for ``model_dir``, checked here in the driver, ready for ``serve.run``.
 
     ``limits`` bounds each request as under ``packrt serve`` (:class:`~packrt.serve.ServeLimits` or a
-    dict of its fields). ``deployment_options`` go to ``Deployment.options`` as Serve takes them:
+    dict of its fields); ``model_name`` is the name requests give as ``model`` (the directory's
+    name when None). ``deployment_options`` go to ``Deployment.options`` as Serve takes them:
     ``num_replicas`` (an int, or ``"auto"``), ``autoscaling_config``, ``ray_actor_options``
     (``{"num_cpus": 1}``), ``max_ongoing_requests``, ``max_queued_requests``, ``name``, ...
     A missing directory raises :class:`~packrt_ray.model.ModelDirectoryError`, a bad limit a
@@ -163,7 +170,7 @@ def build_app(
     source = ModelSource.resolve(model_dir, weight_residency=weight_residency)
     checked = _limits(limits)
     deployment = PackrtDeployment.options(**deployment_options) if deployment_options else PackrtDeployment
-    return deployment.bind(source, limits=checked)
+    return deployment.bind(source, limits=checked, model_name=model_name)
 
 
 def _option(key: str, value: Any) -> Any:
@@ -180,7 +187,7 @@ def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: one dict, as ``serve run packrt_ray.serve:app_builder path=DIR k=v``
     or a config file's ``args`` give it.
 
-    ``path`` (required) and ``weight_residency`` name the model; ``limits`` (a dict), or any
+    ``path`` (required), ``weight_residency`` and ``model_name`` name the model; ``limits`` (a dict), or any
     :class:`~packrt.serve.ServeLimits` field given at the top level (``max_texts_per_request=64``),
     bounds the requests; every other key is a deployment option (``num_replicas``,
     ``autoscaling_config``, ``ray_actor_options``, ``max_ongoing_requests``, ``max_queued_requests``...).
@@ -194,7 +201,14 @@ def app_builder(args: dict[str, Any]) -> Application:
     limits = dict(args.get("limits") or {})
     limits.update({k: v for k, v in args.items() if k in _LIMIT_FIELDS})
     residency = str(args.get("weight_residency", "borrowed"))
-    return build_app(str(args["path"]), weight_residency=residency, limits=limits, **options)
+    name = args.get("model_name")
+    return build_app(
+        str(args["path"]),
+        weight_residency=residency,
+        limits=limits,
+        model_name=None if name is None else str(name),
+        **options,
+    )
 
 
 __all__ = ["DEPLOYMENT_DEFAULTS", "PackrtDeployment", "PackrtServer", "app_builder", "build_app"]

@@ -189,16 +189,27 @@ class _App:
             headers={"Retry-After": seconds},
         )
 
-    def require(self, kind: str, path: str) -> None:
+    def require(self, kind: str, path: str, model: str | None) -> None:
+        """The request is for this server: its endpoint is the model's kind, and the ``model`` it names
+        (when it names one) is the served model's name, so a client pointed at the wrong server is told
+        instead of answered by another model."""
         if self.served.kind != kind:
             raise ServeError(
                 404,
                 f"{path} is not served here: model {self.served.name!r} serves /v1/{self.served.kind}",
                 code="wrong_endpoint",
             )
+        if model is not None and model != self.served.name:
+            raise ServeError(
+                404,
+                f"model {model!r} is not served here; this server serves {self.served.name!r} (GET /v1/models): "
+                f"send model {self.served.name!r}, or start the server with --name {model!r}",
+                param="model",
+                code="model_not_found",
+            )
 
     async def embeddings(self, request: EmbeddingsRequest) -> dict[str, Any]:
-        self.require("embeddings", "/v1/embeddings")
+        self.require("embeddings", "/v1/embeddings", request.model)
         texts = _texts(request, self.limits)
         counts = await run_in_threadpool(self.served.count_tokens, texts)
         over = next((i for i, count in enumerate(counts) if count > self.bound), None)
@@ -226,7 +237,8 @@ class _App:
         return embeddings_response(vectors, request.encoding_format, self.served.name, sum(tokens))
 
     def _prompt(self, request: CompletionRequest | ChatRequest) -> tuple[completions.Prompt, bool]:
-        self.require("completions", "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions")
+        path = "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions"
+        self.require("completions", path, request.model)
         if isinstance(request, ChatRequest):
             text, max_tokens = completions.chat_text(self.served, request)
             return completions.check_prompt(self.served, self.limits, text, max_tokens, request, True), True
