@@ -236,6 +236,26 @@ def ct2_generate_call(generator: Any, prompt: np.ndarray, new_tokens: int) -> Ca
     return call
 
 
+# -- encoder cases' inputs -------------------------------------------------------------------------------
+def encoder_batch(vocab: int, batch: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """A ``batch`` x ``seq`` encoder input: int64 ids in ``[0, vocab)`` drawn from a generator seeded by the
+    shape (a case gets the same ids in every run and every script) and an all-ones attention mask."""
+    ids = np.random.default_rng(batch * 1000 + seq).integers(0, vocab, (batch, seq)).astype(np.int64)
+    return ids, np.ones_like(ids)
+
+
+def torch_encoder_call(torch: Any, reference: Any, ids: np.ndarray, mask: np.ndarray) -> Callable[[], Any]:
+    """transformers' last hidden state for ``ids`` under ``mask``, in inference mode: what each engine is
+    timed against and held to."""
+    tids, tmask = torch.from_numpy(ids), torch.from_numpy(mask)
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return reference(input_ids=tids, attention_mask=tmask).last_hidden_state
+
+    return call
+
+
 # -- packrt int8 ------------------------------------------------------------------------------------------
 def packrt_int8(models: Any, directory: Path) -> Any:
     """packrt's model loaded with ``from_pretrained(dir, quantize="int8")``, or a Missing saying why not."""

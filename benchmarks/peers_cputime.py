@@ -99,15 +99,9 @@ def encoder_calls(name: str, batch: int, seq: int, where: Path) -> dict[str, Cal
             peers.write_word_tokenizer(directory, built.config.vocab_size)
     reference = transformers.BertModel.from_pretrained(directory, add_pooling_layer=False).eval()
     key = peers.model_key(directory, "minilm-l6-real" if name == "minilm" else "bert-base")
-    ids = np.random.default_rng(batch * 1000 + seq).integers(0, reference.config.vocab_size, (batch, seq))
-    mask = np.ones_like(ids)
+    ids, mask = peers.encoder_batch(reference.config.vocab_size, batch, seq)
     pids, pmask = packrt.from_numpy(ids), packrt.from_numpy(mask)
-    tids, tmask = torch.from_numpy(ids), torch.from_numpy(mask)
-
-    def torch_call() -> Any:
-        with torch.inference_mode():
-            return reference(input_ids=tids, attention_mask=tmask).last_hidden_state
-
+    torch_call = peers.torch_encoder_call(torch, reference, ids, mask)
     fp32, int8 = models.from_pretrained(directory), models.from_pretrained(directory, quantize="int8")
     calls = _ways(lambda m: m(pids, attention_mask=pmask), fp32, int8)
     calls["torch"] = torch_call

@@ -564,15 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     results = args.results[0]
     data = load(results)
     kind = cpu_kind(data)
-    base_path = None if args.no_baseline else (args.baseline or newest_baseline(kind))
-    if base_path is not None and base_path.resolve() == results.resolve():
-        base_path = None
-    baseline = load(base_path) if base_path else None
-    if baseline is not None and cpu_kind(baseline) != kind:
-        sys.stderr.write(
-            f"baseline {base_path} ran on another kind of CPU ({cpu_kind(baseline)}; this run: {kind}): its "
-            "ratios are shown for reference, but --compare does not judge this run against them\n"
-        )
+    base_path, baseline = _baseline(args, results, kind)
     if args.compare or args.margins.exists():
         margins = load_margins(args.margins)
     else:  # no margins derived yet: show what would be tracked, at the widest margin
@@ -580,15 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = compare(data, baseline, margins, args.stat)
     text = render(data, baseline, base_path.name if base_path else None, args.stat, summary)
     sys.stdout.write(text)
-    if args.save_baseline:
-        save_baseline(data, args.save_baseline)
-    if args.markdown:
-        args.markdown.parent.mkdir(parents=True, exist_ok=True)
-        args.markdown.write_text(text)
-    if args.plot:
-        history = [(p.stem, load(p)) for p in stored_baselines()]
-        history.append(("this run", data))
-        plot(history, sorted(margins), args.plot, args.stat)
+    _write_outputs(args, data, text, sorted(margins))
     if not args.compare:
         return 0
     if baseline is None and not args.no_baseline and stored_baselines():
@@ -598,8 +582,36 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if baseline is not None and cpu_kind(baseline) != kind:
-        return 0  # said above: ratios from another CPU are not a verdict on this run
+        return 0  # said when the baseline was read: ratios from another CPU are not a verdict on this run
     return _gate(summary, baseline is not None)
+
+
+def _baseline(args: argparse.Namespace, results: Path, kind: str) -> tuple[Path | None, dict[str, Any] | None]:
+    """The baseline file and its data (``--baseline``, else the newest stored one of this CPU kind; never
+    the results file itself); a note on stderr when it ran on another kind of CPU."""
+    base_path = None if args.no_baseline else (args.baseline or newest_baseline(kind))
+    if base_path is not None and base_path.resolve() == results.resolve():
+        base_path = None
+    baseline = load(base_path) if base_path else None
+    if baseline is not None and cpu_kind(baseline) != kind:
+        sys.stderr.write(
+            f"baseline {base_path} ran on another kind of CPU ({cpu_kind(baseline)}; this run: {kind}): its "
+            "ratios are shown for reference, but --compare does not judge this run against them\n"
+        )
+    return base_path, baseline
+
+
+def _write_outputs(args: argparse.Namespace, data: dict[str, Any], text: str, tracked: list[Tracked]) -> None:
+    """``--save-baseline``, ``--markdown`` and ``--plot``: each asked-for file written."""
+    if args.save_baseline:
+        save_baseline(data, args.save_baseline)
+    if args.markdown:
+        args.markdown.parent.mkdir(parents=True, exist_ok=True)
+        args.markdown.write_text(text)
+    if args.plot:
+        history = [(p.stem, load(p)) for p in stored_baselines()]
+        history.append(("this run", data))
+        plot(history, tracked, args.plot, args.stat)
 
 
 def _write_margins(results: list[Path], target: Path, stat: str) -> int:

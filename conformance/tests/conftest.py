@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
+from pathlib import Path
 
 import pytest
+
+# --import-mode=importlib puts no test folder on sys.path: the helpers beside this file (cli_run.py) are
+# importable through this line.
+_HERE = str(Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 pytest_plugins = ["pytester"]
 

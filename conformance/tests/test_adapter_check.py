@@ -18,6 +18,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))  # broken_adapters.py beside this file
 
 import broken_adapters  # noqa: E402
+from cli_run import run_cli  # noqa: E402
 
 pytest.importorskip("torch")
 
@@ -67,15 +68,7 @@ def test_the_report_names_each_problem_as_an_adapter_problem() -> None:
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run(
-        [sys.executable, "-m", "packrt_conformance.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_cli(*args, cwd=cwd, env=env)
 
 
 @pytest.mark.parametrize(

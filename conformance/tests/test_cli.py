@@ -3,11 +3,11 @@ does, and an import that fails prints what failed and the fix, with pytest's usa
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from packrt_conformance.cli import _impl_spec, import_hint, main
 
@@ -61,8 +61,7 @@ def test_an_adapter_module_in_the_current_directory_is_found_as_python_m_finds_i
     (tmp_path / "cwd_adapter.py").write_text(
         "from packrt_conformance.adapters.packrt_adapter import PackrtAdapter as Adapter\n"
     )
-    command = [sys.executable, "-m", "packrt_conformance.cli", "--impl", "cwd_adapter:Adapter", "-q", "-k", "signature"]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    done = run_cli("--impl", "cwd_adapter:Adapter", "-q", "-k", "signature", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from cli_run import run_cli
 
 from packrt_conformance.expectations import load_expectations
 
@@ -24,15 +24,7 @@ def _run(impl: str, tmp: Path) -> tuple[subprocess.CompletedProcess[str], dict[s
     report = tmp / f"{impl.replace(':', '_')}.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(EXAMPLES), os.environ.get("PYTHONPATH")]))}
     args = ["--check-adapter", "--impl", impl, "--expectations", str(EXPECTATIONS), "--max-examples", "10"]
-    done = subprocess.run(
-        [sys.executable, "-m", "packrt_conformance.cli", *args, "--report-json", str(report), "-q"],
-        cwd=tmp,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_cli(*args, "--report-json", str(report), "-q", cwd=tmp, env=env)
     outcomes = (
         {c["id"]: c["outcome"] for c in json.loads(report.read_text(encoding="utf-8"))["clauses"]}
         if report.exists()

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_run import run_cli
 
 HERE = Path(__file__).parent
 CONFORMANCE = HERE.parent
@@ -52,8 +53,7 @@ def _env(**extra: str) -> dict[str, str]:
 def _suite(cwd: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], Any]:
     report = cwd / "report.json"
     report.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "packrt_conformance.cli", *args, "--report-json", str(report), "-q"]
-    done = subprocess.run(cmd, cwd=cwd, env=env or _env(), capture_output=True, text=True, timeout=600, check=False)
+    done = run_cli(*args, "--report-json", str(report), "-q", cwd=cwd, env=env or _env())
     assert report.exists(), done.stdout[-3000:] + done.stderr[-3000:]
     return done, json.loads(report.read_text(encoding="utf-8"))
 
@@ -109,15 +109,7 @@ def test_a_failure_names_real_paths_and_a_reproduction_that_works(tmp_path: Path
     assert f"reproduce: {command}" in done.stdout
     argv = shlex.split(command)
     assert argv[0] == "packrt-conformance"
-    again = subprocess.run(
-        [sys.executable, "-m", "packrt_conformance.cli", *argv[1:]],
-        cwd=project,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    again = run_cli(*argv[1:], cwd=project, env=_env())
     assert again.returncode == 1, again.stdout[-3000:]
     assert f"{failed[0]['id']} (revision 2)" in again.stdout
     assert "1 passed" not in again.stdout
@@ -202,15 +194,7 @@ def test_a_bare_assertion_reports_the_values_and_the_summary_real_paths(tmp_path
         "-k",
         "test_meta_init_module_receives_values_through_assign",
     ]
-    done = subprocess.run(
-        [sys.executable, "-m", "packrt_conformance.cli", *args],
-        cwd=tmp_path,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_cli(*args, cwd=tmp_path, env=_env())
     assert done.returncode == 1, done.stdout[-3000:]
     expected = next(ln for ln in done.stdout.splitlines() if ln.startswith("expected: "))
     actual = next(ln for ln in done.stdout.splitlines() if ln.startswith("actual: "))

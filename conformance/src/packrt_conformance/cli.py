@@ -34,15 +34,21 @@ def suite_dir() -> Path:
     return Path(__file__).parent / "suite"
 
 
+def _option(args: Sequence[str], name: str) -> str | None:
+    """The value of option ``name`` in ``args`` (``name X`` or ``name=X``), the last one winning (read
+    from the raw command line, before pytest parses it)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(f"{name}="):
+            value = arg.partition("=")[2]
+    return value
+
+
 def _impl_spec(args: Sequence[str]) -> str | None:
     """The value of ``--impl`` in ``args`` (``--impl X`` or ``--impl=X``), the last one winning."""
-    spec = None
-    for i, arg in enumerate(args):
-        if arg == "--impl" and i + 1 < len(args):
-            spec = args[i + 1]
-        elif arg.startswith("--impl="):
-            spec = arg.partition("=")[2]
-    return spec
+    return _option(args, "--impl")
 
 
 def import_hint(module_name: str, err: ImportError) -> str:
@@ -97,16 +103,6 @@ _PYTEST_HELP = "--pytest-help"
 _CHECK_ADAPTER = "--check-adapter"
 
 
-def _device(args: Sequence[str]) -> str | None:
-    device = None
-    for i, arg in enumerate(args):
-        if arg == "--device" and i + 1 < len(args):
-            device = args[i + 1]
-        elif arg.startswith("--device="):
-            device = arg.partition("=")[2]
-    return device
-
-
 def check_adapter_first(args: Sequence[str]) -> int | None:
     """``--check-adapter``: the adapter's own problems printed and exit status 4 before any clause
     runs; None when it holds (the run goes on)."""
@@ -119,7 +115,7 @@ def check_adapter_first(args: Sequence[str]) -> int | None:
         print(f"packrt-conformance: error: {_CHECK_ADAPTER} needs --impl SPEC", file=sys.stderr)
         return _EXIT_USAGE
     try:
-        problems = adapter_problems(build_adapter(spec, _device(args)))
+        problems = adapter_problems(build_adapter(spec, _option(args, "--device")))
     except AdapterError as err:
         print(f"packrt-conformance: error: {err}", file=sys.stderr)
         return _EXIT_USAGE

@@ -5,6 +5,7 @@ change to the weights, the residencies or the tree."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -154,44 +155,42 @@ def test_an_in_place_weight_edit_rebuilds_the_plan_over_the_new_weight(model: Tw
     assert_same_model_output(after, _plain(model, x))
 
 
-@pytest.mark.parametrize("assign", [False, True])
-def test_a_load_rebuilds_the_plan(model: TwoBlocks, assign: bool) -> None:
+def _check_rebuilt_after(model: TwoBlocks, edit: Callable[[TwoBlocks], object]) -> None:
+    """Once a first call has built the plan, ``edit`` makes the next call build it again, and that call
+    gives the module-by-module road's numbers."""
     x = _x()
     model(x)
-    state = {k: (v * 0.5 if k.endswith("weight") else v) for k, v in model.state_dict().items()}
-    model.load_state_dict({k: v.clone() for k, v in state.items()}, assign=assign)
+    edit(model)
     got = model(x).numpy()
     assert nn.plan_report(model).builds == 2
     assert_same_model_output(got, _plain(model, x))
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_load_rebuilds_the_plan(model: TwoBlocks, assign: bool) -> None:
+    def load_halved_weights(m: TwoBlocks) -> None:
+        state = {k: (v * 0.5 if k.endswith("weight") else v) for k, v in m.state_dict().items()}
+        m.load_state_dict({k: v.clone() for k, v in state.items()}, assign=assign)
+
+    _check_rebuilt_after(model, load_halved_weights)
 
 
 def test_a_norm_weight_edit_rebuilds_the_plan(model: TwoBlocks) -> None:
-    x = _x()
-    model(x)
-    model.second.norm.weight.fill_(3.0)  # a plain parameter the plan copied: its version tells
-    got = model(x).numpy()
-    assert nn.plan_report(model).builds == 2
-    assert_same_model_output(got, _plain(model, x))
+    # a plain parameter the plan copied: its version tells
+    _check_rebuilt_after(model, lambda m: m.second.norm.weight.fill_(3.0))
 
 
 def test_a_residency_change_rebuilds_the_plan(model: TwoBlocks) -> None:
-    x = _x()
-    model(x)
-    model.first.b.set_weight_residency("borrowed")
-    got = model(x).numpy()
-    assert nn.plan_report(model).builds == 2
-    assert_same_model_output(got, _plain(model, x))
+    _check_rebuilt_after(model, lambda m: m.first.b.set_weight_residency("borrowed"))
 
 
 def test_a_replaced_submodule_rebuilds_the_plan(model: TwoBlocks) -> None:
-    x = _x()
-    model(x)
-    model.second.b = nn.Linear(8, 8)
-    got = model(x).numpy()
-    assert nn.plan_report(model).builds == 2
-    assert_same_model_output(got, _plain(model, x))
+    def replace(m: TwoBlocks) -> None:
+        m.second.b = nn.Linear(8, 8)
+
+    _check_rebuilt_after(model, replace)
     model.set_submodule("first.a", nn.Linear(8, 8))
-    model(x)
+    model(_x())
     assert nn.plan_report(model).builds == 3
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -29,6 +30,14 @@ def _served(tmp_path: Path, residency: str = "borrowed") -> tuple[nn.Module, Pat
     packrt_io.load_checkpoint(model, path, weight_residency=residency)
     model(prt.ones(2, 16))
     return model, path
+
+
+def _served_with_a_second_file(tmp_path: Path) -> tuple[nn.Module, Path, Path, Any]:
+    """:func:`_served`'s borrowed model and its file, a second checkpoint of the same weights to load
+    next, and the guard watching the model's files."""
+    model, path = _served(tmp_path)
+    other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
+    return model, path, other, model._packrt_io_mapped_files[0]
 
 
 def test_a_file_rewritten_in_place_under_a_borrowed_model_is_named_at_the_next_call(tmp_path: Path) -> None:
@@ -63,9 +72,7 @@ def test_a_checkpoint_replaced_by_rename_keeps_serving_the_weights_loaded(tmp_pa
 
 
 def test_a_reload_replaces_the_previous_files_check(tmp_path: Path) -> None:
-    model, path = _served(tmp_path)
-    other = tmp_path / "other.safetensors"
-    packrt_io.save_checkpoint(model, other)
+    model, path, other, _ = _served_with_a_second_file(tmp_path)
     packrt_io.load_checkpoint(model, other, weight_residency="borrowed")
     os.truncate(path, 100)  # the first file no longer serves this model
     model(prt.ones(2, 16))
@@ -104,9 +111,7 @@ def test_load_checkpoint_switches_the_guard_to_the_new_file_inside_the_loads_own
     from packrt_core import publication
     from packrt_core.nn import state
 
-    model, _ = _served(tmp_path)
-    other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
-    guard = model._packrt_io_mapped_files[0]
+    model, _, other, guard = _served_with_a_second_file(tmp_path)
     seen: list[tuple[bool, list[str]]] = []
     original = state.commit_joined
 
@@ -122,9 +127,7 @@ def test_load_checkpoint_switches_the_guard_to_the_new_file_inside_the_loads_own
 def test_a_load_that_fails_at_its_commit_leaves_the_guard_watching_the_old_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    model, path = _served(tmp_path)
-    other = packrt_io.save_checkpoint(model, tmp_path / "other.safetensors")
-    guard = model._packrt_io_mapped_files[0]
+    model, path, other, guard = _served_with_a_second_file(tmp_path)
 
     class Stop(BaseException):  # plays KeyboardInterrupt, which pytest itself would act on
         pass

@@ -60,6 +60,22 @@ def minilm_dir() -> Path:
     return directory
 
 
+@pytest.fixture(scope="module")
+def encoder_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
+    """A tiny sentence-transformers directory for the ``packrt serve`` tests (serving.tiny_encoder)."""
+    from serving import tiny_encoder  # imports the serve extra: only the serve tests ask for it
+
+    return tiny_encoder(tmp_path_factory.mktemp("encoder") / "tiny", transformers, minilm_dir)  # served as "tiny"
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
+    """A tiny Llama directory with a chat template for the ``packrt serve`` tests (serving.tiny_llama)."""
+    from serving import tiny_llama
+
+    return tiny_llama(tmp_path_factory.mktemp("llama") / "tiny", transformers)  # served as "tiny"
+
+
 @pytest.fixture
 def stand_in_cuda() -> Iterator[packrt.Device]:
     """'cuda:0' served by a second CPU backend (numpy arrays, the CPU kernels), as packrt-core's dispatch

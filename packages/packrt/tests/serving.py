@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import Any
 
 import httpx2 as httpx
+from peers import SMALL, save, tiny_model
 
 from packrt.serve import ServedModel, ServeLimits, create_app
 
@@ -29,6 +30,12 @@ CHAT_TEMPLATE = (
 )
 WORDS = ["<pad>", "<s>", "</s>", "<unk>", "hello", "world", "the", "cat", "sat", "on", "mat", "a", "dog", "ran"]
 WORDS += ["<user>", "<assistant>", "<system>", "and", "then", "stop", "here"] + [f"w{i}" for i in range(43)]
+# The served models' config fields: peers' SMALL widths, with transformers' default initializer_range
+# (tiny_model draws 0.3 unless told) and the special tokens each tokenizer below names.
+TINY_BERT = {**SMALL, "vocab_size": 30522, "num_attention_heads": 2, "max_position_embeddings": 128}
+TINY_BERT |= {"initializer_range": 0.02, "pad_token_id": 0}
+TINY_LLAMA = {**SMALL, "vocab_size": len(WORDS), "num_key_value_heads": 2, "max_position_embeddings": 256}
+TINY_LLAMA |= {"initializer_range": 0.02, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
 
 
 def tiny_encoder(directory: Path, transformers: ModuleType, minilm: Path, seed: int = 0) -> Path:
@@ -36,15 +43,7 @@ def tiny_encoder(directory: Path, transformers: ModuleType, minilm: Path, seed: 
     import torch
 
     torch.manual_seed(seed)
-    config = transformers.BertConfig(
-        vocab_size=30522,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-    )
-    transformers.BertModel(config).eval().save_pretrained(directory, safe_serialization=True)
+    save(tiny_model(transformers, "BertConfig", "BertModel", **TINY_BERT), directory)
     for name in ("tokenizer.json", "tokenizer_config.json", "modules.json", "sentence_bert_config.json"):
         shutil.copy(minilm / name, directory / name)
     shutil.copytree(minilm / "1_Pooling", directory / "1_Pooling")
@@ -58,19 +57,7 @@ def tiny_llama(directory: Path, transformers: ModuleType, chat_template: str | N
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
 
     torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(WORDS),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    transformers.LlamaForCausalLM(config).eval().save_pretrained(directory, safe_serialization=True)
+    save(tiny_model(transformers, "LlamaConfig", "LlamaForCausalLM", **TINY_LLAMA), directory)
     tokenizer = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces

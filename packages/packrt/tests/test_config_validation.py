@@ -9,7 +9,6 @@ the field (or tensor) and the value, and saying what to do; nothing is built bef
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -210,8 +209,8 @@ def test_an_invalid_config_value_is_refused_naming_file_field_value_and_fix_befo
     value: str,
     message: str,
 ) -> None:
-    directory = write(tmp_path, family, CONFIGS[family])
-    (directory / "config.json").write_text(json.dumps(config))  # json writes NaN / Infinity as transformers does
+    # the family's weights; config.json as json writes it (NaN / Infinity too, as transformers does)
+    directory = write(tmp_path, family, config)
     built: list[str] = []
     for module, name in (
         (llama, "LlamaForCausalLM"),
@@ -305,8 +304,7 @@ def test_layers_and_widths_beyond_what_the_weight_files_hold_are_refused_from_th
     message: str,
     strict: bool,
 ) -> None:
-    directory = write(tmp_path, family, CONFIGS[family])
-    (directory / "config.json").write_text(json.dumps(config))
+    directory = write(tmp_path, family, config)
     monkeypatch.setattr(packrt, "meta_init", lambda: pytest.fail("a model was declared before the header check"))
     with pytest.raises(ConfigError, match=rf"config\.json': field '{field}' is {config[field]}, ") as info:
         from_pretrained(directory, strict=strict)

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -25,21 +24,11 @@ if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
     pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
 
 import httpx2 as httpx
-from serving import START_S, free_port, running, tiny_encoder, tiny_llama, wait_healthy
+from serving import START_S, free_port, running, wait_healthy
 
 from packrt.cli import main
 
 WAIT_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def encoder_source(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
-    return tiny_encoder(tmp_path_factory.mktemp("encoder"), transformers, minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def llama_source(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
-    return tiny_llama(tmp_path_factory.mktemp("llama"), transformers)
 
 
 def _copy(source: Path, tmp_path: Path) -> Path:
@@ -64,9 +53,9 @@ def _checkpoint_error(response: httpx.Response) -> str:
 
 
 def test_a_checkpoint_rewritten_in_place_fails_health_and_every_request_with_a_json_503(
-    encoder_source: Path, llama_source: Path, tmp_path: Path
+    encoder_dir: Path, llama_dir: Path, tmp_path: Path
 ) -> None:
-    encoder, llama = _copy(encoder_source, tmp_path), _copy(llama_source, tmp_path)
+    encoder, llama = _copy(encoder_dir, tmp_path), _copy(llama_dir, tmp_path)
     with running(encoder) as embedding_server, running(llama) as completion_server:
         for started in (embedding_server, completion_server):
             assert httpx.get(f"{started.base}/health", timeout=WAIT_S).json()["status"] == "ok"
@@ -112,9 +101,9 @@ def _serve_process(directory: Path, tmp_path: Path, *options: str) -> Iterator[t
 
 
 def test_a_truncated_checkpoint_gives_clients_a_json_error_and_the_server_lives(
-    encoder_source: Path, tmp_path: Path
+    encoder_dir: Path, tmp_path: Path
 ) -> None:
-    encoder = _copy(encoder_source, tmp_path)
+    encoder = _copy(encoder_dir, tmp_path)
     with _serve_process(encoder, tmp_path) as (base, process):
         assert httpx.post(f"{base}/v1/embeddings", json={"input": ["before"]}, timeout=WAIT_S).status_code == 200
         os.truncate(encoder / "model.safetensors", 100)
@@ -124,7 +113,7 @@ def test_a_truncated_checkpoint_gives_clients_a_json_error_and_the_server_lives(
         assert process.poll() is None, (tmp_path / "serve.log").read_text()
 
 
-def test_sigterm_drains_the_requests_in_flight_then_exits_cleanly(llama_source: Path, tmp_path: Path) -> None:
+def test_sigterm_drains_the_requests_in_flight_then_exits_cleanly(llama_dir: Path, tmp_path: Path) -> None:
     body = {"prompt": "hello world the cat", "max_tokens": 200, "temperature": 0, "stream": True}
     events: list[list[str]] = [[] for _ in range(3)]
     statuses: list[int] = [0] * 3
@@ -138,7 +127,7 @@ def test_sigterm_drains_the_requests_in_flight_then_exits_cleanly(llama_source: 
                     events[index].append(line)
                     first_text.set()
 
-    with _serve_process(llama_source, tmp_path, "--drain", "300") as (base, process):
+    with _serve_process(llama_dir, tmp_path, "--drain", "300") as (base, process):
         clients = [threading.Thread(target=consume, args=(i, base)) for i in range(3)]
         for client in clients:
             client.start()

@@ -22,7 +22,7 @@ if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
     pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
 
 import httpx2 as httpx
-from serving import START_S, Running, running, tiny_encoder, tiny_llama
+from serving import START_S, Running, running, tiny_llama
 
 from packrt.models import SentenceEncoder
 from packrt.serve import LimitsError, ServeLimits
@@ -32,11 +32,6 @@ LIMITS = ServeLimits(
     max_texts_per_request=4, max_tokens_per_text=16, max_body_bytes=4096, max_json_depth=8, max_queued_requests=2
 )
 WAIT_S = 120.0  # a client's patience: far beyond a quiet machine's milliseconds
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
-    return tiny_encoder(tmp_path_factory.mktemp("encoder"), transformers, minilm_dir)
 
 
 @pytest.fixture(scope="module")

@@ -22,19 +22,9 @@ if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
     pytest.importorskip("openai", reason="the openai client is a test dependency of packrt serve")
 
 import openai
-from serving import running, tiny_encoder, tiny_llama
+from serving import running, tiny_encoder
 
 TEXTS = ["hello world", "the cat sat on the mat", "a", "dogs and cats " * 20, "ünïcödé text 🙂"]
-
-
-@pytest.fixture(scope="module")
-def encoder_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
-    return tiny_encoder(tmp_path_factory.mktemp("encoder") / "tiny", transformers, minilm_dir)
-
-
-@pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
-    return tiny_llama(tmp_path_factory.mktemp("llama") / "tiny", transformers)
 
 
 @pytest.fixture(scope="module")

@@ -158,12 +158,8 @@ def _load_tree(impl: Adapter) -> Any:
     return root
 
 
-@pytest.mark.parametrize("values", cases("load_state_dict"))
-def test_keyword_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]) -> None:
-    strict, assign, keys, dtype = values["strict"], values["assign"], values["keys"], values["dtype"]
-    root = _load_tree(impl)
-    held = dict(root.state_dict(keep_vars=True))
-    proj_before = {k: impl.to_numpy(v) for k, v in held.items() if k.startswith("proj.")}
+def _checkpoint(impl: Adapter, keys: str, dtype: str, assign: bool) -> dict[str, Any]:
+    """:data:`_VALUES` in ``dtype``, less ``gain`` or plus ``stray`` as ``keys`` says."""
     # A layer serves floating-point weights: integers reach it through the copy road only.
     layer_dtype = "float32" if assign and dtype == "int64" else dtype
     ckpt = {k: impl.tensor(v, layer_dtype if k.startswith("proj.") else dtype) for k, v in _VALUES.items()}
@@ -171,16 +167,29 @@ def test_keyword_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]
         del ckpt["gain"]
     if keys == "one unexpected":
         ckpt["stray"] = impl.tensor([0.0], dtype)
-    if strict and keys != "exact":
-        with pytest.raises(RuntimeError, match="gain" if keys == "one missing" else "stray"):
-            root.load_state_dict(ckpt, strict=strict, assign=assign)
-        if "transactional-load" not in impl.capabilities:
-            return  # the refusal is the rule; leaving the module as it was is that capability's promise
-        assert values_equal(impl, root.gain, _BEFORE["gain"]) and values_equal(impl, root.table, _BEFORE["table"])
-        assert all(values_equal(impl, root.get_parameter(k), v) for k, v in proj_before.items())
-        assert root.gain is held["gain"], "a refused load keeps every object"
-        return
-    result = root.load_state_dict(ckpt, strict=strict, assign=assign)
+    return ckpt
+
+
+def _check_refused(impl: Adapter, root: Any, ckpt: dict[str, Any], values: dict[str, Any]) -> None:
+    """A strict load of a checkpoint with a missing or unexpected key raises, naming the key; with
+    transactional loads the module keeps its objects and values."""
+    held = dict(root.state_dict(keep_vars=True))
+    proj_before = {k: impl.to_numpy(v) for k, v in held.items() if k.startswith("proj.")}
+    with pytest.raises(RuntimeError, match="gain" if values["keys"] == "one missing" else "stray"):
+        root.load_state_dict(ckpt, strict=values["strict"], assign=values["assign"])
+    if "transactional-load" not in impl.capabilities:
+        return  # the refusal is the rule; leaving the module as it was is that capability's promise
+    assert values_equal(impl, root.gain, _BEFORE["gain"]) and values_equal(impl, root.table, _BEFORE["table"])
+    assert all(values_equal(impl, root.get_parameter(k), v) for k, v in proj_before.items())
+    assert root.gain is held["gain"], "a refused load keeps every object"
+
+
+def _check_loaded(impl: Adapter, root: Any, ckpt: dict[str, Any], values: dict[str, Any]) -> None:
+    """A load that goes through reports the missing and unexpected keys and holds the checkpoint's values:
+    ``assign`` binds the incoming tensors, a copy keeps the registered objects and their dtype."""
+    keys, assign = values["keys"], values["assign"]
+    held = dict(root.state_dict(keep_vars=True))
+    result = root.load_state_dict(ckpt, strict=values["strict"], assign=assign)
     assert list(result.missing_keys) == (["gain"] if keys == "one missing" else [])
     assert list(result.unexpected_keys) == (["stray"] if keys == "one unexpected" else [])
     now = dict(root.state_dict(keep_vars=True))
@@ -198,6 +207,16 @@ def test_keyword_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]
     assert isinstance(root.gain, impl.nn.Parameter) and isinstance(root.proj.weight, impl.nn.Parameter)
     if keys == "one missing":
         assert root.gain is held["gain"] and values_equal(impl, root.gain, _BEFORE["gain"])
+
+
+@pytest.mark.parametrize("values", cases("load_state_dict"))
+def test_keyword_matrix_of_load_state_dict(impl: Adapter, values: dict[str, Any]) -> None:
+    root = _load_tree(impl)
+    ckpt = _checkpoint(impl, values["keys"], values["dtype"], values["assign"])
+    if values["strict"] and values["keys"] != "exact":
+        _check_refused(impl, root, ckpt, values)
+    else:
+        _check_loaded(impl, root, ckpt, values)
 
 
 @pytest.mark.parametrize("values", cases("load_state_dict (weight_residency)"))

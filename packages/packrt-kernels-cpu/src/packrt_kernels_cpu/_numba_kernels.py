@@ -157,36 +157,6 @@ def relu_value(v: Any) -> Any:
     return v if v > 0 or v != v else 0  # NaN stays NaN; -0.0 becomes 0.0, as numpy.maximum gives
 
 
-# The activations' arithmetic is written once, in the ``*_value`` functions above; the spans below and
-# the serving plan's in-place epilogue (:mod:`._numba_plan`) loop over them.
-@_serial
-def _gelu_erf_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
-    for i in range(x.shape[0]):
-        out[i] = gelu_erf_value(x[i])
-
-
-@_serial
-def _gelu_tanh_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
-    for i in range(x.shape[0]):
-        out[i] = gelu_tanh_value(x[i])
-
-
-@_serial
-def _silu_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
-    for i in range(x.shape[0]):
-        out[i] = silu_value(x[i])
-
-
-@_serial
-def _relu_span(x: Array, out: Array, lo: int, hi: int) -> None:
-    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
-    for i in range(x.shape[0]):
-        out[i] = relu_value(x[i])
-
-
 @_serial
 def _widen_span(src: Array, out: Array, lo: int, hi: int) -> None:
     """bfloat16 bits -> float32 bits: bfloat16 is the top half of a float32, so widening is a shift."""
@@ -212,16 +182,24 @@ def _narrow_span(src: Array, out: Array, lo: int, hi: int) -> None:
 GELU_ERF, GELU_TANH, SILU, RELU = 0, 1, 2, 3  # the elementwise activations, by op code
 
 
+# The activations' arithmetic is written once, in the ``*_value`` functions above; this span and the
+# serving plan's in-place epilogue (:mod:`._numba_plan`) loop over them, one loop per op (a branch per
+# element would keep the loop from vectorising).
 @_serial
 def _activation_span(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
+    x, out = x[lo:hi], out[lo:hi]  # indexed from 0 (see the note above)
     if op == GELU_ERF:
-        _gelu_erf_span(x, out, lo, hi)
+        for i in range(x.shape[0]):
+            out[i] = gelu_erf_value(x[i])
     elif op == GELU_TANH:
-        _gelu_tanh_span(x, out, lo, hi)
+        for i in range(x.shape[0]):
+            out[i] = gelu_tanh_value(x[i])
     elif op == SILU:
-        _silu_span(x, out, lo, hi)
+        for i in range(x.shape[0]):
+            out[i] = silu_value(x[i])
     else:
-        _relu_span(x, out, lo, hi)
+        for i in range(x.shape[0]):
+            out[i] = relu_value(x[i])
 
 
 @_serial
