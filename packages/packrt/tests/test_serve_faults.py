@@ -32,8 +32,9 @@ WAIT_S = 120.0
 
 
 def _copy(source: Path, tmp_path: Path) -> Path:
-    """A copy the test may damage (the module's source directory stays whole)."""
-    return Path(shutil.copytree(source, tmp_path / source.name))
+    """A copy the test may damage (the module's source directory stays whole), under the name it is
+    served by, in a folder of its own."""
+    return Path(shutil.copytree(source, tmp_path / source.parent.name / source.name))
 
 
 def _rewrite_in_place(path: Path) -> None:
