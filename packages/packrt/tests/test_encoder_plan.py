@@ -98,8 +98,10 @@ def test_packed_query_key_and_value_share_one_weight_with_no_copy_left_over(save
     packed = nn.memory_report(model).totals()["packed"]
     model(*_batch())
     attention = model.layers[0].attention
-    q, k, v = (layer._serving_pack().wt for layer in (attention.q_proj, attention.k_proj, attention.v_proj))
-    assert q.base is not None and q.base is k.base is v.base  # column views of the plan's one QKV weight
+    packs = [layer._serving_pack() for layer in (attention.q_proj, attention.k_proj, attention.v_proj)]
+    # W^T's columns, or float32 panels (AVX-512: packrt_kernels_cpu.float_tiles): views of one QKV weight
+    q, k, v = (pack.panels.data if hasattr(pack, "panels") else pack.wt for pack in packs)
+    assert q.base is not None and q.base is k.base is v.base
     assert nn.memory_report(model).totals()["packed"] == packed  # the layers' own copies were freed
     assert nn.plan_report(model).nbytes < packed // 10  # the plan holds the norms' weights, nothing big
 

@@ -133,3 +133,34 @@ def gated(op: int, x: Array, out: Array) -> None:
 
 def gated_serial(op: int, x: Array, out: Array) -> None:
     _gated_rows(op, x, out, 0, x.shape[0])
+
+
+@_serial
+def _float_panels(
+    tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, lo: int, hi: int
+) -> None:
+    """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm`: 8-row tiles down the rows, then one tile
+    of the ``rows % 8`` left. ``tiles[r - 1]`` computes r rows; pointers are addresses, ``ldo`` and
+    ``lda`` count float32s, a panel is ``k * 32`` floats."""
+    whole = rows // 8
+    left = rows - whole * 8
+    for p in range(lo, hi):
+        column = out + p * 32 * 4
+        panel = b + p * k * 32 * 4
+        for i in range(whole):
+            tiles[7](column + i * 8 * ldo * 4, ldo, a + i * 8 * lda * 4, lda, panel, k)
+        if left:
+            r = whole * 8
+            tiles[left - 1](column + r * ldo * 4, ldo, a + r * lda * 4, lda, panel, k)
+
+
+@_parallel
+def float_tiles(tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, panels: int) -> None:
+    for p in numba.prange(panels):
+        _float_panels(tiles, out, ldo, a, lda, b, k, rows, p, p + 1)
+
+
+def float_tiles_serial(
+    tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, panels: int
+) -> None:
+    _float_panels(tiles, out, ldo, a, lda, b, k, rows, 0, panels)

@@ -7,6 +7,9 @@ Layouts (what the pack holds, and why):
   bfloat16 where the BLAS multiplies it (MKL, ``blas.multiplies``): the pack is the declared
   bytes. Other half weights are upcast to float32 here, once: the pack is then twice the
   declared bytes, but each call saves converting the whole weight.
+- ``PanelLinear``: a float32 weight whose width is a multiple of 32, on a CPU with AVX-512 and
+  numpy's BLAS road, as :mod:`.float_tiles`' panels of 32 output columns: its tiles read each panel as
+  one stream and beat OpenBLAS, which packs the weight again on every call (the module docstring there).
 - ``PackedConv2d``: the weight reshaped to (groups, out/groups, in/groups * kh * kw), the
   im2col-ready matrix per group, in the compute dtype, with the geometry validated once.
 - ``PackedEmbedding``: the table itself, contiguous, in its declared dtype. A gather does no
@@ -27,7 +30,7 @@ import numpy as np
 from packrt_base.arrays import Array, array_namespace, check_linear_args, compute_dtype, require_float, require_ndim
 from packrt_base.geometry import Conv2dGeometry
 from packrt_base.kernels import LinearKernel
-from packrt_kernels_cpu import blas, fused
+from packrt_kernels_cpu import blas, float_tiles, fused
 from packrt_kernels_cpu.conv import check_conv2d_weight, conv2d, convolve
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.functional import embedding, gemm_rows, linear
@@ -66,15 +69,52 @@ class PackedLinear:
         return w, None if self.b is None else _owned(self.b, self.dtype)
 
 
-def pack_linear(w: Array, b: Array | None = None) -> PackedLinear:
+class PanelLinear:
+    """A float32 linear's weight as :class:`~packrt_kernels_cpu.float_tiles.FloatPanels` (what
+    :func:`pack_linear` makes where :func:`float_tiles.packs`), and its bias."""
+
+    def __init__(self, panels: float_tiles.FloatPanels, b: Array | None, dtype: np.dtype[Any]) -> None:
+        self.panels, self.b, self.dtype = panels, b, dtype
+        self.in_features, self.out_features = panels.in_features, panels.out_features
+
+    def forward(self, x: Array) -> Array:
+        """``x @ W^T + b`` for ``x`` (..., in_features) of the declared dtype; same result as ``linear``
+        within the GEMMs' summation order."""
+        if x.ndim < 1 or int(x.shape[-1]) != self.in_features:
+            raise KernelShapeError(
+                f"linear: input of shape {tuple(x.shape)} does not end in in_features={self.in_features}; "
+                f"pass (..., {self.in_features})"
+            )
+        rows = x.reshape(-1, self.in_features)
+        out = float_tiles.gemm(rows if rows.dtype == np.float32 else astype(rows, np.float32), self.panels)
+        if self.b is not None:
+            out += self.b
+        out = out.reshape((*x.shape[:-1], self.out_features))
+        return out if out.dtype == self.dtype else astype(out, self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the pack keeps resident (weight plus bias)."""
+        return self.panels.nbytes + (0 if self.b is None else int(self.b.nbytes))
+
+    def unpack(self) -> tuple[Array, Array | None]:
+        """(weight (out, in), bias) in the declared dtype, new arrays equal bit for bit to those packed."""
+        w = _owned(self.panels.weight(), self.dtype)
+        return w, None if self.b is None else _owned(self.b, self.dtype)
+
+
+def pack_linear(w: Array, b: Array | None = None) -> PackedLinear | PanelLinear:
     """Pack a (out_features, in_features) weight and optional (out_features,) bias for serving."""
     dt = require_float(w, "weight")
     require_ndim(w, 2, "weight", "(out_features, in_features)")
     check_linear_args(w[:1], w, b)  # one row of w is a well-formed x: reuses the shape/dtype checks
     cd = compute_dtype(dt)
     pd = dt if blas.multiplies(dt) else cd  # the pack's dtype: bfloat16 kept where the GEMM takes it
+    bias = None if b is None else _owned(b, cd)
+    if pd == np.float32 and type(w) is np.ndarray and float_tiles.packs(int(w.shape[0]), int(w.shape[1])):
+        return PanelLinear(float_tiles.pack(w), bias, dt)
     wt = fused.transposed(w, pd) if fused.transposes(w, pd) else _owned(w.T, pd)
-    return PackedLinear(wt, None if b is None else _owned(b, cd), dt)
+    return PackedLinear(wt, bias, dt)
 
 
 class LinearView:

@@ -2,8 +2,9 @@
 runs instead of one module call per operation.
 
 - :func:`plan_linear`: one GEMM for the linears that read one input. Owned float packs of one dtype
-  and width (:func:`fuses`) are concatenated into one ``W^T`` (in, sum of outs); int8 packs into one
-  int8 weight, so the activations are quantized once for all of them. The bias and the activation
+  and width (:func:`fuses`) are concatenated into one ``W^T`` (in, sum of outs), float32 panels
+  (:mod:`.float_tiles`) into one run of panels; int8 packs into one int8 weight, so the activations
+  are quantized once for all of them. The bias and the activation
   run in one compiled pass over the GEMM's output, in place. Anything else (a borrowed view, one
   pack) is served from the arrays it holds, copying nothing.
 - :func:`residual_norm`: the residual add and the LayerNorm or RMSNorm after it, one pass per row.
@@ -27,11 +28,11 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, compute_dtype
 from packrt_base.plan import PlanKernels
-from packrt_kernels_cpu import blas, compiled, functional, fused, gemv, int8, threads
+from packrt_kernels_cpu import blas, compiled, float_tiles, functional, fused, gemv, int8, threads
 from packrt_kernels_cpu.attention import softmax_rows_in_place
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import astype
-from packrt_kernels_cpu.packing import LinearView, PackedLinear
+from packrt_kernels_cpu.packing import LinearView, PackedLinear, PanelLinear
 from packrt_kernels_cpu.quantize import PackedQuantizedLinear
 from packrt_kernels_cpu.scratch import scratch_f32
 
@@ -70,16 +71,27 @@ def _activate(op: str | None, y: Array, b: Array | None) -> Array:
 
 
 class FloatPlanLinear:
-    """``act(x @ wt + b)`` over a float weight: a concatenated pack, one layer's pack, or a borrowed view
-    (``w`` (out, in) read transposed in place; half weights widened for the call, as the view does)."""
+    """``act(x @ wt + b)`` over a float weight: a concatenated pack, one layer's pack, float32 panels
+    (``panels``: :class:`~packrt_kernels_cpu.float_tiles.FloatPanels`), or a borrowed view (``w``
+    (out, in) read transposed in place; half weights widened for the call, as the view does)."""
 
     def __init__(
-        self, wt: Array | None, w: Array | None, b: Array | None, activation: str | None, parts: tuple[Any, ...]
+        self,
+        wt: Array | None,
+        w: Array | None,
+        b: Array | None,
+        activation: str | None,
+        parts: tuple[Any, ...],
+        panels: float_tiles.FloatPanels | None = None,
     ) -> None:
-        self.wt, self.w, self.b, self.activation = wt, w, b, activation
+        self.wt, self.w, self.b, self.activation, self.panels = wt, w, b, activation, panels
         self.parts = parts
-        self.out_features = int(wt.shape[1] if wt is not None else w.shape[0])  # type: ignore[union-attr]
-        held = 0 if wt is None else int(wt.nbytes) + (0 if b is None else int(b.nbytes))
+        if panels is not None:
+            self.out_features, weight_bytes = panels.out_features, panels.nbytes
+        else:
+            self.out_features = int(wt.shape[1] if wt is not None else w.shape[0])  # type: ignore[union-attr]
+            weight_bytes = 0 if wt is None else int(wt.nbytes)
+        held = 0 if wt is None and panels is None else weight_bytes + (0 if b is None else int(b.nbytes))
         self.nbytes = held if parts else 0  # a weight it made (joined), not one it serves in place
 
     def _weight(self, x: Array) -> tuple[Array, Array]:
@@ -94,8 +106,13 @@ class FloatPlanLinear:
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``act(x @ W^T + b)`` of 2-D ``x``; float32 out for float32 and bfloat16 weights (the plan's
         activations stay in the compute dtype between layers)."""
-        xc, wt = self._weight(x)
         b = self.b
+        if self.panels is not None:
+            x32 = x if x.dtype == np.float32 else astype(x, FLOAT32)
+            if out is not None and (out.dtype != np.float32 or out.shape[0] != x32.shape[0]):
+                out = None
+            return _activate(self.activation, float_tiles.gemm(x32, self.panels, out), b)
+        xc, wt = self._weight(x)
         if xc.shape[0] == 1 and out is None and gemv.gemv_takes(xc, wt, b):
             return _activate(self.activation, gemv.gemv(xc, wt, b), None)
         if out is not None and (out.dtype != np.result_type(xc.dtype, np.float32) or out.shape[0] != xc.shape[0]):
@@ -141,6 +158,11 @@ def fuses(packs: Sequence[Any]) -> bool:
             and (p.b is None) == (first.b is None)
             for p in packs
         )
+    if all(type(p) is PanelLinear for p in packs):
+        return all(
+            p.dtype == first.dtype and p.in_features == first.in_features and (p.b is None) == (first.b is None)
+            for p in packs
+        )
     if all(type(p) is PackedQuantizedLinear for p in packs):
         return all(
             type(p.q) is np.ndarray and p.in_features == first.in_features and (p.b is None) == (first.b is None)
@@ -162,6 +184,18 @@ def _fuse_float(packs: Sequence[PackedLinear], activation: str | None) -> FloatP
         for p, lo, hi in zip(packs, ends[:-1], ends[1:], strict=True)
     )
     return FloatPlanLinear(wt, None, b, activation, parts)
+
+
+def _fuse_panels(packs: Sequence[PanelLinear], activation: str | None) -> FloatPlanLinear:
+    data = np.ascontiguousarray(np.concatenate([p.panels.data for p in packs], axis=0))
+    b = _joined([p.b for p in packs], 0)
+    ends = np.cumsum([0, *(p.out_features for p in packs)])
+    width = float_tiles.PANEL
+    parts = tuple(
+        PanelLinear(float_tiles.FloatPanels(data[lo // width : hi // width]), None if b is None else b[lo:hi], p.dtype)
+        for p, lo, hi in zip(packs, ends[:-1], ends[1:], strict=True)
+    )
+    return FloatPlanLinear(None, None, b, activation, parts, float_tiles.FloatPanels(data))
 
 
 def _fuse_int8(packs: Sequence[PackedQuantizedLinear], activation: str | None) -> QuantizedPlanLinear:
@@ -188,10 +222,14 @@ def plan_linear(packs: Sequence[Any], activation: str | None = None) -> FloatPla
             )
         if type(packs[0]) is PackedLinear:
             return _fuse_float(packs, activation)
+        if type(packs[0]) is PanelLinear:
+            return _fuse_panels(packs, activation)
         return _fuse_int8(packs, activation)
     pack = packs[0]
     if type(pack) is PackedLinear:
         return FloatPlanLinear(pack.wt, None, pack.b, activation, ())
+    if type(pack) is PanelLinear:
+        return FloatPlanLinear(None, None, pack.b, activation, (), pack.panels)
     if type(pack) is LinearView:
         cd = compute_dtype(pack.w.dtype)
         return FloatPlanLinear(None, pack.w, None if pack.b is None else astype(pack.b, cd), activation, ())

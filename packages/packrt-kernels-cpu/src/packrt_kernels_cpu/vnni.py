@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from packrt_kernels_cpu import compiled, settings
+from packrt_kernels_cpu.llvm_tiles import compile_tiles
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -79,17 +80,8 @@ def _tile_ir(name: str, rows: int) -> str:
     return "\n".join(lines)
 
 
-def _compile() -> tuple[Any, Any, Any] | None:
+def _compile() -> tuple[Any, ...] | None:
     """(engine, full tile, one-row tile) as ctypes functions, or None where this machine lacks VNNI."""
-    try:
-        import llvmlite.binding as llvm  # type: ignore[import-untyped]  # numba's own code generator
-    except ImportError:
-        return None
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    features = llvm.get_host_cpu_features()
-    if not all(features.get(name, False) for name in _FEATURES):
-        return None
     source = "\n".join(
         [
             "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
@@ -98,26 +90,17 @@ def _compile() -> tuple[Any, Any, Any] | None:
             'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni" }',
         ]
     )
-    module = llvm.parse_assembly(source)
-    module.verify()
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=features.flatten(), opt=3
-    )
-    engine = llvm.create_mcjit_compiler(module, machine)
-    engine.finalize_object()
     pointer, count = ctypes.c_void_p, ctypes.c_int64
-    kind = ctypes.CFUNCTYPE(None, pointer, count, pointer, count, pointer, count)
-    full = kind(engine.get_function_address("packrt_vnni_tile8"))
-    one = kind(engine.get_function_address("packrt_vnni_tile1"))
-    return engine, full, one  # the engine owns the machine code: kept as long as the functions are
+    argtypes = (pointer, count, pointer, count, pointer, count)
+    return compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES, argtypes)
 
 
-def _tiles() -> tuple[Any, Any, Any] | None:
+def _tiles() -> tuple[Any, ...] | None:
     if "tiles" not in _state:
         with _lock:
             if "tiles" not in _state:
                 _state["tiles"] = _compile()
-    tiles: tuple[Any, Any, Any] | None = _state["tiles"]
+    tiles: tuple[Any, ...] | None = _state["tiles"]
     return tiles
 
 
