@@ -141,23 +141,30 @@ def _float_panels(
 ) -> None:
     """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm`: 8-row tiles down the rows, then one tile
     of the ``rows % 8`` left. ``tiles[r - 1]`` computes r rows; pointers are addresses, ``ldo`` and
-    ``lda`` count float32s, a panel is ``k * 32`` floats."""
+    ``lda`` count float32s, a panel is ``k * 32`` floats. Rows go in blocks of 64, each across every
+    panel, so a block's activations stay in L2 while the panels stream past (4% at 2048 rows)."""
     whole = rows // 8
     left = rows - whole * 8
-    for p in range(lo, hi):
-        column = out + p * 32 * 4
-        panel = b + p * k * 32 * 4
-        for i in range(whole):
-            tiles[7](column + i * 8 * ldo * 4, ldo, a + i * 8 * lda * 4, lda, panel, k)
-        if left:
-            r = whole * 8
-            tiles[left - 1](column + r * ldo * 4, ldo, a + r * lda * 4, lda, panel, k)
+    for first in range(0, whole, 8):
+        last = min(whole, first + 8)
+        for p in range(lo, hi):
+            column = out + p * 32 * 4
+            panel = b + p * k * 32 * 4
+            for i in range(first, last):
+                tiles[7](column + i * 8 * ldo * 4, ldo, a + i * 8 * lda * 4, lda, panel, k)
+    if left:
+        r = whole * 8
+        for p in range(lo, hi):
+            tiles[left - 1](out + p * 32 * 4 + r * ldo * 4, ldo, a + r * lda * 4, lda, b + p * k * 32 * 4, k)
 
 
 @_parallel
 def float_tiles(tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, panels: int) -> None:
-    for p in numba.prange(panels):
-        _float_panels(tiles, out, ldo, a, lda, b, k, rows, p, p + 1)
+    # One run of whole panels per thread, so each keeps _float_panels' row blocks. numba cannot cache a
+    # parallel loop handed function pointers (nor can it vnni_tiles): it compiles once per process.
+    chunks = min(numba.get_num_threads(), panels)
+    for c in numba.prange(chunks):
+        _float_panels(tiles, out, ldo, a, lda, b, k, rows, panels * c // chunks, panels * (c + 1) // chunks)
 
 
 def float_tiles_serial(

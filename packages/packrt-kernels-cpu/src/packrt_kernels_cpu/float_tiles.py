@@ -174,7 +174,9 @@ def gemm(x: Array, panels: FloatPanels, out: Array | None = None) -> Array:
     if m:
         xc = np.ascontiguousarray(x, _F32)
         k, count = panels.in_features, n // PANEL
-        parallel = m * k * n >= _PARALLEL_MACS and not threads.serial()
+        # the pool only where it has two threads or more and the work is large: the parallel loop is
+        # compiled once per process (numba cannot cache it), and waking the pool costs microseconds
+        parallel = m * k * n >= _PARALLEL_MACS and compiled.pool_size() > 1 and not threads.serial()
         loops = compiled.module("packrt_kernels_cpu._numba_plan")
         step = loops.float_tiles if parallel else loops.float_tiles_serial
         step(tiles[1:], out.ctypes.data, n, xc.ctypes.data, k, panels.data.ctypes.data, k, m, count)
