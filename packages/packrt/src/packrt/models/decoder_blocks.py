@@ -16,7 +16,10 @@ module builds its model from these blocks and says what differs:
 - :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
-  global attention) each read their own frequencies.
+  global attention) each read their own frequencies. With bfloat16 or float16 weights the residual
+  stream between the layers is summed in float32 (:func:`residual_dtype`): each projection still reads
+  its input rounded to the weights' dtype and the logits come back in it, but a hook on a layer sees
+  float32 hidden states.
 - :func:`decoder_family`: the :class:`~packrt.models.keymap.Family` a decoder class is served as.
 
 Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
@@ -159,6 +162,13 @@ class GatedMLP(nn.Module):
         return out
 
 
+def residual_dtype(dtype: packrt.dtype) -> packrt.dtype:
+    """The dtype a decoder's residual stream is summed in: float32 for half-precision weights, whose every
+    sum rounded to half would add an error transformers' own half run has (bf16 logits then measured 0.8-0.9x
+    its distance from float32), else the weights' own."""
+    return packrt.float32 if dtype in (packrt.bfloat16, packrt.float16) else dtype
+
+
 class PreNormLayer(nn.Module):
     """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))`` (RMSNorm both)."""
 
@@ -171,8 +181,10 @@ class PreNormLayer(nn.Module):
         self.mlp = mlp
 
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        x = x + self.attention(self.attention_norm(x), rotary, step, cache)
-        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x))
+        # x may be the wider residual stream (RotaryDecoderLM): each norm reads it in the weights' dtype
+        half = self.attention_norm.weight.dtype
+        x = x + self.attention(self.attention_norm(x.to(half)), rotary, step, cache).to(x.dtype)
+        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x.to(half))).to(x.dtype)
         return out
 
 
@@ -222,14 +234,18 @@ class RotaryDecoderLM(CausalLM):
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
     ) -> packrt.Tensor:
-        x = self.embed(input_ids)
+        embedded = self.embed(input_ids)
+        half = embedded.dtype
+        x = embedded.to(residual_dtype(half))
         if self.embed_scale is not None:
             # the scale is rounded to the embedding's dtype first, as transformers rounds it
-            x = x * float(np.asarray(self.embed_scale, dtype=np.float32).astype(x.dtype.numpy))
-        tables = {kind: rotary(step.offset, step.length, positions, x) for kind, rotary in self.rotaries.items()}
+            x = x * float(np.asarray(self.embed_scale, dtype=np.float32).astype(half.numpy))
+        tables = {kind: rotary(step.offset, step.length, positions, embedded) for kind, rotary in self.rotaries.items()}
         for layer in self.layers:
             x = layer(x, tables[getattr(layer, "rope_kind", "default")], step, cache)
-        out: packrt.Tensor = self.norm(x)
+        # a norm that computes in float32 whatever it reads (gemma3's) takes the stream as it is
+        wide = getattr(self.norm, "computes_in_float32", False) or x.dtype is half
+        out: packrt.Tensor = self.norm(x if wide else x.to(half)).to(half)
         return out
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
@@ -310,4 +326,5 @@ __all__ = [
     "RotaryDecoderLM",
     "decoder_family",
     "decoder_keymap",
+    "residual_dtype",
 ]
