@@ -4,7 +4,7 @@ Tiny random models (hidden 32, two layers, every norm weight perturbed so that a
 instead of ``1 + w``, or skipped, shows) are built with transformers 5.23, saved with
 ``safe_serialization=True`` and served by packrt under ``borrowed`` and ``packed``: logits of a padded
 batch (one full row, one right-padded, one left-padded) within 1e-4 in fp32, 32 greedy tokens identical,
-left-padded generation with an eos identical, and a bf16 checkpoint as close to the fp32 logits as
+left-padded generation with an eos identical, and a bf16 checkpoint no farther from the fp32 logits than
 transformers' own bf16 run is. Nothing is downloaded.
 """
 
@@ -172,31 +172,52 @@ def test_left_padded_generation_with_an_eos_matches_transformers(
     assert_eos_generation_matches(torch, model, reference, ids, mask, eos_at=11)
 
 
-# The bound on the mean absolute logit error of a bf16 checkpoint, as a multiple of transformers' own: measured
-# 0.83-1.03 over five seeds (qwen3 0.88-0.95, gemma3 1.02-1.03, phi3 0.83-0.92); rounding differs op by op.
-BF16_MEAN_RATIO = 1.1
+# The bf16 distance from the fp32 logits is the mean absolute error over the real tokens of these padded
+# batches, pooled. Measured on these models: qwen3 0.86x transformers', gemma3 0.80x, phi3 0.88x; one batch's
+# ratio moves by about +-0.05 (over 8 batches: qwen3 0.81-0.95, gemma3 0.75-0.84, phi3 0.82-0.98), since both
+# runtimes round every projection's output to bf16 and those roundings are independent draws.
+BF16_BATCHES = (3, 4, 5, 6)
 
 
 @pytest.mark.parametrize("name", ["qwen3", "gemma3", "phi3"])
-def test_a_bf16_checkpoint_is_as_close_to_fp32_as_transformers_bf16(
+def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
     directory, reference = saved[name]
-    ids, mask = _batch(seed=3, length=24)
-    exact = logits(torch, reference, ids, mask)
     half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
     half.save_pretrained(tmp_path, safe_serialization=True)
-    where = mask.astype(bool)
-    theirs = np.abs(logits(torch, half, ids, mask) - exact)[where]
-    for residency in RESIDENCIES:
-        model = from_pretrained(tmp_path, weight_residency=residency)
-        assert model.embed.weight.dtype is packrt.bfloat16
-        ours = np.abs(_ours(model, ids, mask) - exact)[where]
-        ratio = float(ours.mean() / theirs.mean())
-        assert ratio <= BF16_MEAN_RATIO, (
-            f"{name} {residency}: bf16 mean abs error {ours.mean():.2e} is {ratio:.2f}x transformers' "
-            f"{theirs.mean():.2e} (max {ours.max():.2e} against {theirs.max():.2e})"
+    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    theirs: list[np.ndarray] = []
+    ours: dict[str, list[np.ndarray]] = {residency: [] for residency in RESIDENCIES}
+    for seed in BF16_BATCHES:
+        ids, mask = _batch(seed=seed, length=24)
+        exact, where = logits(torch, reference, ids, mask), mask.astype(bool)
+        theirs.append(np.abs(logits(torch, half, ids, mask) - exact)[where])
+        for residency, model in models.items():
+            assert model.embed.weight.dtype is packrt.bfloat16
+            ours[residency].append(np.abs(_ours(model, ids, mask) - exact)[where])
+    their_error = np.concatenate(theirs)
+    for residency, errors in ours.items():
+        our_error = np.concatenate(errors)
+        assert our_error.mean() <= their_error.mean(), (
+            f"{name} {residency}: bf16 mean abs error {our_error.mean():.2e} is "
+            f"{our_error.mean() / their_error.mean():.2f}x transformers' {their_error.mean():.2e} "
+            f"(max {our_error.max():.2e} against {their_error.max():.2e})"
         )
+
+
+def test_a_bf16_decoder_sums_its_residual_stream_in_float32_and_returns_bf16_logits(
+    saved: dict[str, Any], torch: ModuleType, tmp_path: Path
+) -> None:
+    _, reference = saved["gemma3"]
+    type(reference).from_pretrained(saved["gemma3"][0], dtype=torch.bfloat16).save_pretrained(tmp_path)
+    model = from_pretrained(tmp_path)
+    seen: list[Any] = []
+    model.layers[0].register_forward_hook(lambda _m, args, out: seen.append((args[0].dtype, out.dtype)))
+    model.layers[0].attention.q_proj.register_forward_hook(lambda _m, args, out: seen.append((args[0].dtype,)))
+    out = model(packrt.from_numpy(_batch()[0]))
+    assert seen == [(packrt.bfloat16,), (packrt.float32, packrt.float32)]  # the projection reads bf16
+    assert out.dtype is packrt.bfloat16
 
 
 def test_fused_projections_are_served_borrowed_from_the_mapped_file_as_one_gemm_each(saved: dict[str, Any]) -> None:

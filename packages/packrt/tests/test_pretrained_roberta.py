@@ -103,22 +103,36 @@ def test_a_row_gives_the_same_states_alone_and_padded_in_a_batch(saved: dict[str
     np.testing.assert_allclose(batched[2, 4:], alone[0], atol=1e-5)
 
 
+# The bf16 distance from the fp32 result is the mean absolute error over the real tokens of these padded
+# batches, pooled: one batch's ratio to transformers' moves by up to 0.1 from batch to batch (measured over 8).
+BF16_BATCHES = (0, 1, 2, 3)
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
-def test_a_bf16_checkpoint_is_as_close_to_fp32_as_transformers_bf16(
+def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
-    _, reference = saved[name]
-    ids, mask, _ = _batch(seed=2)
-    exact = _reference(torch, reference, ids, mask, None)
-    half = type(reference).from_pretrained(saved[name][0], dtype=torch.bfloat16).eval()
+    directory, reference = saved[name]
+    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
     half.save_pretrained(tmp_path, safe_serialization=True)
-    theirs = float(np.abs(_reference(torch, half, ids, mask, None) - exact)[mask.astype(bool)].max())
-    for residency in RESIDENCIES:
-        model = from_pretrained(tmp_path, weight_residency=residency)
-        assert model.embeddings.word.weight.dtype is packrt.bfloat16
-        ours = float(np.abs(_ours(model, ids, mask, None) - exact)[mask.astype(bool)].max())
-        # bf16 rounding differs op by op between the two runtimes; the bound is transformers' own error, doubled
-        assert ours <= 2 * theirs + 1e-3, f"{name} {residency}: bf16 diff {ours:.3e}, transformers' {theirs:.3e}"
+    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    theirs: list[np.ndarray] = []
+    ours: dict[str, list[np.ndarray]] = {residency: [] for residency in RESIDENCIES}
+    for seed in BF16_BATCHES:
+        ids, mask, _ = _batch(seed)
+        exact, where = _reference(torch, reference, ids, mask, None), mask.astype(bool)
+        theirs.append(np.abs(_reference(torch, half, ids, mask, None) - exact)[where])
+        for residency, model in models.items():
+            assert model.embeddings.word.weight.dtype is packrt.bfloat16
+            ours[residency].append(np.abs(_ours(model, ids, mask, None) - exact)[where])
+    their_error = np.concatenate(theirs)
+    for residency, errors in ours.items():
+        our_error = np.concatenate(errors)
+        assert our_error.mean() <= their_error.mean(), (
+            f"{name} {residency}: bf16 mean abs error {our_error.mean():.3e} is "
+            f"{our_error.mean() / their_error.mean():.2f}x transformers' {their_error.mean():.3e} "
+            f"(max {our_error.max():.3e} against {their_error.max():.3e})"
+        )
 
 
 def test_a_sequence_past_the_offset_table_is_refused_naming_the_limit(saved: dict[str, Any]) -> None:

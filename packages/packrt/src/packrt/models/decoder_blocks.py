@@ -16,7 +16,10 @@ module builds its model from these blocks and says what differs:
 - :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
-  global attention) each read their own frequencies.
+  global attention) each read their own frequencies. With bfloat16 or float16 weights the residual
+  stream between the layers is summed in float32 (:func:`residual_dtype`): each projection still reads
+  its input rounded to the weights' dtype and the logits come back in it, but a hook on a layer sees
+  float32 hidden states.
 - :func:`decoder_family`: the :class:`~packrt.models.keymap.Family` a decoder class is served as.
 
 Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
@@ -28,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 
@@ -159,20 +163,52 @@ class GatedMLP(nn.Module):
         return out
 
 
+class FloatRMSNorm(nn.Module):
+    """RMSNorm over the last dim, ``x / sqrt(mean(x**2) + eps) * weight``, computed in float32 whatever the
+    input's dtype and rounded once to the weight's: it reads a decoder's float32 residual stream as it is and
+    gives the projections after it their weights' dtype (``nn.RMSNorm`` takes only its weight's dtype)."""
+
+    computes_in_float32: ClassVar[bool] = True
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(packrt.ones(dim))
+
+    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
+        weight = self.weight
+        if x.dtype is weight.dtype and residual_dtype(weight.dtype) is weight.dtype:  # float32, float64
+            same: packrt.Tensor = nn.functional.rms_norm(x, (self.dim,), weight, self.eps)
+            return same
+        f32 = packrt.float32
+        return nn.functional.rms_norm(x.to(f32), (self.dim,), weight.to(f32), self.eps).to(weight.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+def residual_dtype(dtype: packrt.dtype) -> packrt.dtype:
+    """The dtype a decoder's residual stream is summed in: float32 for half-precision weights, whose every
+    sum rounded to half would add an error transformers' own half run has (bf16 logits then measured 0.8-0.9x
+    its distance from float32), else the weights' own."""
+    return packrt.float32 if dtype in (packrt.bfloat16, packrt.float16) else dtype
+
+
 class PreNormLayer(nn.Module):
-    """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))`` (RMSNorm both)."""
+    """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))`` (:class:`FloatRMSNorm` both)."""
 
     def __init__(self, attention: RotaryAttention, mlp: GatedMLP, hidden: int, eps: float) -> None:
         super().__init__()
         self.rope_kind = "default"
-        self.attention_norm = nn.RMSNorm(hidden, eps=eps)
+        self.attention_norm = FloatRMSNorm(hidden, eps)
         self.attention = attention
-        self.mlp_norm = nn.RMSNorm(hidden, eps=eps)
+        self.mlp_norm = FloatRMSNorm(hidden, eps)
         self.mlp = mlp
 
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        x = x + self.attention(self.attention_norm(x), rotary, step, cache)
-        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x))
+        # x may be the wider residual stream (RotaryDecoderLM); the norms give the weights' dtype back
+        x = x + self.attention(self.attention_norm(x), rotary, step, cache).to(x.dtype)
+        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x)).to(x.dtype)
         return out
 
 
@@ -206,14 +242,15 @@ class RotaryDecoderLM(CausalLM):
         norm: nn.Module | None = None,
         rotaries: Mapping[str, RotaryTables] | None = None,
     ) -> None:
-        """The embedding, ``layers``, the final ``norm`` (default: an RMSNorm) and the head; ``rotaries``: the
-        frequencies per ``rope_kind`` (default: one ``"default"`` table from the config's rope settings)."""
+        """The embedding, ``layers``, the final ``norm`` (default: a :class:`FloatRMSNorm`) and the head;
+        ``rotaries``: the frequencies per ``rope_kind`` (default: one ``"default"`` table from the config's rope
+        settings)."""
         hidden = widths.hidden
         self.num_layers, self.hidden = len(layers), hidden
         if rotaries is None:
             rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
         self.rotaries = dict(rotaries)
-        norm = nn.RMSNorm(hidden, eps=widths.eps) if norm is None else norm
+        norm = FloatRMSNorm(hidden, widths.eps) if norm is None else norm
         declare_decoder_stack(self, self.vocab, hidden, layers, norm, self.tied)
 
     def _name(self) -> str:
@@ -222,14 +259,18 @@ class RotaryDecoderLM(CausalLM):
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
     ) -> packrt.Tensor:
-        x = self.embed(input_ids)
+        embedded = self.embed(input_ids)
+        half = embedded.dtype
+        x = embedded.to(residual_dtype(half))
         if self.embed_scale is not None:
             # the scale is rounded to the embedding's dtype first, as transformers rounds it
-            x = x * float(np.asarray(self.embed_scale, dtype=np.float32).astype(x.dtype.numpy))
-        tables = {kind: rotary(step.offset, step.length, positions, x) for kind, rotary in self.rotaries.items()}
+            x = x * float(np.asarray(self.embed_scale, dtype=np.float32).astype(half.numpy))
+        tables = {kind: rotary(step.offset, step.length, positions, embedded) for kind, rotary in self.rotaries.items()}
         for layer in self.layers:
             x = layer(x, tables[getattr(layer, "rope_kind", "default")], step, cache)
-        out: packrt.Tensor = self.norm(x)
+        # a norm that computes in float32 whatever it reads (gemma3's) takes the stream as it is
+        wide = getattr(self.norm, "computes_in_float32", False) or x.dtype is half
+        out: packrt.Tensor = self.norm(x if wide else x.to(half)).to(half)
         return out
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
@@ -304,10 +345,12 @@ __all__ = [
     "HEAD_NORM_ROWS",
     "PRE_NORM_ROWS",
     "DecoderWidths",
+    "FloatRMSNorm",
     "GatedMLP",
     "PreNormLayer",
     "RotaryAttention",
     "RotaryDecoderLM",
     "decoder_family",
     "decoder_keymap",
+    "residual_dtype",
 ]

@@ -58,7 +58,7 @@ class EncoderConfig:
 
 
 class EncoderEmbeddings(nn.Module):
-    """Sum of token, position and token-type embeddings, then LayerNorm."""
+    """Sum of token, token-type and position embeddings (in that order), then LayerNorm."""
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -81,7 +81,8 @@ class EncoderEmbeddings(nn.Module):
                 f"BertEncoder: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
                 f"{input_ids.shape}"
             )
-        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        # transformers' order: in half precision each sum rounds, and this order rounds as its runs do
+        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)
         out: packrt.Tensor = self.norm(x)
         return out
 

@@ -172,12 +172,12 @@ class EncoderPlan:
         return held[:size].reshape(rows, width)
 
     def _embed(self, ids: Any, positions: Any, types: Any) -> Any:
-        """Word + position + token-type rows (in that order of addition, as the module road), in float32."""
+        """Word + token-type + position rows (in that order of addition, as the module road), in float32."""
         word, position, token_type = self.tables
         x = word.forward(ids).astype(np.float32, copy=False)
         x = x if x.base is None and x.flags.writeable else x.copy()
-        x += position.forward(positions)
         x += token_type.forward(types)
+        x += position.forward(positions)
         return x.reshape(-1, self.hidden)
 
     def inputs(self, input_ids: Tensor, token_type_ids: Tensor | None) -> tuple[Any, Any, Any] | None:

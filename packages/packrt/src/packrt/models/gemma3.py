@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
+from typing import ClassVar
 
 import numpy as np
 
@@ -71,6 +72,8 @@ class OffsetRMSNorm(nn.Module):
     stored ``weight`` is the checkpoint's (zeros: the identity).
     """
 
+    computes_in_float32: ClassVar[bool] = True  # reads any float dtype: a float32 residual stream as it is
+
     def __init__(self, dim: int, eps: float = 1e-6) -> None:
         super().__init__()
         self.dim, self.eps = dim, eps
@@ -100,8 +103,12 @@ class SandwichLayer(nn.Module):
         self.post_mlp_norm = OffsetRMSNorm(hidden, eps)
 
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        x = x + self.post_attention_norm(self.attention(self.attention_norm(x), rotary, step, cache))
-        out: packrt.Tensor = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))
+        # x may be the wider residual stream (RotaryDecoderLM): the norms compute in float32 anyway, so only
+        # the projections' inputs are rounded to the weights' dtype, and the post-norms' outputs are not
+        half = self.attention_norm.weight.dtype
+        attended = self.attention(self.attention_norm(x).to(half), rotary, step, cache)
+        x = x + self.post_attention_norm(attended.to(x.dtype))
+        out: packrt.Tensor = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x).to(half)).to(x.dtype))
         return out
 
 

@@ -57,7 +57,7 @@ def roberta_positions(input_ids: packrt.Tensor, padding_idx: int) -> packrt.Tens
 
 
 class RobertaEmbeddings(EncoderEmbeddings):
-    """Token, position (numbered as the module docstring says) and token-type embeddings, then LayerNorm."""
+    """Token, token-type and position (numbered as the module docstring says) embeddings, then LayerNorm."""
 
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
@@ -76,7 +76,8 @@ class RobertaEmbeddings(EncoderEmbeddings):
                 f"{input_ids.shape}"
             )
         positions = self.position_ids(input_ids)
-        x = self.word(input_ids) + self.position(positions) + self.token_type(token_type_ids)
+        # BERT's order (word, token type, position): each sum rounds in half precision, as transformers' do
+        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)
         out: packrt.Tensor = self.norm(x)
         return out
 
