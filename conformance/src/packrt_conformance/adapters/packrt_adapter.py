@@ -85,7 +85,14 @@ class PackrtAdapter:
     def shares_storage(self, a: Any, b: Any) -> bool:
         if not (a.has_storage and b.has_storage) or a.storage_nbytes == 0 or b.storage_nbytes == 0:
             return False
-        return bool(np.shares_memory(a.cpu().numpy(), b.cpu().numpy())) if a.device == b.device else False
+        if a.device != b.device:
+            return False
+        if str(a.device) == "cpu":
+            return bool(np.shares_memory(a.numpy(), b.numpy()))
+        # a device tensor: .cpu() would copy, so the check reads the device arrays through DLPack
+        import cupy  # type: ignore[import-not-found]
+
+        return bool(cupy.shares_memory(cupy.from_dlpack(a), cupy.from_dlpack(b)))
 
     def has_storage(self, tensor: Any) -> bool:
         return bool(tensor.has_storage)

@@ -254,7 +254,8 @@ class Tensor:
                 f"{what} cannot write into a storage-free tensor (shape {self._shape}, {self._dtype.name}): "
                 "bind its value with load_state_dict(..., assign=True) or give it storage with to_empty()"
             )
-        if data is not None and not data.flags.writeable:
+        # cupy's flags have no "writeable": a device array is always writable
+        if data is not None and not getattr(data.flags, "writeable", True):
             raise ReadOnlyError(
                 f"{what} cannot write into a read-only tensor (a view made by expand(), or of a read-only "
                 "array): clone() it first"
