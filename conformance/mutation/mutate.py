@@ -264,6 +264,17 @@ def _preflight(root: Path) -> None:
             raise SystemExit(f"a package on PYTHONPATH does not shadow the installed packrt_core ({probe.stdout})")
 
 
+def stale_ids(sites: list[Site], path: Path = EQUIVALENT) -> list[str]:
+    """IDs ``equivalent.toml`` records (any table) that name no current site: the code under them
+    changed or moved, so the record no longer classifies anything and should be re-read or removed."""
+    if not path.exists():
+        return []
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    current = {s.id for s in sites}
+    recorded = [str(m["id"]) for table in data.values() if isinstance(table, list) for m in table]
+    return sorted({mid for mid in recorded if mid not in current})
+
+
 def draw_seed(given: int | None) -> int:
     """``given``, or a fresh seed: each run samples anew unless asked, so nobody tunes the suite to
     one sample (the seed is printed and recorded, so any sample can be rerun)."""
@@ -302,7 +313,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s.id} {s.file}:{s.line} {s.function} {s.operator}: {s.original} -> {s.mutated}")
         return 0
     today = _dt.date.today()
-    seed = draw_seed(args.seed)
+    seed: int | None = None if args.ids else draw_seed(args.seed)
+    stale = stale_ids(sites)
+    if stale:
+        print(f"equivalent.toml records {len(stale)} IDs no site has any more (re-read or remove them):", *stale)
     if not args.ids:
         print(f"seed {seed}: {min(args.sample, len(sites))} of {len(sites)} sites (rerun this sample: --seed {seed})")
     if args.ids:
@@ -354,13 +368,14 @@ def main(argv: list[str] | None = None) -> int:
         "contract_relevant": relevant,
         "survivors": [e for e in ordered if e["outcome"] == "survived"],
         "unclassified_survivors": [e["id"] for e in ordered if e["outcome"] == "survived" and "classified" not in e],
+        "stale_classifications": stale,
         "mutants": ordered,
     }
     out: Path = args.out or root / "reports" / f"conformance-mutants-{today.isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     unclassified = len(report["unclassified_survivors"])
-    print(f"seed {seed}; {counts}; report {out}")
+    print(f"{f'seed {seed}' if seed is not None else f'{len(chosen)} chosen IDs'}; {counts}; report {out}")
     print(f"kill rate: {rate:.1%} of {decided} non-equivalent mutants, ", end="")
     print(f"{contract_rate:.1%} of {relevant} contract-relevant")
     print(f"{unclassified} survivors not reviewed yet: kill each with a test or record it in equivalent.toml")

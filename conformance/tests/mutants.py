@@ -620,7 +620,11 @@ class StalePackSurvivesReload:
         return result
 
 
-@mutant("pack-true-ignores-borrowed", {"load_state_dict.pack.borrowed-live-handle"}, "test_packing")
+@mutant(
+    "pack-true-ignores-borrowed",
+    {"load_state_dict.pack.borrowed-live-handle", "load_state_dict.pack.nothing-to-pack-refuses-nothing"},
+    "test_packing",
+)
 class PackTrueIgnoresBorrowed:
     """pack=True builds a pack (and drops the raw weights) whatever the residency says."""
 
@@ -696,6 +700,31 @@ class RegisterParameterNameUnchecked:
 
     def register_parameter(self, name: str, param: Any) -> None:
         self._parameters[name] = param  # type: ignore[attr-defined]
+
+
+@mutant(
+    "add-module-name-unchecked",
+    {"add_module.existing-name-refused", "add_module.name-is-one-segment"},
+    "test_registration",
+)
+class AddModuleNameUnchecked:
+    """add_module files a child under any name: over a plain attribute, a parameter or a buffer, and
+    under an empty or dotted name."""
+
+    def add_module(self, name: str, module: Any) -> None:
+        self._modules[name] = module  # type: ignore[attr-defined]
+
+
+@mutant("buffer-persistence-sticks", {"register_buffer.re-registration-sets-persistence"}, "test_registration")
+class BufferPersistenceSticks:
+    """Registering a buffer again never changes whether it is persistent: the first call's flag stays."""
+
+    def register_buffer(self, name: str, tensor: Any, persistent: bool = True) -> None:
+        first = name not in self._buffers  # type: ignore[attr-defined]
+        hidden = name in self._non_persistent  # type: ignore[attr-defined]
+        super().register_buffer(name, tensor, persistent)  # type: ignore[misc]
+        if not first:
+            (self._non_persistent.add if hidden else self._non_persistent.discard)(name)  # type: ignore[attr-defined]
 
 
 @mutant(
@@ -807,6 +836,8 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PackedNeverPacks,
     LinearReprNeedsBias,
     RegisterParameterNameUnchecked,
+    AddModuleNameUnchecked,
+    BufferPersistenceSticks,
     TensorWalksDedupSharedChildren,
     CopyLoadSkipsIntegers,
     PrefixDroppedWithoutRecursion,

@@ -47,3 +47,15 @@ def test_every_classification_table_is_read_by_id() -> None:
         records = mutate.load_equivalent(table=table)
         assert all(len(mid) == 12 and reason for mid, reason in records.items()), table
     assert mutate.load_equivalent(table="mutant"), "the reviewed equivalents are on file"
+
+
+def test_records_that_name_no_current_site_are_reported_stale(tmp_path: Path) -> None:
+    sites = [mutate.Site("aaaaaaaaaaaa", "packrt_core/nn/module.py", 1, "f", "compare", "a", "b", 0)]
+    table = tmp_path / "equivalent.toml"
+    table.write_text(
+        '[[mutant]]\nid = "aaaaaaaaaaaa"\nreason = "kept"\n\n'
+        '[[outside_contract]]\nid = "bbbbbbbbbbbb"\nreason = "its code moved"\n',
+        encoding="utf-8",
+    )
+    assert mutate.stale_ids(sites, table) == ["bbbbbbbbbbbb"]
+    assert mutate.stale_ids(sites, tmp_path / "absent.toml") == []

@@ -350,3 +350,16 @@ def test_a_load_failing_in_set_extra_state_changes_nothing(impl: Adapter, assign
     after = {k: impl.to_numpy(v) for k, v in m.state_dict().items() if not k.endswith("_extra_state")}
     assert {k: v.tolist() for k, v in after.items()} == {k: v.tolist() for k, v in before.items()}
     np.testing.assert_allclose(impl.to_numpy(m.proj(x)), before_out, rtol=1e-6)
+
+
+@pytest.mark.clause("load_state_dict.tie.second-name-wrong-shape-raises")
+@pytest.mark.parametrize("assign", [False, True], ids=["copy", "assign"])
+def test_a_tied_tensors_second_name_with_the_wrong_shape_fails_the_load(impl: Adapter, assign: bool) -> None:
+    ckpt = {
+        "a.weight": impl.tensor(np.eye(2)),
+        "a.bias": impl.tensor([0.0, 0.0]),
+        "b.weight": impl.tensor(np.ones((3, 2))),  # the model's tied weight is 2 x 2
+        "b.bias": impl.tensor([0.0, 0.0]),
+    }
+    with pytest.raises(RuntimeError, match=r"b\.weight"):
+        tied_tree(impl).load_state_dict(ckpt, assign=assign)

@@ -267,3 +267,17 @@ def test_packed_residency_really_drops_the_raw_weights(impl: Adapter) -> None:
     np.testing.assert_allclose(_out(impl, layer), first, rtol=1e-6)
     assert impl.raw_bytes(layer) == 0
     assert values_equal(impl, layer.weight, W)
+
+
+@pytest.mark.clause("load_state_dict.pack.nothing-to-pack-refuses-nothing")
+@pytest.mark.parametrize("residency", ["borrowed", "per_call"])
+def test_pack_true_under_a_residency_without_a_pack_loads_a_partial_checkpoint(impl: Adapter, residency: str) -> None:
+    with impl.meta_init():
+        layer = impl.linear(2, 3)
+    partial = {"weight": impl.tensor(W)}
+    result = layer.load_state_dict(partial, strict=False, assign=True, pack=True, weight_residency=residency)
+    assert list(result.missing_keys) == ["bias"]
+    assert list(result.unexpected_keys) == []
+    assert not impl.is_packed(layer), f"{residency} keeps no packed copy"
+    assert values_equal(impl, layer.weight, W)
+    assert not impl.has_storage(layer.bias), "the bias the checkpoint lacks stays declared, storage-free"

@@ -232,3 +232,23 @@ def test_to_where_a_tensor_already_is_keeps_its_checkpoint_storage(impl: Adapter
     impl.write_(ckpt["shift"], [7.0])
     np.testing.assert_array_equal(impl.to_numpy(root.scale), [5.0, 6.0])
     np.testing.assert_array_equal(impl.to_numpy(root.shift), [7.0])
+
+
+@pytest.mark.clause("to.forward-serves-cast-weights")
+@pytest.mark.parametrize("casts", [("float64",), ("float16", "float32")], ids=["double", "half-then-float"])
+def test_a_forward_after_a_cast_computes_with_the_cast_weights(impl: Adapter, casts: tuple[str, ...]) -> None:
+    # Values float16 cannot hold exactly: the round trip through half changes them.
+    weight = np.array([[0.1, 0.2], [0.3, 0.7], [1.1, -0.9]])
+    layer = impl.linear(2, 3)
+    layer.load_state_dict({"weight": impl.tensor(weight), "bias": impl.tensor([0.3, -0.1, 0.7])})
+    x = np.array([[1.0, -2.0]])
+    layer(impl.tensor(x))  # a layer that packs its weights has packed them by now
+    for name in casts:
+        assert layer.to(impl.dtype(name)) is layer
+    final = casts[-1]
+    now_w, now_b = (impl.to_numpy(t).astype(np.float64) for t in (layer.weight, layer.bias))
+    if "float16" in casts:
+        assert not np.array_equal(now_w, weight.astype(np.float32)), "the half round trip rounds these values"
+    out = layer(impl.tensor(x, final))
+    assert impl.dtype_name(out) == final
+    np.testing.assert_allclose(impl.to_numpy(out), x @ now_w.T + now_b, rtol=1e-6)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -78,6 +79,35 @@ def test_child_tensors_enumerate_under_the_dotted_name(impl: Adapter) -> None:
     m = impl.nn.Module()
     m.add_module("proj", impl.linear(2, 3))
     assert names(m.named_parameters()) == ["proj.weight", "proj.bias"]
+
+
+@pytest.mark.parametrize("taken_by", ["plain attribute", "parameter", "buffer"])
+@pytest.mark.clause("add_module.existing-name-refused")
+def test_add_module_refuses_a_name_already_taken(impl: Adapter, taken_by: str) -> None:
+    m = impl.nn.Module()
+    if taken_by == "plain attribute":
+        m.foo = 3
+    elif taken_by == "parameter":
+        m.foo = impl.parameter([1.0])
+    else:
+        m.register_buffer("foo", impl.tensor([5.0]))
+    held = m.foo
+    with pytest.raises(KeyError, match="foo"):
+        m.add_module("foo", impl.linear(2, 2))
+    assert m.foo is held, "a refused registration leaves the attribute as it was"
+    assert names(m.named_children()) == []
+    assert names(m.named_modules()) == [""]
+    assert list(m.state_dict()) == ([] if taken_by == "plain attribute" else ["foo"])
+
+
+@pytest.mark.parametrize("name", ["a.b", ""], ids=["dotted", "empty"])
+@pytest.mark.clause("add_module.name-is-one-segment")
+def test_add_module_refuses_a_name_that_is_not_one_path_segment(impl: Adapter, name: str) -> None:
+    m = impl.nn.Module()
+    with pytest.raises(KeyError, match=re.escape(name) if name else "empty"):
+        m.add_module(name, impl.linear(2, 2))
+    assert names(m.named_children()) == []
+    assert m.state_dict() == {}
 
 
 @pytest.mark.parametrize(
@@ -266,3 +296,39 @@ def test_register_parameter_refuses_a_name_already_taken(impl: Adapter, taken_by
     assert names(m.named_buffers()) == (["foo"] if taken_by == "buffer" else [])
     assert list(m.state_dict()) == (["foo"] if taken_by == "buffer" else [])
     assert names(m.named_children()) == (["foo"] if taken_by == "child" else [])
+
+
+@pytest.mark.clause("register_buffer.re-registration-sets-persistence")
+@pytest.mark.parametrize("first", [False, True], ids=["hidden-then-persistent", "persistent-then-hidden"])
+def test_registering_a_buffer_again_takes_the_new_persistent_flag(impl: Adapter, first: bool) -> None:
+    m = impl.nn.Module()
+    m.register_buffer("table", impl.tensor([1.0]), persistent=first)
+    again = impl.tensor([2.0])
+    m.register_buffer("table", again, persistent=not first)
+    assert m.table is again
+    assert names(m.named_buffers()) == ["table"]
+    assert list(m.state_dict()) == ([] if first else ["table"])
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [("buffer", "parameter"), ("child", "parameter"), ("buffer", "child")],
+)
+@pytest.mark.clause("module.register.assignment-replaces-another-kind")
+def test_assigning_over_another_kind_replaces_it(impl: Adapter, before: str, after: str) -> None:
+    def make(kind: str) -> Any:
+        if kind == "parameter":
+            return impl.parameter([1.0, 2.0])
+        if kind == "buffer":
+            return impl.buffer([3.0, 4.0])
+        return impl.linear(2, 2)
+
+    m = impl.nn.Module()
+    m.foo = make(before)
+    new = make(after)
+    m.foo = new
+    assert m.foo is new
+    assert names(m.named_parameters()) == (["foo"] if after == "parameter" else ["foo.weight", "foo.bias"])
+    assert names(m.named_buffers()) == []
+    assert names(m.named_children()) == (["foo"] if after == "child" else [])
+    assert list(m.state_dict()) == names(m.named_parameters())
