@@ -21,14 +21,13 @@ CPU without AVX-512 reading a pack made elsewhere) the panels are multiplied by 
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from packrt_kernels_cpu import blas, compiled, settings, threads
-from packrt_kernels_cpu.llvm_tiles import compile_tiles
+from packrt_kernels_cpu.llvm_tiles import OnFirstUse, accumulators, broadcasts, compile_tiles, row_pointers, stores
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -36,62 +35,41 @@ ROWS = 8  # the most rows a tile computes (16 accumulators, room for the operand
 _PREFETCH = 12  # inputs ahead
 _PARALLEL_MACS = 1 << 22  # multiply-adds below which one thread computes every panel
 _F32 = np.dtype(np.float32)
-_state: dict[str, Any] = {}
-_lock = threading.Lock()
 
 
 def _tile_ir(rows: int) -> str:
     """The IR of ``packrt_f32_tile{rows}``: ``out[r, 0:32] = sum_k a[r, k] * panel[k, 0:32]`` for ``rows``
     rows; ``ldo`` and ``lda`` count float32 elements between rows; the panel's rows are 32 floats apart."""
+    f32 = "<16 x float>"
     lines = [
         f"define void @packrt_f32_tile{rows}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %k) #0 {{",
         "entry:",
-    ]
-    for r in range(rows):
-        lines += [f"  %aoff{r} = mul i64 %lda, {4 * r}", f"  %arow{r} = getelementptr i8, ptr %a, i64 %aoff{r}"]
-    lines += ["  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%next, %loop]"]
-    lines.append("  %bp = phi ptr [%b, %entry], [%bnext, %loop]")
-    for r in range(rows):
-        for c in range(2):
-            lines.append(f"  %acc{r}_{c} = phi <16 x float> [zeroinitializer, %entry], [%sum{r}_{c}, %loop]")
-    lines += [
+        *row_pointers(rows, 4),
+        "  br label %loop",
+        "loop:",
+        "  %i = phi i64 [0, %entry], [%next, %loop]",
+        "  %bp = phi ptr [%b, %entry], [%bnext, %loop]",
+        *accumulators(rows, f32, "sum"),
         f"  %pf0 = getelementptr i8, ptr %bp, i64 {128 * _PREFETCH}",
         "  %pf1 = getelementptr i8, ptr %pf0, i64 64",
         "  call void @llvm.prefetch.p0(ptr %pf0, i32 0, i32 3, i32 1)",
         "  call void @llvm.prefetch.p0(ptr %pf1, i32 0, i32 3, i32 1)",
         "  %bp1 = getelementptr i8, ptr %bp, i64 64",
-        "  %b0 = load <16 x float>, ptr %bp, align 4",
-        "  %b1 = load <16 x float>, ptr %bp1, align 4",
+        f"  %b0 = load {f32}, ptr %bp, align 4",
+        f"  %b1 = load {f32}, ptr %bp1, align 4",
         "  %i4 = shl i64 %i, 2",
+        *broadcasts(rows, "float", f32, "%i4"),
     ]
     for r in range(rows):
-        lines += [
-            f"  %ap{r} = getelementptr i8, ptr %arow{r}, i64 %i4",
-            f"  %as{r} = load float, ptr %ap{r}, align 4",
-            f"  %ai{r} = insertelement <16 x float> poison, float %as{r}, i32 0",
-            f"  %av{r} = shufflevector <16 x float> %ai{r}, <16 x float> poison, <16 x i32> zeroinitializer",
-        ]
         for c in range(2):
-            lines.append(
-                f"  %sum{r}_{c} = call <16 x float> @llvm.fma.v16f32"
-                f"(<16 x float> %av{r}, <16 x float> %b{c}, <16 x float> %acc{r}_{c})"
-            )
+            lines.append(f"  %sum{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %av{r}, {f32} %b{c}, {f32} %acc{r}_{c})")
     lines += [
         "  %bnext = getelementptr i8, ptr %bp, i64 128",
         "  %next = add i64 %i, 1",
         "  %done = icmp eq i64 %next, %k",
         "  br i1 %done, label %exit, label %loop",
-        "exit:",
+        *stores(rows, f32, "sum"),
     ]
-    for r in range(rows):
-        lines += [
-            f"  %ooff{r} = mul i64 %ldo, {4 * r}",
-            f"  %op{r}_0 = getelementptr i8, ptr %out, i64 %ooff{r}",
-            f"  %op{r}_1 = getelementptr i8, ptr %op{r}_0, i64 64",
-            f"  store <16 x float> %sum{r}_0, ptr %op{r}_0, align 4",
-            f"  store <16 x float> %sum{r}_1, ptr %op{r}_1, align 4",
-        ]
-    lines += ["  ret void", "}"]
     return "\n".join(lines)
 
 
@@ -110,13 +88,7 @@ def _compile() -> tuple[Any, ...] | None:
     return compile_tiles(source, names, ("avx512f", "fma"), (pointer, count, pointer, count, pointer, count))
 
 
-def _tiles() -> tuple[Any, ...] | None:
-    if "tiles" not in _state:
-        with _lock:
-            if "tiles" not in _state:
-                _state["tiles"] = _compile()
-    tiles: tuple[Any, ...] | None = _state["tiles"]
-    return tiles
+_tiles = OnFirstUse(_compile).get
 
 
 def available() -> bool:

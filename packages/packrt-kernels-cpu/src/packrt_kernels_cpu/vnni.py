@@ -19,64 +19,47 @@ as every other int8 road. :func:`available` says whether this machine and the se
 from __future__ import annotations
 
 import ctypes
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from packrt_kernels_cpu import compiled, settings
-from packrt_kernels_cpu.llvm_tiles import compile_tiles
+from packrt_kernels_cpu.llvm_tiles import OnFirstUse, accumulators, broadcasts, compile_tiles, row_pointers, stores
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
 ROWS = 8  # activation rows a full tile computes
 _FEATURES = ("avx512f", "avx512bw", "avx512vnni")
-_state: dict[str, Any] = {}
-_lock = threading.Lock()
 
 
 def _tile_ir(name: str, rows: int) -> str:
     """The IR of a tile of ``rows`` rows x PANEL columns over ``kg`` groups of 4 inputs:
     ``out[r, 0:32] = sum_g a[r, 4g:4g+4] . panel[g]`` as int32, ``out`` rows ``ldo`` int32 apart."""
-    lines = [f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %kg) #0 {{", "entry:"]
-    for r in range(rows):
-        lines += [f"  %roff{r} = mul i64 %lda, {r}", f"  %arow{r} = getelementptr i8, ptr %a, i64 %roff{r}"]
-    lines += ["  br label %loop", "loop:", "  %g = phi i64 [0, %entry], [%gn, %loop]"]
-    for r in range(rows):
-        for c in range(2):
-            lines.append(f"  %acc{r}_{c} = phi <16 x i32> [zeroinitializer, %entry], [%n{r}_{c}, %loop]")
-    lines += [
+    i32 = "<16 x i32>"
+    lines = [
+        f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %kg) #0 {{",
+        "entry:",
+        *row_pointers(rows, 1),
+        "  br label %loop",
+        "loop:",
+        "  %g = phi i64 [0, %entry], [%gn, %loop]",
+        *accumulators(rows, i32, "n"),
         "  %boff = shl i64 %g, 7",
         "  %bp0 = getelementptr i8, ptr %b, i64 %boff",
         "  %bp1 = getelementptr i8, ptr %bp0, i64 64",
-        "  %b0 = load <16 x i32>, ptr %bp0, align 1",
-        "  %b1 = load <16 x i32>, ptr %bp1, align 1",
+        f"  %b0 = load {i32}, ptr %bp0, align 1",
+        f"  %b1 = load {i32}, ptr %bp1, align 1",
         "  %g4 = shl i64 %g, 2",
+        *broadcasts(rows, "i32", i32, "%g4"),
     ]
     for r in range(rows):
-        lines += [
-            f"  %ap{r} = getelementptr i8, ptr %arow{r}, i64 %g4",
-            f"  %as{r} = load i32, ptr %ap{r}, align 1",
-            f"  %ins{r} = insertelement <16 x i32> poison, i32 %as{r}, i32 0",
-            f"  %bc{r} = shufflevector <16 x i32> %ins{r}, <16 x i32> poison, <16 x i32> zeroinitializer",
-        ]
         for c in range(2):
             lines.append(
-                f"  %n{r}_{c} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512"
-                f"(<16 x i32> %acc{r}_{c}, <16 x i32> %bc{r}, <16 x i32> %b{c})"
+                f"  %n{r}_{c} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} %acc{r}_{c}, {i32} %av{r}, {i32} %b{c})"
             )
     lines += ["  %gn = add i64 %g, 1", "  %done = icmp eq i64 %gn, %kg", "  br i1 %done, label %exit, label %loop"]
-    lines.append("exit:")
-    for r in range(rows):
-        lines += [
-            f"  %ooff{r} = mul i64 %ldo, {4 * r}",
-            f"  %op{r}_0 = getelementptr i8, ptr %out, i64 %ooff{r}",
-            f"  %op{r}_1 = getelementptr i8, ptr %op{r}_0, i64 64",
-            f"  store <16 x i32> %n{r}_0, ptr %op{r}_0, align 4",
-            f"  store <16 x i32> %n{r}_1, ptr %op{r}_1, align 4",
-        ]
-    lines += ["  ret void", "}"]
+    lines += stores(rows, i32, "n")
     return "\n".join(lines)
 
 
@@ -95,13 +78,7 @@ def _compile() -> tuple[Any, ...] | None:
     return compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES, argtypes)
 
 
-def _tiles() -> tuple[Any, ...] | None:
-    if "tiles" not in _state:
-        with _lock:
-            if "tiles" not in _state:
-                _state["tiles"] = _compile()
-    tiles: tuple[Any, ...] | None = _state["tiles"]
-    return tiles
+_tiles = OnFirstUse(_compile).get
 
 
 def available() -> bool:
