@@ -7,6 +7,7 @@ a tiny model of a family's config, the directory it is saved to, its logits, and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -125,3 +126,32 @@ def assert_eos_generation_matches(
             pad_token_id=0,
         ).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+def assert_bf16_no_farther_than_transformers(
+    name: str,
+    batches: Sequence[tuple[np.ndarray, np.ndarray]],
+    theirs: Callable[[Any, np.ndarray, np.ndarray], np.ndarray],
+    ours: Callable[[Any, np.ndarray, np.ndarray], np.ndarray],
+    models: dict[str, Any],
+    exact_model: Any,
+    half_model: Any,
+) -> None:
+    """packrt's bf16 ``models`` (by residency) are no farther from the fp32 result than transformers' own
+    bf16 ``half_model``: the mean absolute error over the real tokens of ``batches`` (ids, mask), pooled,
+    against ``exact_model``'s. ``theirs(model, ids, mask)`` and ``ours`` give float32 outputs."""
+    errors_theirs: list[np.ndarray] = []
+    errors_ours: dict[str, list[np.ndarray]] = {residency: [] for residency in models}
+    for ids, mask in batches:
+        exact, where = theirs(exact_model, ids, mask), mask.astype(bool)
+        errors_theirs.append(np.abs(theirs(half_model, ids, mask) - exact)[where])
+        for residency, model in models.items():
+            errors_ours[residency].append(np.abs(ours(model, ids, mask) - exact)[where])
+    their_error = np.concatenate(errors_theirs)
+    for residency, errors in errors_ours.items():
+        our_error = np.concatenate(errors)
+        assert our_error.mean() <= their_error.mean(), (
+            f"{name} {residency}: bf16 mean abs error {our_error.mean():.3e} is "
+            f"{our_error.mean() / their_error.mean():.2f}x transformers' {their_error.mean():.3e} "
+            f"(max {our_error.max():.3e} against {their_error.max():.3e})"
+        )

@@ -20,6 +20,7 @@ import pytest
 from peers import (
     SMALL,
     VOCAB,
+    assert_bf16_no_farther_than_transformers,
     assert_eos_generation_matches,
     assert_greedy_matches,
     logits,
@@ -187,23 +188,16 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
     half.save_pretrained(tmp_path, safe_serialization=True)
     models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
-    theirs: list[np.ndarray] = []
-    ours: dict[str, list[np.ndarray]] = {residency: [] for residency in RESIDENCIES}
-    for seed in BF16_BATCHES:
-        ids, mask = _batch(seed=seed, length=24)
-        exact, where = logits(torch, reference, ids, mask), mask.astype(bool)
-        theirs.append(np.abs(logits(torch, half, ids, mask) - exact)[where])
-        for residency, model in models.items():
-            assert model.embed.weight.dtype is packrt.bfloat16
-            ours[residency].append(np.abs(_ours(model, ids, mask) - exact)[where])
-    their_error = np.concatenate(theirs)
-    for residency, errors in ours.items():
-        our_error = np.concatenate(errors)
-        assert our_error.mean() <= their_error.mean(), (
-            f"{name} {residency}: bf16 mean abs error {our_error.mean():.2e} is "
-            f"{our_error.mean() / their_error.mean():.2f}x transformers' {their_error.mean():.2e} "
-            f"(max {our_error.max():.2e} against {their_error.max():.2e})"
-        )
+    assert all(model.embed.weight.dtype is packrt.bfloat16 for model in models.values())
+    assert_bf16_no_farther_than_transformers(
+        name,
+        [_batch(seed=seed, length=24) for seed in BF16_BATCHES],
+        lambda model, ids, mask: logits(torch, model, ids, mask),
+        _ours,
+        models,
+        reference,
+        half,
+    )
 
 
 def test_a_bf16_decoder_sums_its_residual_stream_in_float32_and_returns_bf16_logits(

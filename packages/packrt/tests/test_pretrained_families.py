@@ -17,6 +17,7 @@ import pytest
 from peers import (
     SMALL,
     VOCAB,
+    assert_bf16_no_farther_than_transformers,
     assert_eos_generation_matches,
     assert_greedy_matches,
     masked_max_diff,
@@ -213,23 +214,20 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     half.save_pretrained(tmp_path, safe_serialization=True)
     models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
     assert {p.dtype for model in models.values() for p in model.parameters()} == {packrt.bfloat16}
-    theirs: list[np.ndarray] = []
-    ours: dict[str, list[np.ndarray]] = {residency: [] for residency in RESIDENCIES}
-    for seed in range(4):
-        ids, mask = _padded(seed)
-        exact, where = _reference(torch, reference, ids, mask), mask.astype(bool)
-        theirs.append(np.abs(_reference(torch, half, ids, mask) - exact)[where])
-        for residency, model in models.items():
-            out = model(packrt.from_numpy(ids), attention_mask=packrt.from_numpy(mask))
-            ours[residency].append(np.abs(out.to(packrt.float32).numpy() - exact)[where])
-    their_error = np.concatenate(theirs)
-    for residency, errors in ours.items():
-        our_error = np.concatenate(errors)
-        assert our_error.mean() <= their_error.mean(), (
-            f"{name} {residency}: bf16 mean abs error {our_error.mean():.2e} is "
-            f"{our_error.mean() / their_error.mean():.2f}x transformers' {their_error.mean():.2e} "
-            f"(max {our_error.max():.2e} against {their_error.max():.2e})"
-        )
+
+    def ours(model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        out = model(packrt.from_numpy(ids), attention_mask=packrt.from_numpy(mask))
+        return out.to(packrt.float32).numpy()  # type: ignore[no-any-return]
+
+    assert_bf16_no_farther_than_transformers(
+        name,
+        [_padded(seed) for seed in range(4)],
+        lambda model, ids, mask: _reference(torch, model, ids, mask),
+        ours,
+        models,
+        reference,
+        half,
+    )
 
 
 def test_generate_rejects_arguments_it_cannot_honour(saved: dict[str, Any]) -> None:
