@@ -13,6 +13,8 @@ from typing import Any
 import numba
 import numpy as np
 
+from packrt_kernels_cpu._numba_tiles import call_tile
+
 Array = Any
 
 _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
@@ -99,17 +101,20 @@ def dequantize_product(
 
 
 @_parallel
-def vnni_tiles(
-    full: Any, one: Any, out: int, ldo: int, a: int, lda: int, b: int, groups: int, rows: int, panels: int
-) -> None:
+def vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
     """The tiles of :func:`packrt_kernels_cpu.vnni.gemm` over the pool, a panel of 32 output columns per
-    task: ``full`` (8 rows) down the rows, then ``one`` for the last ``rows % 8``. Pointers are
-    addresses (the arrays' ``ctypes.data``); ``ldo`` and ``lda`` count elements of ``out`` and ``a``."""
+    task, into ``out`` (M, N padded to 32) int32 from ``u`` (M, 4 * groups) uint8, both C-contiguous:
+    ``tiles[0]`` (8 rows) down the rows, then ``tiles[1]`` (one) for the last ``M % 8``; ``tiles``
+    holds their addresses."""
+    rows, lda = u.shape
+    ldo = out.shape[1]
+    o, a, b = out.ctypes.data, u.ctypes.data, panels.ctypes.data
     whole = rows // 8
-    for p in numba.prange(panels):
+    full, one = tiles[0], tiles[1]
+    for p in numba.prange(ldo // 32):
         panel = b + p * groups * 128
-        column = out + p * 128  # 32 int32 columns
+        column = o + p * 128  # 32 int32 columns
         for i in range(whole):
-            full(column + i * 8 * ldo * 4, ldo, a + i * 8 * lda, lda, panel, groups)
+            call_tile(full, column + i * 8 * ldo * 4, ldo, a + i * 8 * lda, lda, panel, groups)
         for r in range(whole * 8, rows):
-            one(column + r * ldo * 4, ldo, a + r * lda, lda, panel, groups)
+            call_tile(one, column + r * ldo * 4, ldo, a + r * lda, lda, panel, groups)

@@ -25,6 +25,7 @@ from packrt_kernels_cpu._numba_kernels import (
     _serial,
     activate_in_place,
 )
+from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
 NO_ACTIVATION = -1  # the epilogue adds the bias only
@@ -136,38 +137,45 @@ def gated_serial(op: int, x: Array, out: Array) -> None:
 
 
 @_serial
-def _float_panels(
-    tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, lo: int, hi: int
-) -> None:
-    """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm`: 8-row tiles down the rows, then one tile
-    of the ``rows % 8`` left. ``tiles[r - 1]`` computes r rows; pointers are addresses, ``ldo`` and
-    ``lda`` count float32s, a panel is ``k * 32`` floats. Rows go in blocks of 64, each across every
-    panel, so a block's activations stay in L2 while the panels stream past (4% at 2048 rows)."""
+def _float_panels(tiles: Array, out: Array, x: Array, panels: Array, lo: int, hi: int) -> None:
+    """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm` (``out`` (M, N) and ``x`` (M, K)
+    C-contiguous float32, ``panels`` (N / 32, K, 32)): 8-row tiles down the rows, then the ``M % 8``
+    left. ``tiles`` holds the tiles' addresses (``float_tiles._SHAPES``): ``tiles[r - 1]`` computes r rows
+    of one panel, ``tiles[8]`` one row of 4 panels, ``tiles[9]`` two rows of 2. Rows go in blocks of 64,
+    each across every panel, so a block's activations stay in L2 while the panels stream past."""
+    rows, k = x.shape
+    ldo, lda = out.shape[1], k
+    o, a, b = out.ctypes.data, x.ctypes.data, panels.ctypes.data
     whole = rows // 8
     left = rows - whole * 8
     for first in range(0, whole, 8):
         last = min(whole, first + 8)
         for p in range(lo, hi):
-            column = out + p * 32 * 4
+            column = o + p * 32 * 4
             panel = b + p * k * 32 * 4
             for i in range(first, last):
-                tiles[7](column + i * 8 * ldo * 4, ldo, a + i * 8 * lda * 4, lda, panel, k)
+                call_tile(tiles[7], column + i * 8 * ldo * 4, ldo, a + i * 8 * lda * 4, lda, panel, k)
     if left:
-        r = whole * 8
-        for p in range(lo, hi):
-            tiles[left - 1](out + p * 32 * 4 + r * ldo * 4, ldo, a + r * lda * 4, lda, b + p * k * 32 * 4, k)
+        row_out, row_a = o + whole * 8 * ldo * 4, a + whole * 8 * lda * 4
+        p = lo
+        if left <= 2:  # one or two rows: 4 or 2 panels at a time, for 8 chains of FMAs instead of 2 or 4
+            width = 4 // left
+            while p + width <= hi:
+                call_tile(tiles[7 + left], row_out + p * 32 * 4, ldo, row_a, lda, b + p * k * 32 * 4, k)
+                p += width
+        for q in range(p, hi):
+            call_tile(tiles[left - 1], row_out + q * 32 * 4, ldo, row_a, lda, b + q * k * 32 * 4, k)
 
 
 @_parallel
-def float_tiles(tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, panels: int) -> None:
-    # One run of whole panels per thread, so each keeps _float_panels' row blocks. numba cannot cache a
-    # parallel loop handed function pointers (nor can it vnni_tiles): it compiles once per process.
-    chunks = min(numba.get_num_threads(), panels)
+def float_tiles(tiles: Array, out: Array, x: Array, panels: Array, threads: int) -> None:
+    # One run of whole panels per thread, so each keeps _float_panels' row blocks. The thread count is
+    # an argument: numba.get_num_threads() compiled in would keep numba from caching this loop.
+    count = panels.shape[0]
+    chunks = min(threads, count)
     for c in numba.prange(chunks):
-        _float_panels(tiles, out, ldo, a, lda, b, k, rows, panels * c // chunks, panels * (c + 1) // chunks)
+        _float_panels(tiles, out, x, panels, count * c // chunks, count * (c + 1) // chunks)
 
 
-def float_tiles_serial(
-    tiles: Any, out: int, ldo: int, a: int, lda: int, b: int, k: int, rows: int, panels: int
-) -> None:
-    _float_panels(tiles, out, ldo, a, lda, b, k, rows, 0, panels)
+def float_tiles_serial(tiles: Array, out: Array, x: Array, panels: Array, threads: int) -> None:
+    _float_panels(tiles, out, x, panels, 0, panels.shape[0])

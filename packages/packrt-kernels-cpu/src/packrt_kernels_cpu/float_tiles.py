@@ -2,32 +2,39 @@
 
 A packed float32 linear whose width is a multiple of 32 keeps its weight as :class:`FloatPanels`:
 ``(N / 32, K, 32)``, each panel the 32 columns of ``W^T`` it serves, row after row, so a tile reads one
-contiguous stream. A tile kernel computes up to 8 output rows by one panel over all of K: 16 float32
-accumulators in registers, per input one 128-byte load of the panel, one broadcast of each row's
-activation and two FMAs per row, and a prefetch 12 inputs ahead. The tiles are LLVM IR compiled for
-this machine on first use (:mod:`.llvm_tiles`); numba's compiled loop (:mod:`._numba_plan`) runs them
-over the pool, one panel per task.
+contiguous stream. A tile kernel computes up to 8 output rows by one panel over all of K: two float32
+accumulators per row, per input one 128-byte load of the panel, one broadcast of each row's activation
+and two FMAs per row. One or two rows are computed by tiles four or two panels wide, so that they too
+keep eight FMA chains going. The tiles are LLVM IR compiled for this machine on first use
+(:mod:`.llvm_tiles`); numba's compiled loop (:mod:`._numba_plan`) runs them over the pool.
 
-Why: OpenBLAS packs the weight on every call and its blocking is built for many rows. With the panels
-packed once, one Zen 4 core ran MiniLM's 24 layer products at 16 rows 1.65x faster than OpenBLAS
-(4.8 against 7.9 ms; 71 against 43 GFLOP/s) and still 1.09x at 1024 rows (102 against 94 GFLOP/s);
-BERT-base's at 16 rows 2.0x (docs/benchmarks.md).
+Why: OpenBLAS packs the weight on every call and its blocking is built for many rows; with the panels
+packed once, a model's layer products run faster at every batch size measured (docs/benchmarks.md,
+"float32 weights packed into panels").
 
 Each output is one tile's sum over ``k`` in order, fused multiply-adds from zero: the same bits whatever
-the thread count or the rows beside it. Where the tiles cannot run (numba turned off after packing, a
-CPU without AVX-512 reading a pack made elsewhere) the panels are multiplied by numpy's BLAS instead.
+the thread count, the rows beside it or the tile that computed it. Where the tiles cannot run (numba
+turned off after packing, a CPU without AVX-512 reading a pack made elsewhere) the panels are
+multiplied by numpy's BLAS instead.
 """
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from packrt_kernels_cpu import blas, compiled, settings, threads
-from packrt_kernels_cpu.llvm_tiles import OnFirstUse, accumulators, broadcasts, compile_tiles, row_pointers, stores
+from packrt_kernels_cpu.llvm_tiles import (
+    OnFirstUse,
+    Tiles,
+    accumulators,
+    broadcasts,
+    compile_tiles,
+    row_pointers,
+    stores,
+)
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -37,55 +44,69 @@ _PARALLEL_MACS = 1 << 22  # multiply-adds below which one thread computes every 
 _F32 = np.dtype(np.float32)
 
 
-def _tile_ir(rows: int) -> str:
-    """The IR of ``packrt_f32_tile{rows}``: ``out[r, 0:32] = sum_k a[r, k] * panel[k, 0:32]`` for ``rows``
-    rows; ``ldo`` and ``lda`` count float32 elements between rows; the panel's rows are 32 floats apart."""
-    f32 = "<16 x float>"
+def _tile_ir(rows: int, width: int = 1) -> str:
+    """The IR of ``packrt_f32_tile{rows}x{width}``: ``out[r, 0:32 * width] = sum_k a[r, k] * panels[k, ...]``
+    for ``rows`` rows and ``width`` panels side by side; ``ldo`` and ``lda`` count float32 elements between
+    rows; a panel's rows are 32 floats apart, the panels ``k * 32`` floats apart."""
+    f32, vectors = "<16 x float>", 2 * width
     lines = [
-        f"define void @packrt_f32_tile{rows}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %k) #0 {{",
+        f"define void @packrt_f32_tile{rows}x{width}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %k) #0 {{",
         "entry:",
+        "  %pstride = mul i64 %k, 128",
         *row_pointers(rows, 4),
         "  br label %loop",
         "loop:",
         "  %i = phi i64 [0, %entry], [%next, %loop]",
         "  %bp = phi ptr [%b, %entry], [%bnext, %loop]",
-        *accumulators(rows, f32, "sum"),
-        f"  %pf0 = getelementptr i8, ptr %bp, i64 {128 * _PREFETCH}",
-        "  %pf1 = getelementptr i8, ptr %pf0, i64 64",
-        "  call void @llvm.prefetch.p0(ptr %pf0, i32 0, i32 3, i32 1)",
-        "  call void @llvm.prefetch.p0(ptr %pf1, i32 0, i32 3, i32 1)",
-        "  %bp1 = getelementptr i8, ptr %bp, i64 64",
-        f"  %b0 = load {f32}, ptr %bp, align 4",
-        f"  %b1 = load {f32}, ptr %bp1, align 4",
-        "  %i4 = shl i64 %i, 2",
-        *broadcasts(rows, "float", f32, "%i4"),
+        *accumulators(rows, f32, "sum", vectors),
     ]
+    if width == 1:  # one stream: prefetched ahead; several side by side run faster on the hardware's own
+        lines += [
+            f"  %pf0 = getelementptr i8, ptr %bp, i64 {128 * _PREFETCH}",
+            "  %pf1 = getelementptr i8, ptr %pf0, i64 64",
+            "  call void @llvm.prefetch.p0(ptr %pf0, i32 0, i32 3, i32 1)",
+            "  call void @llvm.prefetch.p0(ptr %pf1, i32 0, i32 3, i32 1)",
+        ]
+    for w in range(width):
+        lines += [
+            f"  %poff{w} = mul i64 %pstride, {w}",
+            f"  %pp{w} = getelementptr i8, ptr %bp, i64 %poff{w}",
+            f"  %bq{w} = getelementptr i8, ptr %pp{w}, i64 64",
+            f"  %b{2 * w} = load {f32}, ptr %pp{w}, align 4",
+            f"  %b{2 * w + 1} = load {f32}, ptr %bq{w}, align 4",
+        ]
+    lines += ["  %i4 = shl i64 %i, 2", *broadcasts(rows, "float", f32, "%i4")]
     for r in range(rows):
-        for c in range(2):
+        for c in range(vectors):
             lines.append(f"  %sum{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %av{r}, {f32} %b{c}, {f32} %acc{r}_{c})")
     lines += [
         "  %bnext = getelementptr i8, ptr %bp, i64 128",
         "  %next = add i64 %i, 1",
         "  %done = icmp eq i64 %next, %k",
         "  br i1 %done, label %exit, label %loop",
-        *stores(rows, f32, "sum"),
+        *stores(rows, f32, "sum", vectors),
     ]
     return "\n".join(lines)
 
 
-def _compile() -> tuple[Any, ...] | None:
-    """(engine, tile of 1 row, ..., tile of ROWS rows), or None without AVX-512."""
+# (rows, panels) of each tile, in the order _numba_plan._float_panels indexes them: one panel for 1 to 8
+# rows, then 1 row across 4 panels and 2 rows across 2. A tile of one or two rows by one panel has only
+# 2 or 4 chains of FMAs, each waiting on the last; side by side panels give it 8 chains and each output
+# still sums its k in order, so the bits do not depend on which tile computed them.
+_SHAPES = (*((rows, 1) for rows in range(1, ROWS + 1)), (1, 4), (2, 2))
+
+
+def _compile() -> Tiles | None:
+    """One tile per :data:`_SHAPES`, in order, or None without AVX-512."""
     source = "\n".join(
         [
             "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
             "declare void @llvm.prefetch.p0(ptr, i32, i32, i32)",
-            *(_tile_ir(rows) for rows in range(1, ROWS + 1)),
+            *(_tile_ir(rows, width) for rows, width in _SHAPES),
             'attributes #0 = { nounwind "target-features"="+avx512f,+fma" }',
         ]
     )
-    pointer, count = ctypes.c_void_p, ctypes.c_int64
-    names = [f"packrt_f32_tile{rows}" for rows in range(1, ROWS + 1)]
-    return compile_tiles(source, names, ("avx512f", "fma"), (pointer, count, pointer, count, pointer, count))
+    return compile_tiles(source, [f"packrt_f32_tile{rows}x{width}" for rows, width in _SHAPES], ("avx512f", "fma"))
 
 
 _tiles = OnFirstUse(_compile).get
@@ -144,14 +165,12 @@ def gemm(x: Array, panels: FloatPanels, out: Array | None = None) -> Array:
         np.matmul(x, panels.data, out=out.reshape(m, n // PANEL, PANEL).transpose(1, 0, 2))
         return out
     if m:
-        xc = np.ascontiguousarray(x, _F32)
-        k, count = panels.in_features, n // PANEL
-        # the pool only where it has two threads or more and the work is large: the parallel loop is
-        # compiled once per process (numba cannot cache it), and waking the pool costs microseconds
-        parallel = m * k * n >= _PARALLEL_MACS and compiled.pool_size() > 1 and not threads.serial()
+        # the pool only where it has two threads or more and the work is large: waking it costs microseconds
+        pool = compiled.pool_size()
+        parallel = m * panels.in_features * n >= _PARALLEL_MACS and pool > 1 and not threads.serial()
         loops = compiled.module("packrt_kernels_cpu._numba_plan")
         step = loops.float_tiles if parallel else loops.float_tiles_serial
-        step(tiles[1:], out.ctypes.data, n, xc.ctypes.data, k, panels.data.ctypes.data, k, m, count)
+        step(tiles.addresses, out, np.ascontiguousarray(x, _F32), panels.data, pool)
     return out
 
 

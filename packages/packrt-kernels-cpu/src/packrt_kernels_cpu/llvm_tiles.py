@@ -2,27 +2,36 @@
 
 The GEMM tiles of :mod:`.vnni` (int8) and :mod:`.float_tiles` (float32) are IR, not numba loops: LLVM
 forms neither ``vpdpbusd`` nor a register-blocked FMA tile from a numba loop. :func:`compile_tiles`
-builds a module of such functions once per process, for the host CPU, and hands back ctypes functions;
-numba's compiled loops call them through their addresses. The helpers below write the IR both tile
-kinds share: each row's address, two accumulators per row, a row's element broadcast to every lane,
-and the stores of the result.
+builds a module of such functions once per process, for the host CPU, and hands back their addresses;
+numba's compiled loops call them there (:func:`._numba_tiles.call_tile`). The helpers below write the
+IR both tile kinds share: each row's address, the accumulators of each row, a row's element broadcast
+to every lane, and the stores of the result.
 """
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 
-def compile_tiles(
-    source: str, names: Sequence[str], features: Sequence[str], argtypes: Sequence[Any]
-) -> tuple[Any, ...] | None:
-    """(engine, one ctypes function per name, in order) for the IR ``source``, or None where llvmlite is
+
+@dataclass(frozen=True)
+class Tiles:
+    """Compiled tiles: ``addresses`` (int64, one per name, in order) for the compiled loops to call;
+    ``engine`` owns the machine code behind them, so the addresses hold as long as this object."""
+
+    engine: Any
+    addresses: Any
+
+
+def compile_tiles(source: str, names: Sequence[str], features: Sequence[str]) -> Tiles | None:
+    """The functions ``names`` of the IR ``source`` compiled for this CPU, or None where llvmlite is
     missing or the CPU lacks one of ``features`` (LLVM's names: ``avx512f``, ``avx512vnni``...). Each
-    function returns nothing and takes ``argtypes``. The engine owns the machine code: keep it as long
-    as the functions."""
+    is a tile: ``(ptr out, i64 ldo, ptr a, i64 lda, ptr b, i64 count) -> void``, the signature
+    :func:`._numba_tiles.call_tile` calls."""
     try:
         import llvmlite.binding as llvm  # type: ignore[import-untyped]
     except ImportError:
@@ -39,19 +48,18 @@ def compile_tiles(
     )
     engine = llvm.create_mcjit_compiler(module, machine)
     engine.finalize_object()
-    kind = ctypes.CFUNCTYPE(None, *argtypes)
-    return (engine, *(kind(engine.get_function_address(name)) for name in names))
+    return Tiles(engine, np.array([engine.get_function_address(name) for name in names], np.int64))
 
 
 class OnFirstUse:
     """A tile library built by ``build`` at the first :meth:`get`, once per process (threads that ask
-    at once wait for the one build); ``get()`` is its result: (engine, functions...) or None."""
+    at once wait for the one build); ``get()`` is its result: :class:`Tiles` or None."""
 
-    def __init__(self, build: Callable[[], tuple[Any, ...] | None]) -> None:
+    def __init__(self, build: Callable[[], Tiles | None]) -> None:
         self._build, self._lock = build, threading.Lock()
-        self._built: list[tuple[Any, ...] | None] = []
+        self._built: list[Tiles | None] = []
 
-    def get(self) -> tuple[Any, ...] | None:
+    def get(self) -> Tiles | None:
         if not self._built:
             with self._lock:
                 if not self._built:
@@ -70,12 +78,12 @@ def row_pointers(rows: int, element_bytes: int) -> list[str]:
     return lines
 
 
-def accumulators(rows: int, vector: str, updated: str) -> list[str]:
-    """``%acc{r}_{c}``: two registers per row, zero on entry, ``%{updated}{r}_{c}`` after each step."""
+def accumulators(rows: int, vector: str, updated: str, vectors: int = 2) -> list[str]:
+    """``%acc{r}_{c}``: ``vectors`` registers per row, zero on entry, ``%{updated}{r}_{c}`` after each step."""
     return [
         f"  %acc{r}_{c} = phi {vector} [zeroinitializer, %entry], [%{updated}{r}_{c}, %loop]"
         for r in range(rows)
-        for c in range(2)
+        for c in range(vectors)
     ]
 
 
@@ -92,18 +100,16 @@ def broadcasts(rows: int, scalar: str, vector: str, offset: str) -> list[str]:
     return lines
 
 
-def stores(rows: int, vector: str, result: str) -> list[str]:
-    """The exit: ``%{result}{r}_0`` and ``_1`` stored as row ``r`` of ``%out`` (rows ``%ldo`` 4-byte elements apart)."""
+def stores(rows: int, vector: str, result: str, vectors: int = 2) -> list[str]:
+    """The exit: ``%{result}{r}_0`` to ``_{vectors - 1}`` stored side by side as row ``r`` of ``%out``
+    (64 bytes each; rows ``%ldo`` 4-byte elements apart)."""
     lines = ["exit:"]
     for r in range(rows):
-        lines += [
-            f"  %ooff{r} = mul i64 %ldo, {4 * r}",
-            f"  %op{r}_0 = getelementptr i8, ptr %out, i64 %ooff{r}",
-            f"  %op{r}_1 = getelementptr i8, ptr %op{r}_0, i64 64",
-            f"  store {vector} %{result}{r}_0, ptr %op{r}_0, align 4",
-            f"  store {vector} %{result}{r}_1, ptr %op{r}_1, align 4",
-        ]
+        lines += [f"  %ooff{r} = mul i64 %ldo, {4 * r}", f"  %op{r}_0 = getelementptr i8, ptr %out, i64 %ooff{r}"]
+        for c in range(1, vectors):
+            lines.append(f"  %op{r}_{c} = getelementptr i8, ptr %op{r}_0, i64 {64 * c}")
+        lines += [f"  store {vector} %{result}{r}_{c}, ptr %op{r}_{c}, align 4" for c in range(vectors)]
     return [*lines, "  ret void", "}"]
 
 
-__all__ = ["OnFirstUse", "accumulators", "broadcasts", "compile_tiles", "row_pointers", "stores"]
+__all__ = ["OnFirstUse", "Tiles", "accumulators", "broadcasts", "compile_tiles", "row_pointers", "stores"]

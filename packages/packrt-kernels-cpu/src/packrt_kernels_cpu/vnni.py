@@ -18,14 +18,21 @@ as every other int8 road. :func:`available` says whether this machine and the se
 
 from __future__ import annotations
 
-import ctypes
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from packrt_kernels_cpu import compiled, settings
-from packrt_kernels_cpu.llvm_tiles import OnFirstUse, accumulators, broadcasts, compile_tiles, row_pointers, stores
+from packrt_kernels_cpu.llvm_tiles import (
+    OnFirstUse,
+    Tiles,
+    accumulators,
+    broadcasts,
+    compile_tiles,
+    row_pointers,
+    stores,
+)
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -63,8 +70,8 @@ def _tile_ir(name: str, rows: int) -> str:
     return "\n".join(lines)
 
 
-def _compile() -> tuple[Any, ...] | None:
-    """(engine, full tile, one-row tile) as ctypes functions, or None where this machine lacks VNNI."""
+def _compile() -> Tiles | None:
+    """The full tile (8 rows) and the one-row tile, in that order, or None where this machine lacks VNNI."""
     source = "\n".join(
         [
             "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
@@ -73,9 +80,7 @@ def _compile() -> tuple[Any, ...] | None:
             'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni" }',
         ]
     )
-    pointer, count = ctypes.c_void_p, ctypes.c_int64
-    argtypes = (pointer, count, pointer, count, pointer, count)
-    return compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES, argtypes)
+    return compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES)
 
 
 _tiles = OnFirstUse(_compile).get
@@ -122,7 +127,6 @@ def gemm(u: Array, panels: Panels) -> Array:
     C-contiguous, K = ``panels.in_features``; call only where :func:`available`."""
     tiles = _tiles()
     assert tiles is not None, "vnni.gemm called where vnni.available() is False"
-    _, full, one = tiles
     m = int(u.shape[0])
     width = panels.groups * 4
     if int(u.shape[1]) != width:  # K not a multiple of 4: zero columns multiply the zero padding
@@ -133,10 +137,7 @@ def gemm(u: Array, panels: Panels) -> Array:
     out = np.empty((m, columns), np.int32)
     if m and columns and panels.groups:
         loops = compiled.module("packrt_kernels_cpu._numba_int8")
-        loops.vnni_tiles(
-            full, one, out.ctypes.data, columns, u.ctypes.data, width, panels.data.ctypes.data, panels.groups, m,
-            columns // PANEL,
-        )  # fmt: skip
+        loops.vnni_tiles(tiles.addresses, out, u, panels.data, panels.groups)
     elif m and columns:
         out[...] = 0
     return out[:, : panels.out_features]
