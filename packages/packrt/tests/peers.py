@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 
 import packrt
+from packrt.models import from_pretrained
 
 VOCAB = 97
 # hidden 32, two layers: the size of the tiny models of most families' tests
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 NO_SPECIAL_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+# the residencies the comparisons load under: served from the mapped file, and packed
+RESIDENCIES = ("borrowed", "packed")
 
 
 def encoder_fields(pad: int, **fields: Any) -> dict[str, Any]:
@@ -126,6 +129,15 @@ def assert_eos_generation_matches(
             pad_token_id=0,
         ).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+def bf16_copies(torch: ModuleType, reference: Any, directory: Path, saved_to: Path) -> tuple[Any, dict[str, Any]]:
+    """transformers' bf16 copy of ``reference`` (read from its checkpoint ``directory``), saved to ``saved_to``
+    with safetensors, and packrt's models of that bf16 checkpoint under each of :data:`RESIDENCIES`."""
+    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
+    half.save_pretrained(saved_to, safe_serialization=True)
+    models = {residency: from_pretrained(saved_to, weight_residency=residency) for residency in RESIDENCIES}
+    return half, models
 
 
 def assert_bf16_no_farther_than_transformers(

@@ -18,11 +18,13 @@ from typing import Any
 import numpy as np
 import pytest
 from peers import (
+    RESIDENCIES,
     SMALL,
     VOCAB,
     assert_bf16_no_farther_than_transformers,
     assert_eos_generation_matches,
     assert_greedy_matches,
+    bf16_copies,
     logits,
     masked_max_diff,
     perturb_norms,
@@ -97,7 +99,6 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], type]] = {
     ),
     "phi3-tied": ("Phi3Config", "Phi3ForCausalLM", {**SMALL, "tie_word_embeddings": True}, {}, Phi3ForCausalLM),
 }
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -185,9 +186,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert all(model.embed.weight.dtype is packrt.bfloat16 for model in models.values())
     assert_bf16_no_farther_than_transformers(
         name,

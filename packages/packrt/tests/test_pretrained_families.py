@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 from peers import (
+    RESIDENCIES,
     SMALL,
     VOCAB,
     assert_bf16_no_farther_than_transformers,
     assert_eos_generation_matches,
     assert_greedy_matches,
+    bf16_copies,
     masked_max_diff,
     save,
     tiny_model,
@@ -57,7 +59,6 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
     "mistral": ("MistralConfig", "MistralForCausalLM", {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}, {}),
 }
 CAUSAL = [name for name in FAMILIES if name != "bert"]
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -210,9 +211,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     # (the serving plans compute in float32 from the bf16 weights): 0.57-0.62x transformers' own, and
     # 0.73-0.75x with PACKRT_BLAS=mkl, where each GEMM reads its input rounded to bf16.
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert {p.dtype for model in models.values() for p in model.parameters()} == {packrt.bfloat16}
 
     def ours(model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

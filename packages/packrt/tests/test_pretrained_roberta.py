@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import assert_bf16_no_farther_than_transformers, encoder_fields, masked_max_diff, padded_batch, save
+from peers import (
+    RESIDENCIES,
+    assert_bf16_no_farther_than_transformers,
+    bf16_copies,
+    encoder_fields,
+    masked_max_diff,
+    padded_batch,
+    save,
+)
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -30,7 +38,6 @@ FAMILIES = {
     "roberta": ("RobertaConfig", "RobertaModel", {"type_vocab_size": 2}),
     "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {"type_vocab_size": 1}),
 }
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -113,9 +120,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert all(model.embeddings.word.weight.dtype is packrt.bfloat16 for model in models.values())
     assert_bf16_no_farther_than_transformers(
         name,
