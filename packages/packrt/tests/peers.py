@@ -92,9 +92,18 @@ def max_logits_diff(torch: ModuleType, model: Any, reference: Any, ids: np.ndarr
     return float(np.abs(model(packrt.from_numpy(ids)).numpy() - logits(torch, reference, ids)).max())
 
 
-def masked_max_diff(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray) -> float:
-    """The largest absolute difference over the positions ``mask`` keeps (padding is not compared)."""
-    return float(np.abs(ours - theirs)[mask.astype(bool)].max())
+def assert_close_on_real_tokens(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray, what: str) -> None:
+    """packrt's output ``ours`` has transformers' shape and is within 1e-4 of ``theirs`` at every position
+    ``mask`` keeps (padding is not compared); ``what`` names the case in a failure."""
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, transformers' {theirs.shape}"
+    diff = float(np.abs(ours - theirs)[mask.astype(bool)].max())
+    assert diff <= 1e-4, f"{what}: max abs diff {diff:.2e} against transformers"
+
+
+def assert_served_borrowed(model: Any) -> None:
+    """``model``, after a call, holds no packed weight and serves borrowed ones (from the mapped file)."""
+    totals = packrt.nn.memory_report(model).totals()
+    assert totals["packed"] == 0 and totals["borrowed"] > 0, totals
 
 
 def assert_greedy_matches(
