@@ -46,6 +46,10 @@ class TorchRef:
             return np.asarray(t.contiguous().view(self.torch.int16).numpy()).view(ml_dtypes.bfloat16)
         return np.asarray(t.numpy())
 
+    def conv2d(self, x: np.ndarray, w: np.ndarray, b: np.ndarray | None, **geometry: Any) -> Any:
+        """torch's ``conv2d`` of the arrays (``b`` None: no bias), for :meth:`check`."""
+        return self.F.conv2d(self.t(x), self.t(w), None if b is None else self.t(b), **geometry)
+
     def check(self, actual: np.ndarray, expected: Any, scale: float = 1.0) -> None:
         """``actual`` has torch's dtype and shape and agrees within the tolerance table (times ``scale``)."""
         want = self.n(expected)
@@ -75,6 +79,24 @@ def randn(rng: np.random.Generator, shape: tuple[int, ...], dtype: Any, scale: f
 def make() -> Any:
     """``make(rng, shape, dtype, scale=1.0)``: normal samples rounded once to ``dtype``."""
     return randn
+
+
+def random_conv2d_inputs(
+    seed: int, n: int, groups: int, channels_per_group: tuple[int, int], image: tuple[int, int], kernel: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 normal samples from ``seed`` for a grouped conv2d: input (n, groups * in, *image), weight
+    (groups * out, in, *kernel) and bias (groups * out,), for ``channels_per_group`` (in, out)."""
+    r = np.random.default_rng(seed)
+    cin, cout = channels_per_group
+    x = r.standard_normal((n, groups * cin, *image)).astype(np.float32)
+    w = r.standard_normal((groups * cout, cin, *kernel)).astype(np.float32)
+    return x, w, r.standard_normal(groups * cout).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def conv2d_inputs() -> Any:
+    """:func:`random_conv2d_inputs`, for the conv2d property tests."""
+    return random_conv2d_inputs
 
 
 @pytest.fixture(params=["fused", "numpy"])

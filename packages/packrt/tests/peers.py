@@ -15,11 +15,14 @@ from typing import Any
 import numpy as np
 
 import packrt
+from packrt.models import from_pretrained
 
 VOCAB = 97
 # hidden 32, two layers: the size of the tiny models of most families' tests
 SMALL = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 64}
 NO_SPECIAL_TOKENS = {"bos_token_id": None, "eos_token_id": None, "pad_token_id": None}
+# the residencies the comparisons load under: served from the mapped file, and packed
+RESIDENCIES = ("borrowed", "packed")
 
 
 def encoder_fields(pad: int, **fields: Any) -> dict[str, Any]:
@@ -89,9 +92,18 @@ def max_logits_diff(torch: ModuleType, model: Any, reference: Any, ids: np.ndarr
     return float(np.abs(model(packrt.from_numpy(ids)).numpy() - logits(torch, reference, ids)).max())
 
 
-def masked_max_diff(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray) -> float:
-    """The largest absolute difference over the positions ``mask`` keeps (padding is not compared)."""
-    return float(np.abs(ours - theirs)[mask.astype(bool)].max())
+def assert_close_on_real_tokens(ours: np.ndarray, theirs: np.ndarray, mask: np.ndarray, what: str) -> None:
+    """packrt's output ``ours`` has transformers' shape and is within 1e-4 of ``theirs`` at every position
+    ``mask`` keeps (padding is not compared); ``what`` names the case in a failure."""
+    assert ours.shape == theirs.shape, f"{what}: shape {ours.shape}, transformers' {theirs.shape}"
+    diff = float(np.abs(ours - theirs)[mask.astype(bool)].max())
+    assert diff <= 1e-4, f"{what}: max abs diff {diff:.2e} against transformers"
+
+
+def assert_served_borrowed(model: Any) -> None:
+    """``model``, after a call, holds no packed weight and serves borrowed ones (from the mapped file)."""
+    totals = packrt.nn.memory_report(model).totals()
+    assert totals["packed"] == 0 and totals["borrowed"] > 0, totals
 
 
 def assert_greedy_matches(
@@ -126,6 +138,15 @@ def assert_eos_generation_matches(
             pad_token_id=0,
         ).numpy()
     np.testing.assert_array_equal(ours, theirs)
+
+
+def bf16_copies(torch: ModuleType, reference: Any, directory: Path, saved_to: Path) -> tuple[Any, dict[str, Any]]:
+    """transformers' bf16 copy of ``reference`` (read from its checkpoint ``directory``), saved to ``saved_to``
+    with safetensors, and packrt's models of that bf16 checkpoint under each of :data:`RESIDENCIES`."""
+    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
+    half.save_pretrained(saved_to, safe_serialization=True)
+    models = {residency: from_pretrained(saved_to, weight_residency=residency) for residency in RESIDENCIES}
+    return half, models
 
 
 def assert_bf16_no_farther_than_transformers(

@@ -18,13 +18,16 @@ from typing import Any
 import numpy as np
 import pytest
 from peers import (
+    RESIDENCIES,
     SMALL,
     VOCAB,
     assert_bf16_no_farther_than_transformers,
+    assert_close_on_real_tokens,
     assert_eos_generation_matches,
     assert_greedy_matches,
+    assert_served_borrowed,
+    bf16_copies,
     logits,
-    masked_max_diff,
     perturb_norms,
     save,
     tiny_model,
@@ -97,7 +100,6 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any], type]] = {
     ),
     "phi3-tied": ("Phi3Config", "Phi3ForCausalLM", {**SMALL, "tie_word_embeddings": True}, {}, Phi3ForCausalLM),
 }
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -142,10 +144,9 @@ def test_padded_batches_match_transformers_within_1e_4(
     model = from_pretrained(directory, weight_residency=residency)
     assert isinstance(model, FAMILIES[name][4]) and not model.training
     ids, mask = _batch()
-    out, expected = _ours(model, ids, mask), logits(torch, reference, ids, mask)
-    assert out.shape == expected.shape == (3, 11, VOCAB)
-    diff = masked_max_diff(out, expected, mask)
-    assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
+    out = _ours(model, ids, mask)
+    assert out.shape == (3, 11, VOCAB)
+    assert_close_on_real_tokens(out, logits(torch, reference, ids, mask), mask, f"{name} under {residency}")
 
 
 @pytest.mark.parametrize("residency", RESIDENCIES)
@@ -185,9 +186,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert all(model.embed.weight.dtype is packrt.bfloat16 for model in models.values())
     assert_bf16_no_farther_than_transformers(
         name,
@@ -220,8 +219,7 @@ def test_fused_projections_are_served_borrowed_from_the_mapped_file_as_one_gemm_
     assert tuple(model.layers[0].attention.qkv_proj.weight.shape) == (32 + 2 * 2 * 8, 32)
     assert tuple(model.layers[0].mlp.gate_up.weight.shape) == (2 * 64, 32)
     model(packrt.from_numpy(_batch()[0]))
-    totals = nn.memory_report(model).totals()
-    assert totals["packed"] == 0 and totals["borrowed"] > 0
+    assert_served_borrowed(model)
 
 
 def test_a_qwen3_config_without_head_dim_means_128_as_in_transformers(
@@ -236,8 +234,7 @@ def test_a_qwen3_config_without_head_dim_means_128_as_in_transformers(
     assert model.layers[0].attention.head_dim == 128
     reference = transformers.Qwen3ForCausalLM.from_pretrained(directory).eval()
     ids, mask = _batch(seed=4)
-    diff = masked_max_diff(_ours(model, ids, mask), logits(torch, reference, ids, mask), mask)
-    assert diff <= 1e-4
+    assert_close_on_real_tokens(_ours(model, ids, mask), logits(torch, reference, ids, mask), mask, "qwen3")
 
 
 def test_a_gemma3_config_in_the_older_keys_is_read_as_transformers_reads_it(
@@ -262,6 +259,5 @@ def test_a_gemma3_config_in_the_older_keys_is_read_as_transformers_reads_it(
     model = from_pretrained(tmp_path)
     ids, mask = _batch(seed=5)
     expected = logits(torch, reference, ids, mask)
-    diff = masked_max_diff(_ours(model, ids, mask), expected, mask)
-    assert diff <= 1e-4
+    assert_close_on_real_tokens(_ours(model, ids, mask), expected, mask, "gemma3 in the older keys")
     assert float(np.abs(expected - logits(torch, original, ids, mask)).max()) <= 1e-4

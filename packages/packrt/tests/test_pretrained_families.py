@@ -15,18 +15,20 @@ from typing import Any
 import numpy as np
 import pytest
 from peers import (
+    RESIDENCIES,
     SMALL,
     VOCAB,
     assert_bf16_no_farther_than_transformers,
+    assert_close_on_real_tokens,
     assert_eos_generation_matches,
     assert_greedy_matches,
-    masked_max_diff,
+    assert_served_borrowed,
+    bf16_copies,
     save,
     tiny_model,
 )
 
 import packrt
-from packrt import nn
 from packrt.models import CausalLM, from_pretrained
 
 ROPE_LLAMA3 = {
@@ -57,7 +59,6 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
     "mistral": ("MistralConfig", "MistralForCausalLM", {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}, {}),
 }
 CAUSAL = [name for name in FAMILIES if name != "bert"]
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +102,7 @@ def test_every_family_matches_transformers_within_1e_4(
     mask = np.ones_like(ids)
     mask[1, 8:] = 0  # right padding on the second row
     out = model(packrt.from_numpy(ids), attention_mask=packrt.from_numpy(mask)).numpy()
-    expected = _reference(torch, reference_model, ids, mask)
-    assert out.shape == expected.shape
-    diff = masked_max_diff(out, expected, mask)
-    assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
+    assert_close_on_real_tokens(out, _reference(torch, reference_model, ids, mask), mask, f"{name} under {residency}")
 
 
 @pytest.mark.parametrize("residency", RESIDENCIES)
@@ -172,8 +170,7 @@ def test_sampling_with_a_seed_repeats_and_top_k_1_is_greedy(saved: dict[str, Any
 def test_borrowed_serves_from_the_mapped_shards_and_packs_nothing(saved: dict[str, Any]) -> None:
     model = from_pretrained(saved["llama"][0], weight_residency="borrowed")
     model(packrt.from_numpy(_ids(1, 4)))
-    totals = nn.memory_report(model).totals()
-    assert totals["packed"] == 0 and totals["borrowed"] > 0
+    assert_served_borrowed(model)
 
 
 def test_a_bf16_checkpoint_is_served_in_bf16_or_cast_as_asked(
@@ -210,9 +207,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     # (the serving plans compute in float32 from the bf16 weights): 0.57-0.62x transformers' own, and
     # 0.73-0.75x with PACKRT_BLAS=mkl, where each GEMM reads its input rounded to bf16.
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert {p.dtype for model in models.values() for p in model.parameters()} == {packrt.bfloat16}
 
     def ours(model: Any, ids: np.ndarray, mask: np.ndarray) -> np.ndarray:

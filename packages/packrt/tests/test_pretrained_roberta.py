@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import assert_bf16_no_farther_than_transformers, encoder_fields, masked_max_diff, padded_batch, save
+from peers import (
+    RESIDENCIES,
+    assert_bf16_no_farther_than_transformers,
+    assert_close_on_real_tokens,
+    bf16_copies,
+    encoder_fields,
+    padded_batch,
+    save,
+)
 
 import packrt
 from packrt.errors import CheckpointError, ShapeError
@@ -30,7 +38,6 @@ FAMILIES = {
     "roberta": ("RobertaConfig", "RobertaModel", {"type_vocab_size": 2}),
     "xlm-roberta": ("XLMRobertaConfig", "XLMRobertaModel", {"type_vocab_size": 1}),
 }
-RESIDENCIES = ["borrowed", "packed"]
 
 
 @pytest.fixture(scope="module")
@@ -88,10 +95,9 @@ def test_padded_batches_match_transformers_within_1e_4(
     assert isinstance(model, RobertaEncoder) and not model.training
     ids, mask, types = _batch()
     types = types if name == "roberta" else None  # xlm-roberta has one token type
-    out, expected = _ours(model, ids, mask, types), _reference(torch, reference, ids, mask, types)
-    assert out.shape == expected.shape == (3, 12, 32)
-    diff = masked_max_diff(out, expected, mask)
-    assert diff <= 1e-4, f"{name} under {residency}: max abs diff {diff:.2e} against transformers"
+    out = _ours(model, ids, mask, types)
+    assert out.shape == (3, 12, 32)
+    assert_close_on_real_tokens(out, _reference(torch, reference, ids, mask, types), mask, f"{name} under {residency}")
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))
@@ -113,9 +119,7 @@ def test_a_bf16_checkpoint_is_no_farther_from_fp32_than_transformers_bf16(
     saved: dict[str, Any], torch: ModuleType, name: str, tmp_path: Path
 ) -> None:
     directory, reference = saved[name]
-    half = type(reference).from_pretrained(directory, dtype=torch.bfloat16).eval()
-    half.save_pretrained(tmp_path, safe_serialization=True)
-    models = {residency: from_pretrained(tmp_path, weight_residency=residency) for residency in RESIDENCIES}
+    half, models = bf16_copies(torch, reference, directory, tmp_path)
     assert all(model.embeddings.word.weight.dtype is packrt.bfloat16 for model in models.values())
     assert_bf16_no_farther_than_transformers(
         name,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import builtins
 import copy as _copy
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, NamedTuple, Self
 
@@ -127,6 +127,37 @@ def host_array(data: Any, dtype_: DType | None) -> np.ndarray:
         return host.astype(dtype_.numpy)
     from_numpy_dtype(host.dtype)  # refuses complex and other dtypes packrt has no name for
     return host
+
+
+# Tensor's operators and elementwise methods differ only in the tensor_math op they name: each is made
+# here once, with the signature the checker and help() see.
+def _binary_operator(op: str, *, reverse: bool = False) -> Callable[[Tensor, Any], Tensor]:
+    """The operator method ``tensor <op> other`` (``other <op> tensor`` when ``reverse``)."""
+
+    def operator(self: Tensor, other: Any) -> Tensor:
+        return self._binary(op, other, reverse)
+
+    return operator
+
+
+def _comparison(op: str) -> Callable[[Tensor, object], Any]:
+    """``==`` / ``!=``: typed as object's own (any ``other``), answering with a bool tensor."""
+
+    def compare(self: Tensor, other: object) -> Any:
+        return self._binary(op, other)
+
+    return compare
+
+
+def _elementwise(op: str, what: str) -> Callable[[Tensor], Tensor]:
+    """The method ``tensor.<op>()``: a new tensor of ``what``."""
+
+    def method(self: Tensor) -> Tensor:
+        return self._unary(op)
+
+    method.__name__ = method.__qualname__ = op
+    method.__doc__ = f"A new tensor of {what}."
+    return method
 
 
 class Tensor:
@@ -692,77 +723,31 @@ class Tensor:
             return NotImplemented  # type: ignore[no-any-return]
         return self._wrap(out)
 
-    def __add__(self, other: Any) -> Tensor:
-        return self._binary("add", other)
-
-    def __radd__(self, other: Any) -> Tensor:
-        return self._binary("add", other, True)
-
-    def __sub__(self, other: Any) -> Tensor:
-        return self._binary("subtract", other)
-
-    def __rsub__(self, other: Any) -> Tensor:
-        return self._binary("subtract", other, True)
-
-    def __mul__(self, other: Any) -> Tensor:
-        return self._binary("multiply", other)
-
-    def __rmul__(self, other: Any) -> Tensor:
-        return self._binary("multiply", other, True)
-
-    def __truediv__(self, other: Any) -> Tensor:
-        return self._binary("divide", other)
-
-    def __rtruediv__(self, other: Any) -> Tensor:
-        return self._binary("divide", other, True)
-
-    def __floordiv__(self, other: Any) -> Tensor:
-        return self._binary("floor_divide", other)
-
-    def __mod__(self, other: Any) -> Tensor:
-        return self._binary("remainder", other)
-
-    def __pow__(self, other: Any) -> Tensor:
-        return self._binary("pow", other)
-
-    def __rpow__(self, other: Any) -> Tensor:
-        return self._binary("pow", other, True)
-
-    def __eq__(self, other: object) -> Any:
-        return self._binary("equal", other)
-
-    def __ne__(self, other: object) -> Any:
-        return self._binary("not_equal", other)
-
-    def __lt__(self, other: Any) -> Tensor:
-        return self._binary("less", other)
-
-    def __le__(self, other: Any) -> Tensor:
-        return self._binary("less_equal", other)
-
-    def __gt__(self, other: Any) -> Tensor:
-        return self._binary("greater", other)
-
-    def __ge__(self, other: Any) -> Tensor:
-        return self._binary("greater_equal", other)
-
-    def __and__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_and", other)
-
-    def __rand__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_and", other, True)
-
-    def __or__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_or", other)
-
-    def __ror__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_or", other, True)
-
-    def __xor__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_xor", other)
-
-    def __rxor__(self, other: Any) -> Tensor:
-        return self._binary("bitwise_xor", other, True)
+    # the operators: each hands its tensor_math op name to _binary
+    __add__ = _binary_operator("add")
+    __radd__ = _binary_operator("add", reverse=True)
+    __sub__ = _binary_operator("subtract")
+    __rsub__ = _binary_operator("subtract", reverse=True)
+    __mul__ = _binary_operator("multiply")
+    __rmul__ = _binary_operator("multiply", reverse=True)
+    __truediv__ = _binary_operator("divide")
+    __rtruediv__ = _binary_operator("divide", reverse=True)
+    __floordiv__ = _binary_operator("floor_divide")
+    __mod__ = _binary_operator("remainder")
+    __pow__ = _binary_operator("pow")
+    __rpow__ = _binary_operator("pow", reverse=True)
+    __eq__ = _comparison("equal")
+    __ne__ = _comparison("not_equal")
+    __lt__ = _binary_operator("less")
+    __le__ = _binary_operator("less_equal")
+    __gt__ = _binary_operator("greater")
+    __ge__ = _binary_operator("greater_equal")
+    __and__ = _binary_operator("bitwise_and")
+    __rand__ = _binary_operator("bitwise_and", reverse=True)
+    __or__ = _binary_operator("bitwise_or")
+    __ror__ = _binary_operator("bitwise_or", reverse=True)
+    __xor__ = _binary_operator("bitwise_xor")
+    __rxor__ = _binary_operator("bitwise_xor", reverse=True)
 
     def __neg__(self) -> Tensor:
         if self._dtype is bool_:
@@ -777,31 +762,15 @@ class Tensor:
             raise DTypeError(f"~ is logical not and needs a bool tensor, this one is {self._dtype.name}")
         return self._unary("logical_not")
 
-    def __abs__(self) -> Tensor:
-        return self._unary("abs")
-
     def _unary(self, op: str) -> Tensor:
         return self._wrap(tensor_math.unary(self._xp, op, self._array(), self._dtype))
 
-    def abs(self) -> Tensor:
-        """A new tensor of the absolute values."""
-        return self._unary("abs")
-
-    def exp(self) -> Tensor:
-        """A new tensor of e raised to each element."""
-        return self._unary("exp")
-
-    def log(self) -> Tensor:
-        """A new tensor of the natural logarithm of each element."""
-        return self._unary("log")
-
-    def sqrt(self) -> Tensor:
-        """A new tensor of the square root of each element."""
-        return self._unary("sqrt")
-
-    def tanh(self) -> Tensor:
-        """A new tensor of the hyperbolic tangent of each element."""
-        return self._unary("tanh")
+    abs = _elementwise("abs", "the absolute values")
+    __abs__ = abs
+    exp = _elementwise("exp", "e raised to each element")
+    log = _elementwise("log", "the natural logarithm of each element")
+    sqrt = _elementwise("sqrt", "the square root of each element")
+    tanh = _elementwise("tanh", "the hyperbolic tangent of each element")
 
     def __matmul__(self, other: Any) -> Tensor:
         if not isinstance(other, Tensor):

@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 
 from packrt_core.device import Device, as_device
 from packrt_core.dtypes import bfloat16, float16, float32, float64
+from packrt_core.dtypes import dtype as DType  # noqa: N812 - the methods below are named after dtypes
 from packrt_core.errors import ModuleInitError, ModulePathError, RegistrationError
 from packrt_core.nn import moves, state
 from packrt_core.nn.parameter import Buffer, Parameter
@@ -33,6 +34,17 @@ from packrt_hooks import HookRegistry, RemovableHandle, call_with_hooks
 _M = TypeVar("_M", bound="Module")
 _REGISTRIES = ("_parameters", "_buffers", "_modules")
 _HOOK_FLAG_LOCK = threading.Lock()
+
+
+def _cast_to(dtype: DType) -> Callable[[_M], _M]:
+    """The method ``module.<dtype>()`` (``half``, ``float``, ...): ``to(dtype)`` on the whole tree."""
+
+    def cast(self: _M) -> _M:
+        moves.place(self, None, dtype)
+        return self
+
+    cast.__doc__ = f"Cast the floating-point tensors to {dtype.name}."
+    return cast
 
 
 def _join(prefix: str, name: str) -> str:
@@ -549,25 +561,10 @@ class Module:
         moves.place(self, Device("cuda") if device is None else as_device(device), None)
         return self
 
-    def half(self) -> Self:
-        """Cast the floating-point tensors to float16."""
-        moves.place(self, None, float16)
-        return self
-
-    def float(self) -> Self:
-        """Cast the floating-point tensors to float32."""
-        moves.place(self, None, float32)
-        return self
-
-    def double(self) -> Self:
-        """Cast the floating-point tensors to float64."""
-        moves.place(self, None, float64)
-        return self
-
-    def bfloat16(self) -> Self:
-        """Cast the floating-point tensors to bfloat16."""
-        moves.place(self, None, bfloat16)
-        return self
+    half = _cast_to(float16)
+    float = _cast_to(float32)
+    double = _cast_to(float64)
+    bfloat16 = _cast_to(bfloat16)
 
     def to_empty(self, *, device: Any, recurse: bool = True) -> Self:
         """Give every parameter and buffer fresh, uninitialized storage of its shape and dtype

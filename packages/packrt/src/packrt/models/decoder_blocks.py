@@ -253,9 +253,6 @@ class RotaryDecoderLM(CausalLM):
         norm = FloatRMSNorm(hidden, widths.eps) if norm is None else norm
         declare_decoder_stack(self, self.vocab, hidden, layers, norm, self.tied)
 
-    def _name(self) -> str:
-        return f"{type(self).__name__}({self.model_type})"
-
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
     ) -> packrt.Tensor:

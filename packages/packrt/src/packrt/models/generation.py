@@ -176,6 +176,7 @@ class CausalLM(nn.Module):
     # The longest sequence the model can place (learned position tables); None when unbounded.
     max_positions: int | None = None
     pad_token_id: int | None = None
+    model_type: str | None = None  # the config.json's, for a class that serves several families
     # generate's defaults; None: the model's own pad id and transformers' length default
     generation_defaults: GenerationDefaults | None = None
     serves_plans: ClassVar[bool] = False  # a family with a serving plan sets it and defines _build_plan
@@ -206,7 +207,9 @@ class CausalLM(nn.Module):
         return self._hidden(input_ids, step, cache, positions)
 
     def _name(self) -> str:
-        return type(self).__name__
+        """How messages name the model: its class, and the config's ``model_type`` when the class serves several."""
+        name = type(self).__name__
+        return name if self.model_type is None else f"{name}({self.model_type})"
 
     def forward(
         self,

@@ -237,12 +237,10 @@ class LlamaForCausalLM(CausalLM):
         self.num_layers = g.layers
         self.vocab = g.vocab
         self.pad_token_id = g.pad_token_id
+        self.model_type = g.model_type
         self.rotary = RotaryTables(rope_frequencies(config, g.head_dim))
         layers: list[nn.Module] = [LlamaLayer(g, i) for i in range(g.layers)]
         declare_decoder_stack(self, g.vocab, g.hidden, layers, nn.RMSNorm(g.hidden, eps=g.eps), g.tied)
-
-    def _name(self) -> str:
-        return f"{type(self).__name__}({self.geometry.model_type})"
 
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
