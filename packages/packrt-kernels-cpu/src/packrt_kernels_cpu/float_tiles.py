@@ -25,16 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import blas, compiled, settings, threads
-from packrt_kernels_cpu.llvm_tiles import (
-    OnFirstUse,
-    Tiles,
-    accumulators,
-    broadcasts,
-    compile_tiles,
-    row_pointers,
-    stores,
-)
+from packrt_kernels_cpu import blas, compiled, llvm_tiles, settings, threads
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -53,12 +44,12 @@ def _tile_ir(rows: int, width: int = 1) -> str:
         f"define void @packrt_f32_tile{rows}x{width}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %k) #0 {{",
         "entry:",
         "  %pstride = mul i64 %k, 128",
-        *row_pointers(rows, 4),
+        *llvm_tiles.row_pointers(rows, 4),
         "  br label %loop",
         "loop:",
         "  %i = phi i64 [0, %entry], [%next, %loop]",
         "  %bp = phi ptr [%b, %entry], [%bnext, %loop]",
-        *accumulators(rows, f32, "sum", vectors),
+        *llvm_tiles.accumulators(rows, f32, "sum", vectors),
     ]
     if width == 1:  # one stream: prefetched ahead; several side by side run faster on the hardware's own
         lines += [
@@ -67,15 +58,8 @@ def _tile_ir(rows: int, width: int = 1) -> str:
             "  call void @llvm.prefetch.p0(ptr %pf0, i32 0, i32 3, i32 1)",
             "  call void @llvm.prefetch.p0(ptr %pf1, i32 0, i32 3, i32 1)",
         ]
-    for w in range(width):
-        lines += [
-            f"  %poff{w} = mul i64 %pstride, {w}",
-            f"  %pp{w} = getelementptr i8, ptr %bp, i64 %poff{w}",
-            f"  %bq{w} = getelementptr i8, ptr %pp{w}, i64 64",
-            f"  %b{2 * w} = load {f32}, ptr %pp{w}, align 4",
-            f"  %b{2 * w + 1} = load {f32}, ptr %bq{w}, align 4",
-        ]
-    lines += ["  %i4 = shl i64 %i, 2", *broadcasts(rows, "float", f32, "%i4")]
+    lines += llvm_tiles.panel_loads(f32, "%bp", width)
+    lines += ["  %i4 = shl i64 %i, 2", *llvm_tiles.broadcasts(rows, "float", f32, "%i4")]
     for r in range(rows):
         for c in range(vectors):
             lines.append(f"  %sum{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %av{r}, {f32} %b{c}, {f32} %acc{r}_{c})")
@@ -84,7 +68,7 @@ def _tile_ir(rows: int, width: int = 1) -> str:
         "  %next = add i64 %i, 1",
         "  %done = icmp eq i64 %next, %k",
         "  br i1 %done, label %exit, label %loop",
-        *stores(rows, f32, "sum", vectors),
+        *llvm_tiles.stores(rows, f32, "sum", vectors),
     ]
     return "\n".join(lines)
 
@@ -96,7 +80,7 @@ def _tile_ir(rows: int, width: int = 1) -> str:
 _SHAPES = (*((rows, 1) for rows in range(1, ROWS + 1)), (1, 4), (2, 2))
 
 
-def _compile() -> Tiles | None:
+def _compile() -> llvm_tiles.Tiles | None:
     """One tile per :data:`_SHAPES`, in order, or None without AVX-512."""
     source = "\n".join(
         [
@@ -106,10 +90,12 @@ def _compile() -> Tiles | None:
             'attributes #0 = { nounwind "target-features"="+avx512f,+fma" }',
         ]
     )
-    return compile_tiles(source, [f"packrt_f32_tile{rows}x{width}" for rows, width in _SHAPES], ("avx512f", "fma"))
+    return llvm_tiles.compile_tiles(
+        source, [f"packrt_f32_tile{rows}x{width}" for rows, width in _SHAPES], ("avx512f", "fma")
+    )
 
 
-_tiles = OnFirstUse(_compile).get
+_tiles = llvm_tiles.OnFirstUse(_compile).get
 
 
 def available() -> bool:

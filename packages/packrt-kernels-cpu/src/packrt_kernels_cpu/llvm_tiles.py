@@ -4,8 +4,8 @@ The GEMM tiles of :mod:`.vnni` (int8) and :mod:`.float_tiles` (float32) are IR, 
 forms neither ``vpdpbusd`` nor a register-blocked FMA tile from a numba loop. :func:`compile_tiles`
 builds a module of such functions once per process, for the host CPU, and hands back their addresses;
 numba's compiled loops call them there (:func:`._numba_tiles.call_tile`). The helpers below write the
-IR both tile kinds share: each row's address, the accumulators of each row, a row's element broadcast
-to every lane, and the stores of the result.
+IR both tile kinds share: each row's address, the accumulators of each row, the loads of a panel's
+vectors, a row's element broadcast to every lane, and the stores of the result.
 """
 
 from __future__ import annotations
@@ -87,6 +87,22 @@ def accumulators(rows: int, vector: str, updated: str, vectors: int = 2) -> list
     ]
 
 
+def panel_loads(vector: str, base: str, panels: int = 1) -> list[str]:
+    """``%b0`` to ``%b{2 * panels - 1}``: the two 64-byte vectors at ``base`` and those of the next
+    ``panels - 1`` panels, each ``%pstride`` bytes after the last (the tile defines ``%pstride``)."""
+    lines = []
+    for w in range(panels):
+        start = base if w == 0 else f"%pp{w}"
+        if w:
+            lines += [f"  %poff{w} = mul i64 %pstride, {w}", f"  %pp{w} = getelementptr i8, ptr {base}, i64 %poff{w}"]
+        lines += [
+            f"  %bq{w} = getelementptr i8, ptr {start}, i64 64",
+            f"  %b{2 * w} = load {vector}, ptr {start}, align 1",
+            f"  %b{2 * w + 1} = load {vector}, ptr %bq{w}, align 1",
+        ]
+    return lines
+
+
 def broadcasts(rows: int, scalar: str, vector: str, offset: str) -> list[str]:
     """``%av{r}``: the ``scalar`` at byte ``offset`` of each row, in every lane of a ``vector``."""
     lines = []
@@ -112,4 +128,13 @@ def stores(rows: int, vector: str, result: str, vectors: int = 2) -> list[str]:
     return [*lines, "  ret void", "}"]
 
 
-__all__ = ["OnFirstUse", "Tiles", "accumulators", "broadcasts", "compile_tiles", "row_pointers", "stores"]
+__all__ = [
+    "OnFirstUse",
+    "Tiles",
+    "accumulators",
+    "broadcasts",
+    "compile_tiles",
+    "panel_loads",
+    "row_pointers",
+    "stores",
+]

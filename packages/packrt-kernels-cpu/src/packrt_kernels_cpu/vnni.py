@@ -23,16 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import compiled, settings
-from packrt_kernels_cpu.llvm_tiles import (
-    OnFirstUse,
-    Tiles,
-    accumulators,
-    broadcasts,
-    compile_tiles,
-    row_pointers,
-    stores,
-)
+from packrt_kernels_cpu import compiled, llvm_tiles, settings
 
 Array = Any
 PANEL = 32  # output columns a tile computes (two 16-lane registers)
@@ -47,18 +38,16 @@ def _tile_ir(name: str, rows: int) -> str:
     lines = [
         f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %kg) #0 {{",
         "entry:",
-        *row_pointers(rows, 1),
+        *llvm_tiles.row_pointers(rows, 1),
         "  br label %loop",
         "loop:",
         "  %g = phi i64 [0, %entry], [%gn, %loop]",
-        *accumulators(rows, i32, "n"),
+        *llvm_tiles.accumulators(rows, i32, "n"),
         "  %boff = shl i64 %g, 7",
-        "  %bp0 = getelementptr i8, ptr %b, i64 %boff",
-        "  %bp1 = getelementptr i8, ptr %bp0, i64 64",
-        f"  %b0 = load {i32}, ptr %bp0, align 1",
-        f"  %b1 = load {i32}, ptr %bp1, align 1",
+        "  %bp = getelementptr i8, ptr %b, i64 %boff",
+        *llvm_tiles.panel_loads(i32, "%bp"),
         "  %g4 = shl i64 %g, 2",
-        *broadcasts(rows, "i32", i32, "%g4"),
+        *llvm_tiles.broadcasts(rows, "i32", i32, "%g4"),
     ]
     for r in range(rows):
         for c in range(2):
@@ -66,11 +55,11 @@ def _tile_ir(name: str, rows: int) -> str:
                 f"  %n{r}_{c} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} %acc{r}_{c}, {i32} %av{r}, {i32} %b{c})"
             )
     lines += ["  %gn = add i64 %g, 1", "  %done = icmp eq i64 %gn, %kg", "  br i1 %done, label %exit, label %loop"]
-    lines += stores(rows, i32, "n")
+    lines += llvm_tiles.stores(rows, i32, "n")
     return "\n".join(lines)
 
 
-def _compile() -> Tiles | None:
+def _compile() -> llvm_tiles.Tiles | None:
     """The full tile (8 rows) and the one-row tile, in that order, or None where this machine lacks VNNI."""
     source = "\n".join(
         [
@@ -80,10 +69,10 @@ def _compile() -> Tiles | None:
             'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni" }',
         ]
     )
-    return compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES)
+    return llvm_tiles.compile_tiles(source, ("packrt_vnni_tile8", "packrt_vnni_tile1"), _FEATURES)
 
 
-_tiles = OnFirstUse(_compile).get
+_tiles = llvm_tiles.OnFirstUse(_compile).get
 
 
 def available() -> bool:
