@@ -843,6 +843,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PackTrueIgnoresBorrowed,
     PackedKeepsRaw,
     PackedNeverPacks,
+    LayerDeviceFromBias,
     LinearReprNeedsBias,
     RegisterParameterNameUnchecked,
     AddModuleNameUnchecked,
