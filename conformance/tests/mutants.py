@@ -661,6 +661,15 @@ class PackedNeverPacks:
         return super().load_state_dict(state_dict, *args, **kwargs)  # type: ignore[misc]
 
 
+@mutant("layer-device-from-bias", {"load_state_dict.residency.layer-with-empty-slot"}, "test_packing")
+class LayerDeviceFromBias:
+    """A layer reads its device off its last declared slot (the bias), so one built without a bias
+    cannot serve under any residency."""
+
+    def _device(self) -> Any:
+        return self._parameters[self.declared[-1]].device  # type: ignore[attr-defined]  # the fault
+
+
 # -- extra_repr ------------------------------------------------------------------------------------
 @mutant("linear-repr-needs-bias", {"extra_repr.linear-geometry-no-bias"}, "test_tree_ops")
 class LinearReprNeedsBias:
@@ -834,6 +843,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PackTrueIgnoresBorrowed,
     PackedKeepsRaw,
     PackedNeverPacks,
+    LayerDeviceFromBias,
     LinearReprNeedsBias,
     RegisterParameterNameUnchecked,
     AddModuleNameUnchecked,

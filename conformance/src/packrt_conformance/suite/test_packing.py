@@ -281,3 +281,17 @@ def test_pack_true_under_a_residency_without_a_pack_loads_a_partial_checkpoint(i
     assert not impl.is_packed(layer), f"{residency} keeps no packed copy"
     assert values_equal(impl, layer.weight, W)
     assert not impl.has_storage(layer.bias), "the bias the checkpoint lacks stays declared, storage-free"
+
+
+@pytest.mark.clause("load_state_dict.residency.layer-with-empty-slot")
+@pytest.mark.parametrize("assign", [True, False], ids=["assign", "copy"])
+@pytest.mark.parametrize("residency", ["packed", "borrowed", "auto", "per_call", None])
+def test_every_residency_serves_a_layer_without_bias(impl: Adapter, residency: str | None, assign: bool) -> None:
+    layer = impl.linear(2, 3, bias=False)
+    result = layer.load_state_dict({"weight": impl.tensor(W)}, assign=assign, weight_residency=residency)
+    assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], [])
+    for call in ("first", "second"):
+        np.testing.assert_allclose(_out(impl, layer), X @ W.T, rtol=1e-5, err_msg=f"{residency}, {call} forward")
+    sd = layer.state_dict()
+    assert list(sd) == ["weight"], "the empty bias slot is not a key"
+    assert values_equal(impl, sd["weight"], W)
