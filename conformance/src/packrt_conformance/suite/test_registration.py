@@ -81,17 +81,25 @@ def test_child_tensors_enumerate_under_the_dotted_name(impl: Adapter) -> None:
     assert names(m.named_parameters()) == ["proj.weight", "proj.bias"]
 
 
-@pytest.mark.parametrize("taken_by", ["plain attribute", "parameter", "buffer"])
-@pytest.mark.clause("add_module.existing-name-refused")
-def test_add_module_refuses_a_name_already_taken(impl: Adapter, taken_by: str) -> None:
+def _module_with_foo_taken_by(impl: Adapter, taken_by: str) -> tuple[Any, Any]:
+    """A module whose name ``foo`` is held by ``taken_by`` (a plain attribute, a parameter, a buffer or
+    a child), and what ``m.foo`` returns."""
     m = impl.nn.Module()
     if taken_by == "plain attribute":
         m.foo = 3
     elif taken_by == "parameter":
         m.foo = impl.parameter([1.0])
-    else:
+    elif taken_by == "buffer":
         m.register_buffer("foo", impl.tensor([5.0]))
-    held = m.foo
+    else:
+        m.foo = impl.nn.Module()
+    return m, m.foo
+
+
+@pytest.mark.parametrize("taken_by", ["plain attribute", "parameter", "buffer"])
+@pytest.mark.clause("add_module.existing-name-refused")
+def test_add_module_refuses_a_name_already_taken(impl: Adapter, taken_by: str) -> None:
+    m, held = _module_with_foo_taken_by(impl, taken_by)
     with pytest.raises(KeyError, match="foo"):
         m.add_module("foo", impl.linear(2, 2))
     assert m.foo is held, "a refused registration leaves the attribute as it was"
@@ -281,14 +289,7 @@ def test_assigning_none_to_a_parameter_empties_its_slot(impl: Adapter) -> None:
 @pytest.mark.parametrize("taken_by", ["plain attribute", "buffer", "child"])
 @pytest.mark.clause("register_parameter.existing-name-refused")
 def test_register_parameter_refuses_a_name_already_taken(impl: Adapter, taken_by: str) -> None:
-    m = impl.nn.Module()
-    if taken_by == "plain attribute":
-        m.foo = 3
-    elif taken_by == "buffer":
-        m.register_buffer("foo", impl.tensor([5.0]))
-    else:
-        m.foo = impl.nn.Module()
-    held = m.foo
+    m, held = _module_with_foo_taken_by(impl, taken_by)
     with pytest.raises(KeyError, match="foo"):
         m.register_parameter("foo", impl.parameter([1.0]))
     assert m.foo is held, "a refused registration leaves the attribute as it was"
