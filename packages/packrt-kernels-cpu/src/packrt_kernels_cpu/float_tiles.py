@@ -28,7 +28,7 @@ import numpy as np
 from packrt_kernels_cpu import blas, compiled, llvm_tiles, settings, threads
 
 Array = Any
-PANEL = 32  # output columns a tile computes (two 16-lane registers)
+PANEL = llvm_tiles.PANEL  # output columns a tile computes
 ROWS = 8  # the most rows a tile computes (16 accumulators, room for the operands)
 _PREFETCH = 12  # inputs ahead
 _PARALLEL_MACS = 1 << 22  # multiply-adds below which one thread computes every panel

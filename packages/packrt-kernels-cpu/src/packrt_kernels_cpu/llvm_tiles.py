@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+PANEL = 32  # output columns of a tile: two 16-lane registers per row (the helpers' two vectors, 64 bytes each)
+
 
 @dataclass(frozen=True)
 class Tiles:
@@ -129,6 +131,7 @@ def stores(rows: int, vector: str, result: str, vectors: int = 2) -> list[str]:
 
 
 __all__ = [
+    "PANEL",
     "OnFirstUse",
     "Tiles",
     "accumulators",

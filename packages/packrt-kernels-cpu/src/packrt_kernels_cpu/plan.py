@@ -109,8 +109,7 @@ class FloatPlanLinear:
         b = self.b
         if self.panels is not None:
             x32 = x if x.dtype == np.float32 else astype(x, FLOAT32)
-            if out is not None and (out.dtype != np.float32 or out.shape[0] != x32.shape[0]):
-                out = None
+            # gemm writes into ``out`` only where it fits (float32, this shape, C-contiguous)
             return _activate(self.activation, float_tiles.gemm(x32, self.panels, out), b)
         xc, wt = self._weight(x)
         if xc.shape[0] == 1 and out is None and gemv.gemv_takes(xc, wt, b):

@@ -26,7 +26,7 @@ import numpy as np
 from packrt_kernels_cpu import compiled, llvm_tiles, settings
 
 Array = Any
-PANEL = 32  # output columns a tile computes (two 16-lane registers)
+PANEL = llvm_tiles.PANEL  # output columns a tile computes
 ROWS = 8  # activation rows a full tile computes
 _FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
