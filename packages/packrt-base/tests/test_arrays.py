@@ -17,58 +17,53 @@ from packrt_base import (
     Kernels,
     KernelShapeError,
     PackrtError,
-    array_namespace,
-    astype,
-    check_linear_args,
-    compute_dtype,
-    require_float,
-    require_ndim,
+    arrays,
 )
 
 
 def test_numpy_arrays_and_scalars_live_in_numpy() -> None:
-    assert array_namespace(np.ones(2), np.float32(1.0)) is np
-    assert array_namespace(np.ones(2), 2.0, True) is np
+    assert arrays.array_namespace(np.ones(2), np.float32(1.0)) is np
+    assert arrays.array_namespace(np.ones(2), 2.0, True) is np
 
 
 def test_an_object_of_no_array_library_is_refused() -> None:
     with pytest.raises(TypeError, match="object is not a supported array type"):
-        array_namespace(np.ones(2), object())
+        arrays.array_namespace(np.ones(2), object())
 
 
 @given(st.sampled_from(sorted(FLOAT_DTYPES, key=str)))
 def test_half_precision_computes_in_float32_and_wider_in_itself(dtype: np.dtype[object]) -> None:
     expected = FLOAT32 if dtype.itemsize == 2 else dtype
-    assert compute_dtype(dtype) == expected
+    assert arrays.compute_dtype(dtype) == expected
 
 
 def test_astype_copies_only_when_the_dtype_changes() -> None:
     a = np.ones(3, dtype=np.float32)
-    assert astype(a, np.float32) is a
-    b = astype(a, BFLOAT16)
+    assert arrays.astype(a, np.float32) is a
+    b = arrays.astype(a, BFLOAT16)
     assert b.dtype == BFLOAT16
     assert np.array_equal(b.astype(np.float32), a)
 
 
 def test_a_non_float_input_is_refused_naming_the_argument_and_the_fix() -> None:
     with pytest.raises(KernelDTypeError, match=r"weight has dtype int64; expected one of .*\.astype"):
-        require_float(np.ones(2, dtype=np.int64), "weight")
+        arrays.require_float(np.ones(2, dtype=np.int64), "weight")
 
 
 def test_a_wrong_rank_is_refused_naming_the_argument_and_the_layout() -> None:
     with pytest.raises(KernelShapeError, match=r"weight must be 2-D \(out, in\), got shape \(3,\)"):
-        require_ndim(np.ones(3), 2, "weight", "(out, in)")
+        arrays.require_ndim(np.ones(3), 2, "weight", "(out, in)")
 
 
 def test_linear_arguments_are_checked_as_every_backend_checks_them() -> None:
     w = np.ones((4, 3), dtype=np.float32)
-    assert check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(4, dtype=np.float32)) == FLOAT32
+    assert arrays.check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(4, dtype=np.float32)) == FLOAT32
     with pytest.raises(KernelShapeError, match="in_features=3, got input of shape"):
-        check_linear_args(np.ones((2, 5), dtype=np.float32), w, None)
+        arrays.check_linear_args(np.ones((2, 5), dtype=np.float32), w, None)
     with pytest.raises(KernelShapeError, match=r"bias must have shape \(4,\), got \(3,\)"):
-        check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(3, dtype=np.float32))
+        arrays.check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(3, dtype=np.float32))
     with pytest.raises(KernelDTypeError, match="bias has dtype float64 but input has float32"):
-        check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(4))
+        arrays.check_linear_args(np.ones((2, 3), dtype=np.float32), w, np.ones(4))
 
 
 def test_kernel_errors_are_the_builtins_numpy_users_catch_and_not_packrt_errors() -> None:
