@@ -4,10 +4,11 @@
 module builds its model from these blocks and says what differs:
 
 - :class:`RotaryAttention`: grouped-query attention with rotary positions over a key/value cache.
-  Its projections are three Linears (``q_proj``, ``k_proj``, ``v_proj``) or one fused ``qkv_proj``
-  whose output rows are the queries, then the keys, then the values (phi3). ``head_norm`` adds a
-  norm over each head of the queries and of the keys before the rotation (``q_norm`` / ``k_norm``:
-  qwen3, gemma3); ``scale`` replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``);
+  Its options: ``head_norm`` adds a norm over each head of the queries and of the keys before the
+  rotation (``q_norm`` / ``k_norm``: qwen3, gemma3); the projections are three Linears (``q_proj``,
+  ``k_proj``, ``v_proj``), or with ``fused`` one ``qkv_proj`` whose output rows are the queries, then
+  the keys, then the values (phi3); ``bias`` puts a bias on all four projections (the configs'
+  ``attention_bias``); ``scale`` replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``);
   ``window`` makes the layer see only the last ``window`` positions.
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
@@ -85,12 +86,11 @@ class RotaryAttention(nn.Module):
         widths: DecoderWidths,
         index: int,
         *,
-        qkv_bias: bool = False,
-        o_bias: bool = False,
-        fused: bool = False,
-        window: int | None = None,
-        scale: float | None = None,
         head_norm: Callable[[int], nn.Module] | None = None,
+        fused: bool = False,
+        bias: bool = False,
+        scale: float | None = None,
+        window: int | None = None,
     ) -> None:
         super().__init__()
         hidden, head_dim = widths.hidden, widths.head_dim
@@ -98,12 +98,12 @@ class RotaryAttention(nn.Module):
         self.window, self.scale, self.fused = window, scale, fused
         q_width, kv_width = widths.heads * head_dim, widths.kv_heads * head_dim
         if fused:
-            self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=qkv_bias)
+            self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=bias)
         else:
-            self.q_proj = nn.Linear(hidden, q_width, bias=qkv_bias)
-            self.k_proj = nn.Linear(hidden, kv_width, bias=qkv_bias)
-            self.v_proj = nn.Linear(hidden, kv_width, bias=qkv_bias)
-        self.o_proj = nn.Linear(q_width, hidden, bias=o_bias)
+            self.q_proj = nn.Linear(hidden, q_width, bias=bias)
+            self.k_proj = nn.Linear(hidden, kv_width, bias=bias)
+            self.v_proj = nn.Linear(hidden, kv_width, bias=bias)
+        self.o_proj = nn.Linear(q_width, hidden, bias=bias)
         self.normed = head_norm is not None
         if head_norm is not None:
             self.q_norm = head_norm(head_dim)

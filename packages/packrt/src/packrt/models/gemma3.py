@@ -142,8 +142,7 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
             attention = RotaryAttention(
                 w,
                 index,
-                qkv_bias=bias,
-                o_bias=bias,
+                bias=bias,
                 window=window if kind == "sliding_attention" else None,
                 scale=scale,
                 head_norm=partial(OffsetRMSNorm, eps=w.eps),

@@ -17,20 +17,12 @@ Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.w
 from __future__ import annotations
 
 from packrt import nn
-from packrt.models.decoder_blocks import (
-    PRE_NORM_ROWS,
-    DecoderWidths,
-    GatedMLP,
-    PreNormLayer,
-    RotaryAttention,
-    RotaryDecoderLM,
-    decoder_family,
-)
+from packrt.models import decoder_blocks as blocks
 from packrt.models.hfconfig import HFConfig
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
-    *PRE_NORM_ROWS,
+    *blocks.PRE_NORM_ROWS,
     ("self_attn.qkv_proj.weight", "attention.qkv_proj.weight"),
     ("self_attn.o_proj.weight", "attention.o_proj.weight"),
     ("mlp.gate_up_proj.weight", "mlp.gate_up.weight"),
@@ -38,22 +30,23 @@ LAYER_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-class Phi3ForCausalLM(RotaryDecoderLM):
+class Phi3ForCausalLM(blocks.RotaryDecoderLM):
     """Phi-3's causal LM: llama's with one fused qkv and one fused gate/up projection (see the module docstring)."""
 
     model_type = "phi3"
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__(config)
-        w = DecoderWidths.read(config, eps=1e-5)
+        w = blocks.DecoderWidths.read(config, eps=1e-5)
         window = config.optional_int("sliding_window")
-        blocks: list[nn.Module] = []
+        layers: list[nn.Module] = []
         for index in range(w.layers):
-            mlp = GatedMLP(w.hidden, w.intermediate, nn.SiLU(), fused=True)
-            blocks.append(PreNormLayer(RotaryAttention(w, index, fused=True, window=window), mlp, w.hidden, w.eps))
-        self._declare(config, w, blocks)
+            attention = blocks.RotaryAttention(w, index, fused=True, window=window)
+            mlp = blocks.GatedMLP(w.hidden, w.intermediate, nn.SiLU(), fused=True)
+            layers.append(blocks.PreNormLayer(attention, mlp, w.hidden, w.eps))
+        self._declare(config, w, layers)
 
 
-FAMILY = decoder_family("phi3", Phi3ForCausalLM, LAYER_ROWS)
+FAMILY = blocks.decoder_family("phi3", Phi3ForCausalLM, LAYER_ROWS)
 
 __all__ = ["FAMILY", "LAYER_ROWS", "Phi3ForCausalLM"]

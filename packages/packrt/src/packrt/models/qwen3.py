@@ -59,7 +59,7 @@ class Qwen3ForCausalLM(RotaryDecoderLM):
         blocks: list[nn.Module] = []
         for index in range(w.layers):
             attention = RotaryAttention(
-                w, index, qkv_bias=bias, o_bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
+                w, index, bias=bias, window=windows[index], head_norm=partial(nn.RMSNorm, eps=w.eps)
             )
             blocks.append(PreNormLayer(attention, GatedMLP(w.hidden, w.intermediate, nn.SiLU()), w.hidden, w.eps))
         self._declare(config, w, blocks)
