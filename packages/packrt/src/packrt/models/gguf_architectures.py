@@ -1,17 +1,7 @@
 """What ``from_pretrained`` serves from a GGUF file, per ``general.architecture``, kept as data.
 
-A :class:`GGUFArchitecture` row says, for one architecture llama.cpp names:
-
-- the packrt family it is served by and the config.json ``model_type`` / class it stands for;
-- ``tensors``: llama.cpp's tensor names (``blk.{i}.attn_q.weight``) onto packrt's parameter names;
-- ``keys``: the metadata keys ``<arch>.<key>`` its config reads, besides :data:`CONFIG_KEYS`;
-- ``fixed``: config fields the format leaves out because llama.cpp's loader fixes them in code
-  (Gemma 3's local layers: one global layer in six, local rotary base 1e4), unless the file says
-  otherwise (``sliding_window_pattern``: a period, or one flag per layer, true for a local layer);
-- ``permuted``: tensors whose rows llama.cpp stores in its own rotary order (a llama model's queries
-  and keys), with the config field counting their heads;
-- ``shifted``: tensors llama.cpp stores as ``1 + w`` (Gemma's norm weights), given back as ``w``;
-- ``refused``: tensors that carry a feature packrt does not implement (Phi-3's long-context rope factors).
+Each architecture llama.cpp names that packrt serves is one :class:`GGUFArchitecture` row in
+:data:`ARCHITECTURES`; the rows share :data:`CONFIG_KEYS`, the metadata every architecture's config reads.
 """
 
 from __future__ import annotations
@@ -93,7 +83,22 @@ PHI3_TENSORS: Final = (
 
 @dataclass(frozen=True)
 class GGUFArchitecture:
-    """One ``general.architecture`` packrt serves (see the module docstring for each field)."""
+    """One ``general.architecture`` packrt serves:
+
+    - ``model_type``, ``architecture``, ``family``: the config.json ``model_type`` and class it stands for,
+      and the packrt family that serves it;
+    - ``tensors``: llama.cpp's tensor names (``blk.{i}.attn_q.weight``) onto packrt's parameter names;
+    - ``keys``: the metadata keys ``<arch>.<key>`` its config reads, besides :data:`CONFIG_KEYS`;
+    - ``fixed``: config fields the format leaves out because llama.cpp's loader fixes them in code
+      (Gemma 3's local layers: one global layer in six, local rotary base 1e4), unless the file says
+      otherwise (``sliding_window_pattern``: a period, or one flag per layer, true for a local layer);
+    - ``permuted``: tensors whose rows llama.cpp stores in its own rotary order (a llama model's queries
+      and keys), with the config field counting their heads;
+    - ``shifted``: tensors llama.cpp stores as ``1 + w`` (Gemma's norm weights), given back as ``w``;
+    - ``refused``: tensors that carry a feature packrt does not implement (Phi-3's long-context rope factors);
+    - ``rope_per_layer_type``: the config gives one rotary table per layer type (Gemma 3): the file's
+      rope scaling goes to the global layers, the local ones rotate at the local base unscaled.
+    """
 
     model_type: str
     architecture: str
