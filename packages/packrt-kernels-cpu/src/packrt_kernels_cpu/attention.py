@@ -20,12 +20,7 @@ from packrt_kernels_cpu.namespace import astype, quiet
 
 
 def scaled_dot_product_attention(
-    q: Array,
-    k: Array,
-    v: Array,
-    attn_mask: Array | None = None,
-    is_causal: bool = False,
-    scale: float | None = None,
+    q: Array, k: Array, v: Array, attn_mask: Array | None = None, is_causal: bool = False, scale: float | None = None
 ) -> Array:
     """The contract's attention (:class:`packrt_base.kernels.AttentionKernel`) on host arrays: the
     scaled scores from one (batched) GEMM in the compute dtype, masked and normalized in place,
