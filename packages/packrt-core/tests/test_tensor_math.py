@@ -62,6 +62,8 @@ def test_scalars_work_on_either_side() -> None:
     assert (4 / t).tolist() == [4.0, 2.0]
     assert (t**2).tolist() == [1.0, 4.0]
     assert (2**t).tolist() == [2.0, 4.0]
+    assert (5 // t).tolist() == [5.0, 2.0]
+    assert (5 % t).tolist() == [0.0, 1.0]
     assert (-t).tolist() == [-1.0, -2.0]
     assert abs(-t).tolist() == [1.0, 2.0]
 

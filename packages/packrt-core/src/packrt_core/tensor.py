@@ -140,6 +140,11 @@ def _binary_operator(op: str, *, reverse: bool = False) -> Callable[[Tensor, Any
     return operator
 
 
+def _operator_pair(op: str) -> tuple[Callable[[Tensor, Any], Tensor], Callable[[Tensor, Any], Tensor]]:
+    """``tensor <op> other`` and its reflection, which Python calls for ``number <op> tensor``."""
+    return _binary_operator(op), _binary_operator(op, reverse=True)
+
+
 def _comparison(op: str) -> Callable[[Tensor, object], Any]:
     """``==`` / ``!=``: typed as object's own (any ``other``), answering with a bool tensor."""
 
@@ -724,30 +729,22 @@ class Tensor:
         return self._wrap(out)
 
     # the operators: each hands its tensor_math op name to _binary
-    __add__ = _binary_operator("add")
-    __radd__ = _binary_operator("add", reverse=True)
-    __sub__ = _binary_operator("subtract")
-    __rsub__ = _binary_operator("subtract", reverse=True)
-    __mul__ = _binary_operator("multiply")
-    __rmul__ = _binary_operator("multiply", reverse=True)
-    __truediv__ = _binary_operator("divide")
-    __rtruediv__ = _binary_operator("divide", reverse=True)
-    __floordiv__ = _binary_operator("floor_divide")
-    __mod__ = _binary_operator("remainder")
-    __pow__ = _binary_operator("pow")
-    __rpow__ = _binary_operator("pow", reverse=True)
+    __add__, __radd__ = _operator_pair("add")
+    __sub__, __rsub__ = _operator_pair("subtract")
+    __mul__, __rmul__ = _operator_pair("multiply")
+    __truediv__, __rtruediv__ = _operator_pair("divide")
+    __floordiv__, __rfloordiv__ = _operator_pair("floor_divide")
+    __mod__, __rmod__ = _operator_pair("remainder")
+    __pow__, __rpow__ = _operator_pair("pow")
+    __and__, __rand__ = _operator_pair("bitwise_and")
+    __or__, __ror__ = _operator_pair("bitwise_or")
+    __xor__, __rxor__ = _operator_pair("bitwise_xor")
     __eq__ = _comparison("equal")
     __ne__ = _comparison("not_equal")
     __lt__ = _binary_operator("less")
     __le__ = _binary_operator("less_equal")
     __gt__ = _binary_operator("greater")
     __ge__ = _binary_operator("greater_equal")
-    __and__ = _binary_operator("bitwise_and")
-    __rand__ = _binary_operator("bitwise_and", reverse=True)
-    __or__ = _binary_operator("bitwise_or")
-    __ror__ = _binary_operator("bitwise_or", reverse=True)
-    __xor__ = _binary_operator("bitwise_xor")
-    __rxor__ = _binary_operator("bitwise_xor", reverse=True)
 
     def __neg__(self) -> Tensor:
         if self._dtype is bool_:
