@@ -7,7 +7,9 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -15,8 +17,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import blas, settings
+from packrt_kernels_cpu import CpuBackend, blas, settings
+from packrt_kernels_cpu.conv import columns, winograd
 from packrt_kernels_cpu.tolerance import tolerance
+
+# --import-mode=importlib puts no test folder on sys.path: the tests import conv_cases.py by name
+_HERE = str(Path(__file__).parent)
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 
 def load_torch() -> ModuleType:
@@ -81,24 +89,6 @@ def make() -> Any:
     return randn
 
 
-def random_conv2d_inputs(
-    seed: int, n: int, groups: int, channels_per_group: tuple[int, int], image: tuple[int, int], kernel: tuple[int, int]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """float32 normal samples from ``seed`` for a grouped conv2d: input (n, groups * in, *image), weight
-    (groups * out, in, *kernel) and bias (groups * out,), for ``channels_per_group`` (in, out)."""
-    r = np.random.default_rng(seed)
-    cin, cout = channels_per_group
-    x = r.standard_normal((n, groups * cin, *image)).astype(np.float32)
-    w = r.standard_normal((groups * cout, cin, *kernel)).astype(np.float32)
-    return x, w, r.standard_normal(groups * cout).astype(np.float32)
-
-
-@pytest.fixture(scope="session")
-def conv2d_inputs() -> Any:
-    """:func:`random_conv2d_inputs`, for the conv2d property tests."""
-    return random_conv2d_inputs
-
-
 @pytest.fixture(params=["fused", "numpy"])
 def kernel_path(request: pytest.FixtureRequest) -> Iterator[str]:
     """Run a test on both kernel paths: numba's fused loops and the numpy reference (PACKRT_NUMBA=0)."""
@@ -131,3 +121,19 @@ def blas_road(request: pytest.FixtureRequest) -> Iterator[str]:
     with settings.override(blas=request.param):
         assert blas.provider() == request.param
         yield str(request.param)
+
+
+@pytest.fixture(params=["banded", "threads"])
+def conv_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """conv2d on each of its banded roads as well as the whole-batch one: "banded": one
+    thread, a band is one output row (one tile row for Winograd), so every image has several;
+    "threads": two threads sharing out the (image, band) tiles."""
+    backend = CpuBackend()
+    if request.param == "banded":
+        monkeypatch.setattr(columns, "_BAND_BYTES", 1)
+        monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
+        backend.set_num_threads(1)
+    else:
+        backend.set_num_threads(2)
+    yield str(request.param)
+    backend.set_num_threads(os.cpu_count() or 1)

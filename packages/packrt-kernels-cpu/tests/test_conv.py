@@ -3,18 +3,16 @@ names the argument that is wrong. (The Winograd road's own cases: test_winograd.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
+from conv_cases import ConvCase, conv_cases, pairs
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, compiled
-from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, im2col, road, roads, winograd
+from packrt_kernels_cpu import compiled
+from packrt_kernels_cpu.conv import Conv2dGeometry, columns, conv2d, conv2d_geometry, im2col, road, roads
 from packrt_kernels_cpu.errors import KernelShapeError
 
 DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
@@ -22,22 +20,6 @@ DTYPES = [np.float64, np.float32, np.float16, ml_dtypes.bfloat16]
 
 # every comparison with torch on both kernel paths, both GEMM roads, banded and shared out over threads
 pytestmark = pytest.mark.usefixtures("kernel_path", "blas_road", "conv_layout")
-
-
-@pytest.fixture(params=["banded", "threads"])
-def conv_layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every comparison on each of conv2d's banded roads as well as the whole-batch one: "banded": one
-    thread, a band is one output row (one tile row for Winograd), so every image has several;
-    "threads": two threads sharing out the (image, band) tiles."""
-    backend = CpuBackend()
-    if request.param == "banded":
-        monkeypatch.setattr(columns, "_BAND_BYTES", 1)
-        monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
-        backend.set_num_threads(1)
-    else:
-        backend.set_num_threads(2)
-    yield str(request.param)
-    backend.set_num_threads(os.cpu_count() or 1)
 
 
 def resolve(w: np.ndarray, **geometry: Any) -> Conv2dGeometry:
@@ -74,49 +56,29 @@ def test_unbatched_input_gives_unbatched_output(ref: Any, make: Any, rng: Any) -
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    n=st.integers(1, 2),
-    groups=st.integers(1, 3),
-    cin_per=st.integers(1, 3),
-    cout_per=st.integers(1, 3),
-    kh=st.integers(1, 4),
-    kw=st.integers(1, 4),
-    sh=st.integers(1, 3),
-    sw=st.integers(1, 3),
-    ph=st.integers(0, 2),
-    pw=st.integers(0, 2),
-    dh=st.integers(1, 3),
-    dw=st.integers(1, 3),
-    extra_h=st.integers(0, 6),
-    extra_w=st.integers(0, 6),
-    bias=st.booleans(),
-    seed=st.integers(0, 2**16),
+    case=conv_cases(groups=3, per_group=3),
+    kernel=pairs(1, 4),
+    stride=pairs(1, 3),
+    padding=pairs(0, 2),
+    dilation=pairs(1, 3),
+    slack=pairs(0, 6),
 )
 def test_conv2d_geometry_property_against_torch(
     ref: Any,
-    conv2d_inputs: Any,
-    n: int,
-    groups: int,
-    cin_per: int,
-    cout_per: int,
-    kh: int,
-    kw: int,
-    sh: int,
-    sw: int,
-    ph: int,
-    pw: int,
-    dh: int,
-    dw: int,
-    extra_h: int,
-    extra_w: int,
-    bias: bool,
-    seed: int,
+    case: ConvCase,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    slack: tuple[int, int],
 ) -> None:
-    # smallest input the dilated kernel fits into, plus some slack
-    h = max(1, dh * (kh - 1) + 1 - 2 * ph) + extra_h
-    w_ = max(1, dw * (kw - 1) + 1 - 2 * pw) + extra_w
-    x, w, b = conv2d_inputs(seed, n, groups, (cin_per, cout_per), (h, w_), (kh, kw))
-    b = b if bias else None
-    kwargs = {"stride": (sh, sw), "padding": (ph, pw), "dilation": (dh, dw), "groups": groups}
+    # the smallest input the dilated kernel fits into, plus the slack
+    image = (
+        max(1, dilation[0] * (kernel[0] - 1) + 1 - 2 * padding[0]) + slack[0],
+        max(1, dilation[1] * (kernel[1] - 1) + 1 - 2 * padding[1]) + slack[1],
+    )
+    x, w, b = case.inputs(image, kernel)
+    kwargs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": case.groups}
     ref.check(conv2d(x, w, b, resolve(w, **kwargs)), ref.conv2d(x, w, b, **kwargs))
 
 

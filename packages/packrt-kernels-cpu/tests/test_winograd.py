@@ -3,16 +3,16 @@ and is taken only where it applies (MKL's road, numba loaded). Its threads: test
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pytest
+from conv_cases import ConvCase, conv_cases, pairs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packrt_kernels_cpu import CpuBackend, blas, compiled
+from packrt_kernels_cpu import blas, compiled
 from packrt_kernels_cpu import settings as kernel_settings
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry, road, roads, winograd
 
@@ -31,55 +31,30 @@ def mkl_road() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(params=["banded", "threads"])
-def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Any channel count takes the road; "banded": one thread, a band is one tile row (two output rows),
-    so every image has several; "threads": two threads sharing the (image, band) tiles out."""
+@pytest.fixture
+def any_channel_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any channel count takes the road (the property draws a few channels only)."""
     monkeypatch.setattr(roads, "_WINOGRAD_MIN_CHANNELS", 1)
-    backend = CpuBackend()
-    if request.param == "banded":
-        monkeypatch.setattr(winograd, "_BAND_BYTES", 1)
-        backend.set_num_threads(1)
-    else:
-        backend.set_num_threads(2)
-    yield str(request.param)
-    backend.set_num_threads(os.cpu_count() or 1)
 
 
-@pytest.mark.usefixtures("layout")
+@pytest.mark.usefixtures("conv_layout", "any_channel_count")
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
-    n=st.integers(1, 2),
-    groups=st.integers(1, 2),
-    cin_per=st.integers(1, 5),
-    cout_per=st.integers(1, 5),
-    h=st.integers(1, 9),
-    w=st.integers(1, 9),
+    case=conv_cases(groups=2, per_group=5),
+    image=pairs(1, 9),
     padding=st.sampled_from([0, 1, 2, (0, 1), (2, 0), "same"]),
-    bias=st.booleans(),
-    seed=st.integers(0, 2**16),
 )
 def test_winograd_conv2d_matches_torch_for_any_size_padding_and_groups(
-    ref: Any,
-    conv2d_inputs: Any,
-    n: int,
-    groups: int,
-    cin_per: int,
-    cout_per: int,
-    h: int,
-    w: int,
-    padding: Any,
-    bias: bool,
-    seed: int,
+    ref: Any, case: ConvCase, image: tuple[int, int], padding: Any
 ) -> None:
+    h, w = image
     pad = (padding, padding) if isinstance(padding, int) else padding
     if padding != "same" and (h + 2 * pad[0] < 3 or w + 2 * pad[1] < 3):
         h, w = h + 2, w + 2  # the padded input must hold the kernel
-    x, k, b = conv2d_inputs(seed, n, groups, (cin_per, cout_per), (h, w), (3, 3))
-    b = b if bias else None
-    geometry = conv2d_geometry((3, 3), padding=padding, groups=groups)
+    x, k, b = case.inputs((h, w), (3, 3))
+    geometry = conv2d_geometry((3, 3), padding=padding, groups=case.groups)
     assert road(x, geometry) == "winograd"
-    ref.check(conv2d(x, k, b, geometry), ref.conv2d(x, k, b, padding=padding, groups=groups))
+    ref.check(conv2d(x, k, b, geometry), ref.conv2d(x, k, b, padding=padding, groups=case.groups))
 
 
 def test_a_layer_of_sixteen_channels_takes_the_road_and_matches_torch(ref: Any, rng: Any) -> None:
