@@ -91,6 +91,14 @@ def test_stored_types_are_bit_exact_copy_on_write_views_of_the_file(tmp_path: Pa
     a[0, 0] = 123.0  # copy-on-write: the array changes, the file does not
     assert path.read_bytes() == before
     assert all(file.tensors[n].stored_as_served for n in "abc")
+    # each tensor is described as inspect_checkpoint describes one: a TensorInfo with the GGML type name
+    assert file.tensors["b"] == file.info().tensors["b"]
+    assert isinstance(file.tensors["b"], packrt_io.TensorInfo)
+    assert (file.tensors["b"].dtype, file.tensors["b"].file, file.tensors["b"].nbytes) == (
+        "F16",
+        "m.gguf",
+        values.size * 2,
+    )
 
 
 @pytest.mark.parametrize("kind", list(packrt_io.GGUF_DEQUANTISED_TYPES))

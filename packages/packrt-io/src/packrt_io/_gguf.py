@@ -111,18 +111,19 @@ def _mapping_under(array: Any) -> _mmap.mmap | None:
 
 
 @dataclass(frozen=True)
-class GGUFTensor:
-    """One tensor as the header describes it: GGML type name, numpy-order shape, stored bytes."""
+class GGUFTensor(TensorInfo):
+    """One tensor as the GGUF header describes it: a :class:`TensorInfo` whose ``dtype`` is the GGML type
+    name, with its numpy-order shape and stored bytes."""
 
-    name: str
-    type: str
-    shape: tuple[int, ...]
-    nbytes: int
+    @property
+    def type(self) -> str:
+        """The GGML type name (``"F32"``, ``"Q4_K"``...), the same as ``dtype``."""
+        return self.dtype
 
     @property
     def stored_as_served(self) -> bool:
         """True for F32/F16/BF16, which load as views of the file; False for quantised types."""
-        return self.type in STORED_TYPES
+        return self.dtype in STORED_TYPES
 
 
 class GGUFFile:
@@ -140,7 +141,9 @@ class GGUFFile:
         self.metadata: dict[str, Any] = {key: _value(field) for key, field in reader.fields.items()}
         self._raw = {t.name: t for t in reader.tensors}
         self.tensors: dict[str, GGUFTensor] = {
-            t.name: GGUFTensor(t.name, t.tensor_type.name, tuple(int(n) for n in reversed(t.shape)), int(t.n_bytes))
+            t.name: GGUFTensor(
+                t.name, t.tensor_type.name, tuple(int(n) for n in reversed(t.shape)), int(t.n_bytes), path.name
+            )
             for t in reader.tensors
         }
 
@@ -155,7 +158,7 @@ class GGUFFile:
     def check_types(self, names: Iterable[str]) -> None:
         """CheckpointError naming the first of ``names`` whose GGML type packrt cannot serve."""
         for name in names:
-            kind = self.tensors[name].type
+            kind = self.tensors[name].dtype
             if kind not in SUPPORTED_TYPES:
                 raise CheckpointError(
                     f"GGUF file {str(self.path)!r}: tensor {name!r} is stored as {kind}, which packrt does not "
@@ -172,10 +175,7 @@ class GGUFFile:
 
     def info(self) -> CheckpointInfo:
         """The layout as a :class:`CheckpointInfo` (dtype is the GGML type name), for inspect/check."""
-        tensors = {
-            name: TensorInfo(name, t.type, t.shape, t.nbytes, self.path.name) for name, t in self.tensors.items()
-        }
-        return CheckpointInfo(self.path, None, tensors, (self.path,))
+        return CheckpointInfo(self.path, None, dict[str, TensorInfo](self.tensors), (self.path,))
 
     def array(self, name: str) -> np.ndarray[Any, Any]:
         """Tensor ``name`` in numpy order: a copy-on-write view of the file for a stored type, a fresh

@@ -39,7 +39,8 @@ class CheckpointLeftoverWarning(UserWarning):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """One tensor as its header describes it: safetensors dtype name, shape, bytes, and its file."""
+    """One tensor as its header describes it: its dtype name (safetensors'; a GGUF file's GGML type name),
+    shape, bytes, and its file."""
 
     name: str
     dtype: str
