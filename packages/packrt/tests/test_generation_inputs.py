@@ -91,6 +91,23 @@ def test_rows_that_end_are_padded_with_the_pad_id_given(model: CausalLM) -> None
     assert out[0][:3] == [1, 2, first]  # ended at once; the only row, so generation stops there
 
 
+def test_stream_takes_generate_s_arguments_and_yields_its_tokens(model: CausalLM) -> None:
+    prompt = ids([1, 2, 3], [4, 5, 6])
+    keywords: dict[str, Any] = {"do_sample": True, "top_k": 5, "seed": 7, "eos_token_id": None}
+    steps = list(model.stream(prompt, 4, **keywords))
+    assert np.array_equal(np.stack(steps, axis=1), model.generate(prompt, 4, **keywords).numpy()[:, 3:])
+
+
+@pytest.mark.parametrize("method", ["generate", "stream"])
+def test_an_argument_generate_does_not_take_is_a_type_error_naming_its_parameters(model: CausalLM, method: str) -> None:
+    with pytest.raises(
+        TypeError, match=rf"{type(model).__name__}.{method}: got an unexpected keyword .*'beams'.*top_k"
+    ):
+        getattr(model, method)(ids([1, 2]), 2, beams=4)
+    with pytest.raises(TypeError, match=rf"{method}: too many positional arguments; it takes \(input_ids"):
+        getattr(model, method)(ids([1, 2]), 2, None)
+
+
 @pytest.mark.parametrize("positions", [[[-1, 0]], [[0, -5]]])
 def test_position_ids_must_be_non_negative(model: CausalLM, positions: list[list[int]]) -> None:
     with pytest.raises(IndexingError, match=r"position_ids hold -\d+; positions count from 0"):

@@ -19,9 +19,11 @@ and filling a :class:`KVCache` when given one) and ``_logits``; the base class p
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Concatenate, Literal, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -154,6 +156,16 @@ def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int
     return _placed(grid, cache.device)
 
 
+class _Sampling(NamedTuple):
+    """How a run chooses each token: the argmax, or a draw seeded with ``seed`` (see ``generate``)."""
+
+    do_sample: bool
+    temperature: float
+    top_k: int | None
+    top_p: float | None
+    seed: int | None
+
+
 @dataclass
 class _Run:
     """A checked generation: the token buffer (prompt, then room for the new tokens) and its cache."""
@@ -166,6 +178,36 @@ class _Run:
     positions: packrt.Tensor | None
     eos: tuple[int, ...]
     filler: int
+    sampling: _Sampling
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _prepared_by(
+    prepare: Callable[Concatenate[Any, _P], _Run],
+) -> Callable[[Callable[[Any, _Run], _R]], Callable[Concatenate[Any, _P], _R]]:
+    """A method that takes ``prepare``'s parameters, which are written once, there: ``generate`` and ``stream``
+    accept the same arguments by construction. The body receives the checked run; ``help()`` and
+    ``inspect.signature`` show the parameters, and a call that does not fit them is a TypeError naming them."""
+    parameters = inspect.signature(prepare)
+
+    def declare(body: Callable[[Any, _Run], _R]) -> Callable[Concatenate[Any, _P], _R]:
+        @functools.wraps(body)
+        def method(self: Any, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+            try:
+                parameters.bind(self, *args, **kwargs)
+            except TypeError as err:
+                shown = str(parameters).replace("(self, ", "(", 1)
+                raise TypeError(f"{type(self).__name__}.{body.__name__}: {err}; it takes {shown}") from err
+            return body(self, prepare(self, *args, **kwargs))
+
+        returns = inspect.signature(body).return_annotation
+        method.__signature__ = parameters.replace(return_annotation=returns)  # type: ignore[attr-defined]
+        return method
+
+    return declare
 
 
 class CausalLM(nn.Module):
@@ -256,7 +298,7 @@ class CausalLM(nn.Module):
             )
         return batch, prompt, max_new_tokens
 
-    def generate(
+    def _prepare(
         self,
         input_ids: packrt.Tensor,
         max_new_tokens: int | None = None,
@@ -269,7 +311,35 @@ class CausalLM(nn.Module):
         eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
         seed: int | None = None,
         pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
-    ) -> packrt.Tensor:
+    ) -> _Run:
+        """Every check of ``generate``'s arguments (its parameters are these), and the buffers its steps fill."""
+        if max_new_tokens is not None and (
+            isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
+        ):
+            raise ValueError(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
+        _check_sampling(temperature, top_k, top_p)
+        sampling = _Sampling(do_sample, temperature, top_k, top_p, seed)
+        defaults = self._defaults()
+        eos = _token_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
+        pad = defaults.pad_token_id if pad_token_id is FROM_MODEL else pad_token_id
+        if pad is not None and not _is_token(pad, self.vocab):
+            raise ValueError(
+                f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad!r}; it is "
+                "written into the rows that have ended"
+            )
+        batch, prompt, max_new_tokens = self._check_prompt(input_ids, max_new_tokens, defaults)
+        total = prompt + max_new_tokens
+        device = self._device()
+        tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
+        tokens[:, :prompt] = prompt_ids = _host(input_ids)
+        check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
+        cache = KVCache(self.num_layers, batch, total, device)
+        positions = None if attention_mask is None else _padded_positions(cache, attention_mask, prompt)
+        filler = pad if pad is not None else eos[0] if eos else 0
+        return _Run(tokens, prompt, max_new_tokens, device, cache, positions, eos, filler, sampling)
+
+    @_prepared_by(_prepare)
+    def generate(self, run: _Run) -> packrt.Tensor:
         """``input_ids`` (batch, prompt) followed by up to ``max_new_tokens`` new tokens each, int64.
 
         Greedy by default; ``do_sample=True`` samples with ``temperature``, ``top_k`` and ``top_p``
@@ -288,28 +358,13 @@ class CausalLM(nn.Module):
         tensor on that device, as transformers' ``generate`` returns it. Ids are checked first:
         integer prompt ids, prompt, eos and pad ids inside ``[0, vocab)``.
         """
-        run = self._prepare(
-            input_ids, max_new_tokens, attention_mask, temperature, top_k, top_p, eos_token_id, pad_token_id
-        )
         end = run.prompt
-        for _ in self._decode(run, do_sample, temperature, top_k, top_p, seed):
+        for _ in self._decode(run):
             end += 1
         return _placed(run.tokens[:, :end].copy(), run.device)
 
-    def stream(
-        self,
-        input_ids: packrt.Tensor,
-        max_new_tokens: int | None = None,
-        *,
-        attention_mask: packrt.Tensor | None = None,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
-        seed: int | None = None,
-        pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
-    ) -> Iterator[np.ndarray]:
+    @_prepared_by(_prepare)
+    def stream(self, run: _Run) -> Iterator[np.ndarray]:
         """:meth:`generate`'s new tokens one step at a time: each item is the (batch,) int64 array of the
         tokens chosen at that step, the same tokens ``generate`` returns for the same arguments.
 
@@ -317,50 +372,9 @@ class CausalLM(nn.Module):
         of each step is done when the next item is asked for, so a caller that stops iterating (a
         deadline, a stop string, a client gone) stops the computation there.
         """
-        run = self._prepare(
-            input_ids, max_new_tokens, attention_mask, temperature, top_k, top_p, eos_token_id, pad_token_id
-        )
-        return self._decode(run, do_sample, temperature, top_k, top_p, seed)
+        return self._decode(run)
 
-    def _prepare(
-        self,
-        input_ids: packrt.Tensor,
-        max_new_tokens: int | None,
-        attention_mask: packrt.Tensor | None,
-        temperature: float,
-        top_k: int | None,
-        top_p: float | None,
-        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None,
-        pad_token_id: int | Literal[FromModel.FROM_MODEL] | None,
-    ) -> _Run:
-        """Every check of ``generate``'s arguments, and the buffers its steps fill."""
-        if max_new_tokens is not None and (
-            isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
-        ):
-            raise ValueError(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
-        _check_sampling(temperature, top_k, top_p)
-        defaults = self._defaults()
-        eos = _token_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
-        pad = defaults.pad_token_id if pad_token_id is FROM_MODEL else pad_token_id
-        if pad is not None and not _is_token(pad, self.vocab):
-            raise ValueError(
-                f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad!r}; it is "
-                "written into the rows that have ended"
-            )
-        batch, prompt, max_new_tokens = self._check_prompt(input_ids, max_new_tokens, defaults)
-        total = prompt + max_new_tokens
-        device = self._device()
-        tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
-        tokens[:, :prompt] = prompt_ids = _host(input_ids)
-        check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
-        cache = KVCache(self.num_layers, batch, total, device)
-        positions = None if attention_mask is None else _padded_positions(cache, attention_mask, prompt)
-        filler = pad if pad is not None else eos[0] if eos else 0
-        return _Run(tokens, prompt, max_new_tokens, device, cache, positions, eos, filler)
-
-    def _decode(
-        self, run: _Run, do_sample: bool, temperature: float, top_k: int | None, top_p: float | None, seed: int | None
-    ) -> Iterator[np.ndarray]:
+    def _decode(self, run: _Run) -> Iterator[np.ndarray]:
         """The steps of a prepared run: the prompt once, then one token per step, each yielded as chosen."""
         tokens, prompt, device, cache, positions, eos = (
             run.tokens,
@@ -371,6 +385,7 @@ class CausalLM(nn.Module):
             run.eos,
         )
         key_mask = cache.key_mask if cache.padded else None
+        do_sample, temperature, top_k, top_p, seed = run.sampling
         rng = np.random.default_rng(seed)
         finished = np.zeros(tokens.shape[0], dtype=bool)
         ids = _placed(tokens[:, :prompt], device)
