@@ -191,21 +191,19 @@ def main() -> None:
         args.md.write_text(_markdown(report))
 
 
+# The load table's header; every column after the server's holds numbers (right-aligned).
+TABLE_HEADER = ("server", "round", "requests", "req/s", "texts/s", "p50 ms", "p95 ms", "p99 ms", "non-200", "no answer")
+
+
 def _markdown(report: dict[str, Any]) -> str:
-    lines = [
-        f"{report['clients']} clients, {report['seconds']:.0f} s per server and round, requests of 1-8 MiniLM texts",
-        "",
-        "| server | round | requests | req/s | texts/s | p50 ms | p95 ms | p99 ms | non-200 | no answer |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    rows: list[list[Any]] = [list(TABLE_HEADER), ["---", *["---:"] * (len(TABLE_HEADER) - 1)]]
     for name, rounds in report["results"].items():
         for index, row in enumerate(rounds):
             other = sum(count for status, count in row["statuses"].items() if status != "200")
-            lines.append(
-                f"| {name} | {index} | {row['requests']} | {row['requests_per_s']} | {row['texts_per_s']} | "
-                f"{row['p50_ms']} | {row['p95_ms']} | {row['p99_ms']} | {other} | {row['unanswered']} |"
-            )
-    return "\n".join(lines) + "\n"
+            measured = [row[key] for key in ("requests", "requests_per_s", "texts_per_s", "p50_ms", "p95_ms", "p99_ms")]
+            rows.append([name, index, *measured, other, row["unanswered"]])
+    title = f"{report['clients']} clients, {report['seconds']:.0f} s per server and round, requests of 1-8 MiniLM texts"
+    return "\n".join([title, "", *("| " + " | ".join(map(str, cells)) + " |" for cells in rows)]) + "\n"
 
 
 if __name__ == "__main__":

@@ -27,19 +27,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import bench_support as bench
 import numpy as np
 import peers
 import pytest
-from bench_support import (
-    MODEL_RECORDS,
-    TOLERANCE,
-    apply_thread_cap,
-    check_close,
-    race,
-    record_model_case,
-    require_torch,
-)
-from test_models import _DECODER_SHAPE, NEW_TOKENS, PROMPT, VOCAB
+from test_models import _DECODER_SHAPE, NEW_TOKENS, PROMPT, VOCAB, _transformers
 
 THREADS = 1
 SHAPES = {"minilm-l6-real": ((1, 16), (32, 64)), "bert-base": ((8, 128),)}
@@ -53,18 +45,13 @@ _GPT2_SHAPE: dict[str, Any] = {
 }
 
 
-def _transformers() -> Any:
-    require_torch()
-    return pytest.importorskip("transformers", reason="transformers is not installed (nox -s benchmarks pins it)")
-
-
 def _models() -> Any:
     return pytest.importorskip("packrt.models", reason="the packrt meta-package is not installed")
 
 
 def record_missing(name: str, case: str, missing: peers.Missing) -> None:
     """An engine that did not run this case, kept in the JSON (no timings) so the report names it and why."""
-    MODEL_RECORDS.append(
+    bench.MODEL_RECORDS.append(
         {
             "group": case,
             "name": f"{name}[{missing.impl}]",
@@ -98,16 +85,16 @@ def _time_and_record(
     if request.config.getoption("benchmark_disable", False):
         return
     try:
-        results = race(calls, THREADS)
+        results = bench.race(calls, THREADS)
     finally:
-        apply_thread_cap(int(request.config.getoption("--bench-threads") or THREADS))
+        bench.apply_thread_cap(int(request.config.getoption("--bench-threads") or THREADS))
     for impl, (times, use) in results.items():
         use.check(THREADS, f"{case} [{impl}]")
         extra = dict(info.get(impl, {}))
         target = _peer_target(case, impl)
         if target is not None:
             extra["target_ratio_vs_peer"] = target
-        record_model_case(name, case, impl, times, use, THREADS, **extra)
+        bench.record_model_case(name, case, impl, times, use, THREADS, **extra)
 
 
 def _plain(call: Callable[[], Any]) -> Callable[[], Any]:
@@ -143,7 +130,7 @@ def _setup(name: str, build: Callable[[str, Path], dict[str, Any]], where: Path)
 
 def _encoder_setup(name: str, where: Path) -> dict[str, Any]:
     """The reference, packrt's fp32 and int8 models and the peers' sessions for one encoder."""
-    torch, transformers = require_torch(), _transformers()
+    torch, transformers = bench.require_torch(), _transformers()
     models = _models()
     if name == "minilm-l6-real":
         directory = _minilm_dir()
@@ -206,10 +193,10 @@ def _admit_peers(
 def test_encoder_peers(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, name: str, batch: int, seq: int
 ) -> None:
-    torch = require_torch()
+    torch = bench.require_torch()
     import packrt
 
-    apply_thread_cap(THREADS)
+    bench.apply_thread_cap(THREADS)
     setup = _setup(name, _encoder_setup, tmp_path_factory.mktemp("peer-encoders"))
     reference = setup["reference"]
     ids, mask = peers.encoder_batch(setup["vocab"], batch, seq)
@@ -226,7 +213,7 @@ def test_encoder_peers(
         "packrt-plain": _plain(packrt_call_of(setup["packrt"])),
         "torch": torch_call,
     }
-    check_close(calls["packrt"](), expected, "fp32", f"packrt {case}")
+    bench.check_close(calls["packrt"](), expected, "fp32", f"packrt {case}")
     builders: dict[str, Callable[[Any], Callable[[], Any]]] = {
         "packrt-int8": packrt_call_of,
         "ort-fp32": lambda s: peers.ort_call(s, ids, mask),
@@ -245,7 +232,7 @@ def test_encoder_peers(
         return peers.max_abs_diff(call(), expected)
 
     def judge(impl: str, diff: float) -> dict[str, Any] | str:
-        if not impl.endswith("int8") and diff / scale > TOLERANCE["fp32"]:
+        if not impl.endswith("int8") and diff / scale > bench.TOLERANCE["fp32"]:
             return f"wrong answer: max abs diff {diff:.3g} to transformers"
         return {"max_abs_diff": diff, "precision": "int8" if impl.endswith("int8") else "fp32"}
 
@@ -260,7 +247,7 @@ _NO_ORT_DECODER = "not built: this suite exports encoders only (no KV-cache deco
 # -- greedy decode ----------------------------------------------------------------------------------------
 def _decoder_setup(family: str, where: Path) -> dict[str, Any]:
     """The reference, packrt's fp32 and int8 models and CTranslate2's generators for one decoder family."""
-    torch, transformers = require_torch(), _transformers()
+    torch, transformers = bench.require_torch(), _transformers()
     models = _models()
     if family == "llama":
         config = transformers.LlamaConfig(**_DECODER_SHAPE)
@@ -287,10 +274,10 @@ def _decoder_setup(family: str, where: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_decode_peers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, family: str) -> None:
-    torch, transformers = require_torch(), _transformers()
+    torch, transformers = bench.require_torch(), _transformers()
     import packrt
 
-    apply_thread_cap(THREADS)
+    bench.apply_thread_cap(THREADS)
     setup = _setup(family, _decoder_setup, tmp_path_factory.mktemp("peer-decoders"))
     reference = setup["reference"]
     prompt = np.random.default_rng(37).integers(0, VOCAB, (1, PROMPT)).astype(np.int64)

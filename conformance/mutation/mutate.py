@@ -253,15 +253,10 @@ def _preflight(root: Path) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(root / TARGETS[0][0] / "packrt_core", Path(tmp) / "packrt_core")
         env = {**os.environ, "PYTHONPATH": tmp}
-        probe = subprocess.run(
-            [sys.executable, "-c", "import packrt_core; print(packrt_core.__file__)"],
-            env=env,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        if not probe.stdout.strip().startswith(tmp):
-            raise SystemExit(f"a package on PYTHONPATH does not shadow the installed packrt_core ({probe.stdout})")
+        probe = [sys.executable, "-c", "import packrt_core; print(packrt_core.__file__)"]
+        where = subprocess.check_output(probe, env=env, text=True).strip()
+        if not where.startswith(tmp):
+            raise SystemExit(f"a package on PYTHONPATH does not shadow the installed packrt_core ({where})")
 
 
 def stale_ids(sites: list[Site], path: Path = EQUIVALENT) -> list[str]:

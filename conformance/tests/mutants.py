@@ -60,16 +60,26 @@ def mutant(fault: str, breaks: Iterable[str], *suite_files: str) -> Callable[[ty
 
 
 # -- walks -----------------------------------------------------------------------------------------
+# A tensor walk's keyword matrix and its remove_duplicate=False listing both run over a child filed
+# under two names: a walk that lists that child's tensors in the wrong order, or too few or too many
+# times, fails all four.
+SHARED_CHILD_TENSOR_WALKS = frozenset(
+    {
+        "named_buffers.keyword-matrix",
+        "named_buffers.remove-duplicate-false-shared-child",
+        "named_parameters.keyword-matrix",
+        "named_parameters.remove-duplicate-false-shared-child",
+    }
+)
+
+
 @mutant(
     "walk-order-reversed",
     {
+        *SHARED_CHILD_TENSOR_WALKS,
         "buffers.recurse-matrix",
-        "named_buffers.keyword-matrix",
-        "named_buffers.remove-duplicate-false-shared-child",
         "named_modules.keyword-matrix",
         "named_modules.recurse",
-        "named_parameters.keyword-matrix",
-        "named_parameters.remove-duplicate-false-shared-child",
         "parameters.recurse-matrix",
         "state_dict.keyword-matrix",
         "module.order.walks",
@@ -116,11 +126,8 @@ class _NewestFirst(dict[str, Any]):
 @mutant(
     "dedup-off",
     {
+        *SHARED_CHILD_TENSOR_WALKS,
         "buffers.recurse-matrix",
-        "named_buffers.keyword-matrix",
-        "named_buffers.remove-duplicate-false-shared-child",
-        "named_parameters.keyword-matrix",
-        "named_parameters.remove-duplicate-false-shared-child",
         "parameters.recurse-matrix",
         "module.dedup.walks",
         "named_parameters.shared-first-name",
@@ -152,12 +159,9 @@ class DedupOff:
 @mutant(
     "remove-duplicate-ignored",
     {
-        "named_buffers.keyword-matrix",
-        "named_buffers.remove-duplicate-false-shared-child",
+        *SHARED_CHILD_TENSOR_WALKS,
         "named_modules.keyword-matrix",
         "named_modules.recurse",
-        "named_parameters.keyword-matrix",
-        "named_parameters.remove-duplicate-false-shared-child",
         "named_parameters.remove-duplicate-false",
         "named_buffers.remove-duplicate",
         "named_modules.remove-duplicate-false",
@@ -186,6 +190,25 @@ class RemoveDuplicateIgnored:
 
 
 # -- hooks -----------------------------------------------------------------------------------------
+def _flag_dropped(flag: str, *registrations: str) -> type:
+    """A fault base whose hook ``registrations`` (method names) drop the ``flag`` keyword before
+    packrt sees it; every other flag passes through."""
+
+    class FlagDropped:
+        pass
+
+    def dropping(registration: str) -> Callable[..., Any]:
+        def register(self: Any, hook: Callable[..., Any], **flags: bool) -> Any:
+            flags.pop(flag, None)  # the fault
+            return getattr(super(FlagDropped, self), registration)(hook, **flags)
+
+        return register
+
+    for registration in registrations:
+        setattr(FlagDropped, registration, dropping(registration))
+    return FlagDropped
+
+
 @mutant(
     "always-call-ignored",
     {
@@ -197,12 +220,8 @@ class RemoveDuplicateIgnored:
     "test_hooks",
     "test_edges",
 )
-class HooksSkippedOnRaise:
+class HooksSkippedOnRaise(_flag_dropped("always_call", "register_forward_hook")):
     """``always_call=True`` is dropped: no forward hook runs when forward raises."""
-
-    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
-        flags.pop("always_call", None)  # the fault
-        return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
 
 
 @mutant(
@@ -219,16 +238,8 @@ class HooksSkippedOnRaise:
     "test_hooks",
     "test_edges",
 )
-class PrependIgnored:
+class PrependIgnored(_flag_dropped("prepend", "register_forward_pre_hook", "register_forward_hook")):
     """``prepend=True`` is dropped: every hook joins the end of its registry."""
-
-    def register_forward_pre_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
-        flags.pop("prepend", None)  # the fault
-        return super().register_forward_pre_hook(hook, **flags)  # type: ignore[misc]
-
-    def register_forward_hook(self, hook: Callable[..., Any], **flags: bool) -> Any:
-        flags.pop("prepend", None)  # the fault
-        return super().register_forward_hook(hook, **flags)  # type: ignore[misc]
 
 
 @mutant(
@@ -738,12 +749,7 @@ class BufferPersistenceSticks:
 
 @mutant(
     "tensor-walks-dedup-shared-children",
-    {
-        "named_parameters.remove-duplicate-false-shared-child",
-        "named_buffers.remove-duplicate-false-shared-child",
-        "named_parameters.keyword-matrix",
-        "named_buffers.keyword-matrix",
-    },
+    SHARED_CHILD_TENSOR_WALKS,
     "test_walks",
     "test_edges",
 )

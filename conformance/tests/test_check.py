@@ -72,6 +72,25 @@ def test_non_literal_clause_argument_is_flagged(tmp_path: Path) -> None:
     assert "test_m.py:3: test names unknown clause '<non-literal>'" in check(cdir, sdir).problems
 
 
+def test_hook_registry_cases_mark_the_rules_clause_of_both_registries(tmp_path: Path) -> None:
+    clauses = "".join(
+        f'[[clause]]\nid = "{method}.removes"\nrevisions = [2]\nrule = "Removed."\n'
+        for method in ("register_forward_hook", "register_forward_pre_hook")
+    )
+    tests = (
+        "import pytest\n"
+        "from packrt_conformance.suite._support import hook_registry_cases\n"
+        'P = [*hook_registry_cases("removes"), *hook_registry_cases(RULE)]\n'
+    )
+    cdir, sdir = _tree(tmp_path, 'method = "m"\n' + clauses, tests)
+    assert marked_clause_ids(sdir / "test_m.py") == [
+        ("register_forward_hook.removes", 3),
+        ("register_forward_pre_hook.removes", 3),
+        ("<non-literal>", 3),
+    ]
+    assert check(cdir, sdir).problems == ["test_m.py:3: test names unknown clause '<non-literal>'"]
+
+
 def test_a_clause_param_case_marks_its_literal_clause_id(tmp_path: Path) -> None:
     tests = (
         "import pytest\n"

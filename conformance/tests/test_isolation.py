@@ -143,14 +143,9 @@ def test_the_installed_wheel_alone_finds_torchs_expectations(tmp_path: Path) -> 
     empty.mkdir()
     env = {**os.environ, "PYTHONPATH": str(site)}
     env.pop("PYTEST_ADDOPTS", None)
-    where = subprocess.run(
-        [sys.executable, "-c", "import packrt_conformance; print(packrt_conformance.__file__)"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert where.stdout.strip().startswith(str(site)), "the run must use the wheel's files"
+    probe = [sys.executable, "-c", "import packrt_conformance; print(packrt_conformance.__file__)"]
+    where = subprocess.check_output(probe, env=env, text=True)
+    assert where.strip().startswith(str(site)), "the run must use the wheel's files"
     done, report = _suite(empty, "--impl", "torch", "--max-examples", "5", env=env)
     assert done.returncode == 0, done.stdout[-3000:]
     shipped = (site / "packrt_conformance" / "shipped_expectations" / "torch.txt").read_text().splitlines()

@@ -2,8 +2,9 @@
 
 ``python -m packrt_conformance.check`` exits 1 and lists the problems when the shipped registry
 and the shipped suite disagree. Clause IDs are read statically from ``pytest.mark.clause("...")``
-calls, and from the first argument of ``clause_param("...", ...)`` cases, in the suite's ``test_*.py``
-files (literal strings only, so the check needs no implementation and imports nothing it checks).
+calls, from the first argument of ``clause_param("...", ...)`` cases, and as ``<method>.<rule>`` for
+both hook registries from ``hook_registry_cases("<rule>")``, in the suite's ``test_*.py`` files
+(literal strings only, so the check needs no implementation and imports nothing it checks).
 """
 
 from __future__ import annotations
@@ -55,6 +56,17 @@ def _is_edge_cases(func: ast.expr) -> bool:
     return isinstance(func, ast.Name) and func.id == "cases"
 
 
+def _is_hook_registry_cases(func: ast.expr) -> bool:
+    # hook_registry_cases("rule"): one case per hook registry (suite/_support.py), each marked <method>.<rule>
+    return isinstance(func, ast.Name) and func.id == "hook_registry_cases"
+
+
+def _hook_registry_clause_ids(rule: str) -> list[str]:
+    from packrt_conformance.suite._support import HOOK_REGISTRIES  # the suite's own names, no implementation
+
+    return [f"{method}.{rule}" for method in HOOK_REGISTRIES]
+
+
 def _edge_clause_ids(method: str) -> list[str]:
     from packrt_conformance.suite._edges import EDGES  # the suite's own table, no implementation
 
@@ -65,8 +77,9 @@ def _edge_clause_ids(method: str) -> list[str]:
 
 
 def marked_clause_ids(path: Path) -> list[tuple[str, int]]:
-    """(clause ID, line) for every ``pytest.mark.clause`` argument, ``clause_param`` ID and the clauses
-    of every ``cases("<method>")`` edge matrix in one test file.
+    """(clause ID, line) for every ``pytest.mark.clause`` argument, ``clause_param`` ID, the clauses
+    of every ``cases("<method>")`` edge matrix and the two registries' clauses of every
+    ``hook_registry_cases("<rule>")`` in one test file.
 
     A non-literal argument is reported as the ID ``<non-literal>`` so the check can flag it.
     """
@@ -81,6 +94,13 @@ def marked_clause_ids(path: Path) -> list[tuple[str, int]]:
             ids = node.args[:1]
         elif _is_edge_cases(node.func) and node.args and isinstance(node.args[0], ast.Constant):
             found.extend((cid, node.lineno) for cid in _edge_clause_ids(str(node.args[0].value)))
+            continue
+        elif _is_hook_registry_cases(node.func):
+            rule = node.args[0] if node.args else None
+            if isinstance(rule, ast.Constant) and isinstance(rule.value, str):
+                found.extend((cid, node.lineno) for cid in _hook_registry_clause_ids(rule.value))
+            else:
+                found.append(("<non-literal>", node.lineno))
             continue
         else:
             continue

@@ -197,21 +197,26 @@ def _device_name() -> str:
     return name.decode() if isinstance(name, bytes) else str(name)
 
 
+# The report table's columns: header and markdown alignment (numbers right-aligned).
+TABLE_COLUMNS = (
+    ("benchmark", "---"),
+    ("packrt ms", "---:"),
+    ("torch ms", "---:"),
+    ("packrt/torch throughput", "---:"),
+    ("note", "---"),
+)
+
+
 def markdown(report: dict[str, Any]) -> str:
-    lines = [
-        f"GPU benchmarks, {report['date']}, {report['device']} (cupy {report['cupy']}, torch {report['torch']})",
-        "",
-        "| benchmark | packrt ms | torch ms | packrt/torch throughput | note |",
-        "| --- | ---: | ---: | ---: | --- |",
-    ]
+    table = [[name for name, _ in TABLE_COLUMNS], [align for _, align in TABLE_COLUMNS]]
     for row in report["rows"]:
         if "error" in row:
-            lines.append(f"| {row['benchmark']} | - | - | - | {row['error'].replace('|', '/')} |")
+            table.append([row["benchmark"], "-", "-", "-", row["error"].replace("|", "/")])
         else:
-            lines.append(
-                f"| {row['benchmark']} | {row['packrt_ms']:.3f} | {row['torch_ms']:.3f} | "
-                f"{row['ratio']:.2f}x | {row['note']} |"
-            )
+            ms = [f"{row['packrt_ms']:.3f}", f"{row['torch_ms']:.3f}"]
+            table.append([row["benchmark"], *ms, f"{row['ratio']:.2f}x", row["note"]])
+    title = f"GPU benchmarks, {report['date']}, {report['device']} (cupy {report['cupy']}, torch {report['torch']})"
+    lines = [title, "", *("| " + " | ".join(cells) + " |" for cells in table)]
     lines += ["", f"Linear bf16 batch 4096 >= 0.9x torch: {report['bf16_4096_check']}", ""]
     return "\n".join(lines)
 

@@ -32,6 +32,16 @@ def clause_param(clause: str, *values: Any) -> Any:
     return pytest.param(*values, marks=pytest.mark.clause(clause), id=clause)
 
 
+# The two hook registries' register methods; their clause IDs start with these names.
+HOOK_REGISTRIES = ("register_forward_hook", "register_forward_pre_hook")
+
+
+def hook_registry_cases(rule: str) -> list[Any]:
+    """One case per hook registry for a rule both keep: the value is the register method's name, and
+    the case checks (and is named after) that registry's clause, ``<method>.<rule>``."""
+    return [clause_param(f"{method}.{rule}", method) for method in HOOK_REGISTRIES]
+
+
 def sample_tree(impl: Adapter) -> Any:
     """root(scale, mask) -> encoder: Linear(2, 3), decoder(gain, steps:int64, cache: non-persistent)."""
     root = impl.nn.Module()

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import clause_param, forward_module, raising_module
+from packrt_conformance.suite._support import forward_module, hook_registry_cases, raising_module
 
 
 @pytest.mark.clause("forward.call-runs-hooks")
@@ -144,13 +144,7 @@ def test_hooks_run_in_registration_order_and_prepend_goes_first(impl: Adapter, r
     assert log == ["prepended", "first", "second"]
 
 
-@pytest.mark.parametrize(
-    "register",
-    [
-        clause_param("register_forward_hook.handle-remove", "register_forward_hook"),
-        clause_param("register_forward_pre_hook.handle-remove", "register_forward_pre_hook"),
-    ],
-)
+@pytest.mark.parametrize("register", hook_registry_cases("handle-remove"))
 def test_removed_hook_no_longer_runs(impl: Adapter, register: str) -> None:
     m = forward_module(impl)
     log: list[Any] = []
@@ -205,13 +199,7 @@ def _recorder(register: str, log: list[str], tag: str) -> Any:
     return lambda mod, args: log.append(tag)
 
 
-@pytest.mark.parametrize(
-    "register",
-    [
-        clause_param("register_forward_hook.remove-keeps-the-rest", "register_forward_hook"),
-        clause_param("register_forward_pre_hook.remove-keeps-the-rest", "register_forward_pre_hook"),
-    ],
-)
+@pytest.mark.parametrize("register", hook_registry_cases("remove-keeps-the-rest"))
 def test_removing_one_of_three_hooks_keeps_the_others_in_order(impl: Adapter, register: str) -> None:
     m = forward_module(impl)
     log: list[str] = []
@@ -226,13 +214,7 @@ def test_removing_one_of_three_hooks_keeps_the_others_in_order(impl: Adapter, re
         assert log == left, f"after removing {tag!r}"
 
 
-@pytest.mark.parametrize(
-    "register",
-    [
-        clause_param("register_forward_hook.remove-own-only", "register_forward_hook"),
-        clause_param("register_forward_pre_hook.remove-own-only", "register_forward_pre_hook"),
-    ],
-)
+@pytest.mark.parametrize("register", hook_registry_cases("remove-own-only"))
 @pytest.mark.parametrize("removed", ["older", "newer"])
 def test_a_handle_removes_exactly_its_own_hook(impl: Adapter, register: str, removed: str) -> None:
     m = forward_module(impl)
