@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -77,7 +77,9 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType
 
 
 @pytest.fixture(scope="session")
-def saved(transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def saved(
+    transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory
+) -> Mapping[str, tuple[Path, Any]]:
     """name -> (directory, the fp32 transformers model saved there) for every family of tiny_families.FAMILIES,
     each saved on first use and shared by the session: a test that edits a directory works on a copy."""
     from tiny_families import SavedFamilies

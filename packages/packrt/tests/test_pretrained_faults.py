@@ -34,6 +34,7 @@ def opened_under(directory: Path) -> list[str]:
     return [path for path in fds + mapped if path.startswith(str(directory.resolve()))]
 
 
+# each step is failed on its own, in its own test: grouped by owner, not in the order the load takes them
 STEPS = steps(
     {
         pretrained: ("read_config", "find_family", "validate", "_dtype", "check_capacity", "plan_load", "check_dtypes"),
