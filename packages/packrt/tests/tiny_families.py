@@ -138,7 +138,9 @@ GEMMA3 = Family(
 )
 PHI3 = Family("Phi3Config", "Phi3ForCausalLM", PHI3_FIELDS, Phi3ForCausalLM, perturbed=True)
 FAMILIES: dict[str, Family] = {
-    "bert": Family("BertConfig", "BertModel", {**SMALL, "max_position_embeddings": 64}, BertEncoder, pad=0),
+    "bert": Family(
+        "BertConfig", "BertModel", {**SMALL, "max_position_embeddings": 64}, BertEncoder, pad=0, token_types=True
+    ),
     "gpt2": Family(
         "GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}, GPT2LMHeadModel
     ),
