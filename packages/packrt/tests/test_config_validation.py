@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -199,35 +200,48 @@ INVALID = [
 ]
 
 
+# the classes from_pretrained declares a model with, by family module
+MODEL_CLASSES = (
+    (llama, "LlamaForCausalLM"),
+    (gpt2, "GPT2LMHeadModel"),
+    (bert, "BertEncoder"),
+    (qwen3, "Qwen3ForCausalLM"),
+    (gemma3, "Gemma3ForCausalLM"),
+    (phi3, "Phi3ForCausalLM"),
+)
+Refuse = Callable[..., str]
+
+
+@pytest.fixture
+def refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Refuse:
+    """``refused(family, config, match, **options)``: from_pretrained over ``config`` (beside the family's weights,
+    in tmp_path) with ``options`` raises a ConfigError matching ``match``, a PackrtError and a ValueError naming
+    config.json, before any model class is called or a model is declared (meta_init); returns its message."""
+
+    def refuse(family: str, config: dict[str, Any], match: str, **options: Any) -> str:
+        # config.json as json writes it (NaN / Infinity too, as transformers does)
+        directory = write(tmp_path, family, config)
+        built: list[str] = []
+        for module, name in MODEL_CLASSES:
+            monkeypatch.setattr(module, name, lambda *args, _name=name, **kwargs: built.append(_name))
+        monkeypatch.setattr(packrt, "meta_init", lambda: pytest.fail("a model was declared before the config check"))
+        with pytest.raises(ConfigError, match=match) as info:
+            from_pretrained(directory, **options)
+        text = str(info.value)
+        assert str(directory / "config.json") in text, text
+        assert isinstance(info.value, PackrtError) and isinstance(info.value, ValueError)
+        assert not built, f"{built} was declared before config.json was checked"
+        return text
+
+    return refuse
+
+
 @pytest.mark.parametrize(("family", "config", "field", "value", "message"), INVALID)
 def test_an_invalid_config_value_is_refused_naming_file_field_value_and_fix_before_building(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    family: str,
-    config: dict[str, Any],
-    field: str,
-    value: str,
-    message: str,
+    refused: Refuse, family: str, config: dict[str, Any], field: str, value: str, message: str
 ) -> None:
-    # the family's weights; config.json as json writes it (NaN / Infinity too, as transformers does)
-    directory = write(tmp_path, family, config)
-    built: list[str] = []
-    for module, name in (
-        (llama, "LlamaForCausalLM"),
-        (gpt2, "GPT2LMHeadModel"),
-        (bert, "BertEncoder"),
-        (qwen3, "Qwen3ForCausalLM"),
-        (gemma3, "Gemma3ForCausalLM"),
-        (phi3, "Phi3ForCausalLM"),
-    ):
-        monkeypatch.setattr(module, name, lambda *args, _name=name, **kwargs: built.append(_name))
-    with pytest.raises(ConfigError, match=message) as info:
-        from_pretrained(directory)
-    text = str(info.value)
-    assert str(directory / "config.json") in text, text
+    text = refused(family, config, message)
     assert f"field '{field}'" in text and value in text and ";" in text, text
-    assert isinstance(info.value, PackrtError) and isinstance(info.value, ValueError)
-    assert not built, f"{built} was declared before config.json was validated"
 
 
 UNSUPPORTED = [
@@ -296,19 +310,10 @@ CAPACITY = [
 @pytest.mark.parametrize(("family", "config", "field", "message"), CAPACITY)
 @pytest.mark.parametrize("strict", [True, False])
 def test_layers_and_widths_beyond_what_the_weight_files_hold_are_refused_from_the_headers(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    family: str,
-    config: dict[str, Any],
-    field: str,
-    message: str,
-    strict: bool,
+    refused: Refuse, tmp_path: Path, family: str, config: dict[str, Any], field: str, message: str, strict: bool
 ) -> None:
-    directory = write(tmp_path, family, config)
-    monkeypatch.setattr(packrt, "meta_init", lambda: pytest.fail("a model was declared before the header check"))
-    with pytest.raises(ConfigError, match=rf"config\.json': field '{field}' is {config[field]}, ") as info:
-        from_pretrained(directory, strict=strict)
-    assert message in str(info.value) and str(directory / "model.safetensors") in str(info.value)
+    text = refused(family, config, rf"config\.json': field '{field}' is {config[field]}, ", strict=strict)
+    assert message in text and str(tmp_path / "model.safetensors") in text, text
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from faults import Stop, fail_at, files_of, steps
 
 import packrt
 from packrt import io, nn
@@ -14,10 +15,6 @@ from packrt_core.nn import state as state_module
 from packrt_core.nn.parameter import Parameter
 from packrt_io import _checkpoint
 from packrt_io._layout import CheckpointInfo
-
-
-class Stop(BaseException):  # plays KeyboardInterrupt, which pytest itself would act on
-    """Raised by the injector at the chosen step."""
 
 
 def model_and_file(tmp_path: Path) -> tuple[nn.Module, Path]:
@@ -51,14 +48,15 @@ def same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     return ids_and_values and a["layers"] == b["layers"]
 
 
-# owner -> the steps of a load patched on it to fail
-_PATCHED: dict[Any, tuple[str, ...]] = {
-    Parameter: ("_drop", "_restore"),
-    nn.PackedLayer: ("_install", "_release"),
-    nn.Linear: ("_pack",),
-    state_module: ("_bind",),
-}
-STEPS = [(owner, name) for owner, names in _PATCHED.items() for name in names]
+# the steps of load_state_dict the counting injector stops at
+STEPS = steps(
+    {
+        Parameter: ("_drop", "_restore"),
+        nn.PackedLayer: ("_install", "_release"),
+        nn.Linear: ("_pack",),
+        state_module: ("_bind",),
+    }
+)
 
 
 def inject(monkeypatch: pytest.MonkeyPatch, at: int) -> list[int]:
@@ -101,19 +99,13 @@ def test_load_checkpoint_stopped_at_any_step_changes_nothing(
 
 # -- the steps of load_checkpoint itself, around load_state_dict --------------------------------------
 
-_LOAD_STEPS = [
-    (_checkpoint, "load_checkpoint_arrays"),
-    (_checkpoint, "as_tensors"),
-    (CheckpointInfo, "ties"),
-    (CheckpointInfo, "extra_state"),
-    (_checkpoint, "FileGuard"),
-    (nn.Module, "register_forward_pre_hook"),
-    (nn.Module, "load_state_dict"),
-]
-
-
-def files_of(directory: Path) -> dict[str, tuple[bytes, int, int]]:
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in sorted(directory.iterdir())}
+_LOAD_STEPS = steps(
+    {
+        _checkpoint: ("load_checkpoint_arrays", "as_tensors", "FileGuard"),
+        CheckpointInfo: ("ties", "extra_state"),
+        nn.Module: ("register_forward_pre_hook", "load_state_dict"),
+    }
+)
 
 
 def hooks_of(model: nn.Module) -> tuple[Any, ...]:
@@ -142,13 +134,11 @@ def test_load_checkpoint_failing_at_each_of_its_steps_leaves_model_hooks_and_fil
         io.load_checkpoint(model, first, progress=False, weight_residency="borrowed")
     before, hooks, files = snapshot(model), hooks_of(model), files_of(tmp_path)
 
-    def fail(*args: Any, **kwargs: Any) -> Any:
-        raise Stop(f"{name} failed")
-
-    monkeypatch.setattr(owner, name, fail)
+    called = fail_at(monkeypatch, owner, name)
     with pytest.raises(Stop, match=f"{name} failed"):
         io.load_checkpoint(model, path, progress=False, weight_residency="borrowed")
     monkeypatch.undo()
+    assert called == [name]
     assert same(snapshot(model), before), f"a fault in {name} changed the model's tensors or residency"
     assert hooks_of(model) == hooks, f"a fault in {name} changed the model's hooks or guarded files"
     assert files_of(tmp_path) == files, f"a fault in {name} changed the checkpoint files"

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from checkpoints import LLAMA, write_checkpoint
+from faults import Stop, fail_at, files_of, steps
 
 import packrt
 import packrt_io
@@ -21,16 +22,8 @@ from packrt import nn
 from packrt.models import llama, pretrained
 
 
-class Stop(BaseException):
-    """Raised by the injected fault (a BaseException, as KeyboardInterrupt would be)."""
-
-
 def directory_of(tmp_path: Path) -> Path:
     return write_checkpoint(tmp_path, LLAMA)
-
-
-def files_of(directory: Path) -> dict[str, tuple[bytes, int, int]]:
-    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns, p.stat().st_ino) for p in sorted(directory.iterdir())}
 
 
 def opened_under(directory: Path) -> list[str]:
@@ -41,22 +34,15 @@ def opened_under(directory: Path) -> list[str]:
     return [path for path in fds + mapped if path.startswith(str(directory.resolve()))]
 
 
-STEPS = [
-    (pretrained, "read_config"),
-    (pretrained, "find_family"),
-    (pretrained, "validate"),
-    (pretrained, "_dtype"),
-    (packrt_io, "inspect_checkpoint"),
-    (pretrained, "check_capacity"),
-    (llama, "LlamaForCausalLM"),
-    (pretrained, "plan_load"),
-    (pretrained, "check_dtypes"),
-    (packrt_io, "load_arrays"),
-    (packrt_io, "guarding"),
-    (nn.Module, "register_forward_pre_hook"),
-    (nn.Module, "load_state_dict"),
-    (nn.Module, "eval"),
-]
+# each step is failed on its own, in its own test: grouped by owner, not in the order the load takes them
+STEPS = steps(
+    {
+        pretrained: ("read_config", "find_family", "validate", "_dtype", "check_capacity", "plan_load", "check_dtypes"),
+        packrt_io: ("inspect_checkpoint", "load_arrays", "guarding"),
+        llama: ("LlamaForCausalLM",),
+        nn.Module: ("register_forward_pre_hook", "load_state_dict", "eval"),
+    }
+)
 
 
 @pytest.mark.parametrize(("owner", "name"), STEPS, ids=[name for _, name in STEPS])
@@ -66,13 +52,7 @@ def test_from_pretrained_failing_at_each_step_changes_no_file_and_holds_nothing_
 ) -> None:
     directory = directory_of(tmp_path)
     before = files_of(directory)
-    called: list[str] = []
-
-    def fail(*args: Any, **kwargs: Any) -> Any:
-        called.append(name)
-        raise Stop(f"{name} failed")
-
-    monkeypatch.setattr(owner, name, fail)
+    called = fail_at(monkeypatch, owner, name)
     with pytest.raises(Stop, match=f"{name} failed"):
         pretrained.from_pretrained(directory, weight_residency=residency)
     monkeypatch.undo()

@@ -10,6 +10,7 @@ names) names what it found and lists what is supported.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -127,44 +128,81 @@ def test_a_rewritten_file_is_refused_before_the_next_call(
         model(ids)
 
 
-def test_an_unknown_architecture_is_refused_listing_the_supported(gguf: ModuleType, tmp_path: Path) -> None:
-    path = tmp_path / "phi.gguf"
+def _phi2(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
     with gguf_writer(gguf, path, "phi2") as writer:
         writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    with pytest.raises(
-        UnsupportedModelError, match=r"general.architecture 'phi2' .*supported GGUF architectures: llama"
-    ):
-        from_pretrained(path)
 
 
-def test_an_unknown_quant_type_is_refused_before_anything_loads(
-    gguf: ModuleType, models: dict[str, Any], tmp_path: Path
-) -> None:
-    path = write_gguf(gguf, models["llama"], tmp_path / "q5.gguf", "Q5_0")
-    with pytest.raises(CheckpointError, match=r"stored as Q5_0, which packrt does not read; supported: F32, F16, BF16"):
-        from_pretrained(path)
+def _q5_0(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
+    write_gguf(gguf, models["llama"], path, "Q5_0")
 
 
-def test_an_unimplemented_rope_scaling_says_packrt_lacks_it(
-    gguf: ModuleType, models: dict[str, Any], tmp_path: Path
-) -> None:
-    path = write_gguf(gguf, models["llama"], tmp_path / "yarn.gguf", rope_scaling_type=gguf.RopeScalingType.YARN)
-    with pytest.raises(UnsupportedModelError, match=r"packrt does not implement llama\.rope\.scaling\.type 'yarn' yet"):
-        from_pretrained(path)
+def _yarn(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
+    write_gguf(gguf, models["llama"], path, rope_scaling_type=gguf.RopeScalingType.YARN)
 
 
-def test_metadata_that_disagrees_with_the_tensors_is_refused_naming_the_tensor(
-    gguf: ModuleType, models: dict[str, Any], tmp_path: Path
-) -> None:
-    path = write_gguf(gguf, models["llama"], tmp_path / "bad.gguf")
+def _feed_forward_length_96(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
+    write_gguf(gguf, models["llama"], path)
     data = bytearray(path.read_bytes())
     key = b"llama.feed_forward_length"
     at = data.index(key) + len(key) + 4  # the uint32 value follows its type tag
     data[at : at + 4] = (96).to_bytes(4, "little")
     path.write_bytes(bytes(data))
-    with pytest.raises(
-        CheckpointError, match=r"tensor 'blk.0.ffn_gate.weight' has shape \(128, 64\), but .*\(96, 64\)"
-    ):
+
+
+def _no_head_count(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
+    with gguf_writer(gguf, path, "llama") as writer:
+        writer.add_uint32("llama.embedding_length", 32)
+        writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
+
+
+# (writes the file, the error, what its message says): each names what the file holds and what packrt reads
+REFUSED = [
+    pytest.param(
+        _phi2,
+        UnsupportedModelError,
+        r"general.architecture 'phi2' .*supported GGUF architectures: llama",
+        id="an-unknown-architecture-listing-the-supported",
+    ),
+    pytest.param(
+        _q5_0,
+        CheckpointError,
+        r"stored as Q5_0, which packrt does not read; supported: F32, F16, BF16",
+        id="an-unknown-quant-type",
+    ),
+    pytest.param(
+        _yarn,
+        UnsupportedModelError,
+        r"packrt does not implement llama\.rope\.scaling\.type 'yarn' yet",
+        id="an-unimplemented-rope-scaling",
+    ),
+    pytest.param(
+        _feed_forward_length_96,
+        CheckpointError,
+        r"tensor 'blk.0.ffn_gate.weight' has shape \(128, 64\), but .*\(96, 64\)",
+        id="metadata-that-disagrees-with-the-tensors-naming-the-tensor",
+    ),
+    pytest.param(
+        _no_head_count,
+        CheckpointError,
+        r"metadata 'llama\.attention\.head_count' .* is missing; the file's metadata",
+        id="missing-metadata-named-by-its-gguf-key",
+    ),
+]
+
+
+@pytest.mark.parametrize(("write", "error", "match"), REFUSED)
+def test_a_file_packrt_cannot_serve_is_refused_naming_what_it_found(
+    gguf: ModuleType,
+    models: dict[str, Any],
+    tmp_path: Path,
+    write: Callable[[ModuleType, dict[str, Any], Path], None],
+    error: type[Exception],
+    match: str,
+) -> None:
+    path = tmp_path / "m.gguf"
+    write(gguf, models, path)
+    with pytest.raises(error, match=match):
         from_pretrained(path)
 
 
@@ -206,14 +244,3 @@ def test_a_byte_level_bpe_is_built_from_the_metadata(gguf: ModuleType, models: d
         w.add_tensor("token_embd.weight", np.zeros((2, 32), np.float32))
     with pytest.raises(CheckpointError, match=r"tokenizer.ggml.pre 'deepseek-coder' is a split packrt does not know"):
         load_tokenizer(writer_bad)
-
-
-def test_missing_metadata_is_named_by_its_gguf_key(gguf: ModuleType, tmp_path: Path) -> None:
-    path = tmp_path / "bare.gguf"
-    with gguf_writer(gguf, path, "llama") as writer:
-        writer.add_uint32("llama.embedding_length", 32)
-        writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
-    with pytest.raises(
-        CheckpointError, match=r"metadata 'llama\.attention\.head_count' .* is missing; the file's metadata"
-    ):
-        from_pretrained(path)

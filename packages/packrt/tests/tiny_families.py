@@ -1,0 +1,200 @@
+"""The tiny random model of every family packrt loads from a save_pretrained directory, saved once a session.
+
+One table says how each family's model is built (transformers' config and model class, the config fields,
+save_pretrained's arguments), what packrt builds from its directory, and how a batch for it is padded. The
+comparisons against transformers (test_pretrained_matches_transformers) run over every row; each family's
+own tests read the same saved directories through the ``saved`` fixture (conftest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+from peers import SMALL, VOCAB, encoder_fields, padded_batch, perturb_norms, save, tiny_model
+
+from packrt.models import (
+    BertEncoder,
+    CausalLM,
+    Gemma3ForCausalLM,
+    GPT2LMHeadModel,
+    LlamaForCausalLM,
+    Phi3ForCausalLM,
+    Qwen3ForCausalLM,
+    RobertaEncoder,
+)
+
+
+@dataclass(frozen=True)
+class Family:
+    """A tiny model of one family: ``config_class(**fields)`` in ``model_class``, saved with ``save_args``,
+    which packrt serves as a ``served_as``."""
+
+    config_class: str
+    model_class: str
+    fields: dict[str, Any]
+    served_as: type
+    save_args: dict[str, Any] = field(default_factory=dict)
+    # every norm weight moved off its init, so a norm read as ``w`` instead of ``1 + w``, or skipped, shows
+    perturbed: bool = False
+    # an encoder's pad id, written into its batches' padding as a tokenizer writes it (roberta numbers
+    # positions from it); None for a causal model, whose batches pad on both sides with 0
+    pad: int | None = None
+    token_types: bool = False
+
+    def variant(self, fields: dict[str, Any]) -> Family:
+        """The same architecture (classes, norms) with other config ``fields``, saved in one file."""
+        return replace(self, fields=fields, save_args={})
+
+    @property
+    def causal(self) -> bool:
+        return issubclass(self.served_as, CausalLM)
+
+    def batch(self, seed: int, length: int = 12) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """ids, attention_mask and token types (None where the family has one type) of three rows: one
+        full, one padded on the right, one on the left."""
+        if self.pad is not None:
+            ids, mask, types = padded_batch(seed, self.pad)
+            return ids, mask, types if self.token_types else None
+        return (*causal_batch(seed, length), None)
+
+
+def causal_batch(seed: int, length: int = 12) -> tuple[np.ndarray, np.ndarray]:
+    """ids (drawn from 1 up) and attention_mask of three rows: one full, one whose last three positions are
+    padding, one whose first four are."""
+    ids = np.random.default_rng(seed).integers(1, VOCAB, (3, length)).astype(np.int64)
+    mask = np.ones_like(ids)
+    mask[1, length - 3 :] = 0
+    mask[2, :4] = 0
+    return ids, mask
+
+
+ROPE_LLAMA3 = {
+    "rope_type": "llama3",
+    "rope_theta": 500000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 16,
+}
+GEMMA = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "sliding_window": 4,
+    "query_pre_attn_scalar": 24,
+    "final_logit_softcapping": 30.0,
+    "layer_types": ["sliding_attention", "full_attention"],
+    "rope_parameters": {
+        "full_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 50_000.0},
+        "sliding_attention": {"rope_type": "default", "rope_theta": 500.0},
+    },
+}
+QWEN3_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 16,  # not hidden // heads: the explicit width is the one used
+    "attention_bias": True,
+    "use_sliding_window": True,
+    "sliding_window": 4,
+    "max_window_layers": 1,
+}
+QWEN2_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "use_sliding_window": True,
+    "sliding_window": 4,
+    "max_window_layers": 1,
+}
+MISTRAL_FIELDS = {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}
+PHI3_FIELDS = {**SMALL, "num_key_value_heads": 2, "sliding_window": 5}
+ROBERTA_PAD = 1
+LLAMA = Family(
+    "LlamaConfig",
+    "LlamaForCausalLM",
+    {**SMALL, "num_key_value_heads": 2, "rope_parameters": ROPE_LLAMA3},
+    LlamaForCausalLM,
+    save_args={"max_shard_size": "20KB"},
+)
+QWEN3 = Family(
+    "Qwen3Config",
+    "Qwen3ForCausalLM",
+    QWEN3_FIELDS,
+    Qwen3ForCausalLM,
+    save_args={"max_shard_size": "20KB"},
+    perturbed=True,
+)
+GEMMA3 = Family(
+    "Gemma3TextConfig",
+    "Gemma3ForCausalLM",
+    {**GEMMA, "tie_word_embeddings": False, "attn_logit_softcapping": 20.0},
+    Gemma3ForCausalLM,
+    perturbed=True,
+)
+PHI3 = Family("Phi3Config", "Phi3ForCausalLM", PHI3_FIELDS, Phi3ForCausalLM, perturbed=True)
+FAMILIES: dict[str, Family] = {
+    "bert": Family(
+        "BertConfig", "BertModel", {**SMALL, "max_position_embeddings": 64}, BertEncoder, pad=0, token_types=True
+    ),
+    "gpt2": Family(
+        "GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}, GPT2LMHeadModel
+    ),
+    "llama": LLAMA,
+    "llama-tied": LLAMA.variant({**SMALL, "tie_word_embeddings": True}),
+    "qwen2": Family("Qwen2Config", "Qwen2ForCausalLM", QWEN2_FIELDS, LlamaForCausalLM),
+    "mistral": Family("MistralConfig", "MistralForCausalLM", MISTRAL_FIELDS, LlamaForCausalLM),
+    "qwen3": QWEN3,
+    "qwen3-tied": QWEN3.variant({**SMALL, "num_key_value_heads": 1, "tie_word_embeddings": True}),
+    "gemma3": GEMMA3,
+    "gemma3-tied": GEMMA3.variant({**GEMMA, "initializer_range": 0.1, "attention_bias": True}),
+    "phi3": PHI3,
+    "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
+    # roberta with two token types exercises them; xlm-roberta has one
+    "roberta": Family(
+        "RobertaConfig",
+        "RobertaModel",
+        encoder_fields(ROBERTA_PAD, type_vocab_size=2),
+        RobertaEncoder,
+        pad=ROBERTA_PAD,
+        token_types=True,
+    ),
+    "xlm-roberta": Family(
+        "XLMRobertaConfig",
+        "XLMRobertaModel",
+        encoder_fields(ROBERTA_PAD, type_vocab_size=1),
+        RobertaEncoder,
+        pad=ROBERTA_PAD,
+    ),
+}
+CAUSAL = [name for name, family in FAMILIES.items() if family.causal]
+
+
+class SavedFamilies(Mapping[str, tuple[Path, Any]]):
+    """name -> (directory, the fp32 transformers model saved there), each family built and saved the first
+    time it is asked for, its weights drawn from seed 0 whatever was built before it."""
+
+    def __init__(self, transformers: ModuleType, torch: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self._transformers, self._torch, self._tmp = transformers, torch, tmp_path_factory
+        self._saved: dict[str, tuple[Path, Any]] = {}
+
+    def __getitem__(self, name: str) -> tuple[Path, Any]:
+        if name not in self._saved:
+            family = FAMILIES[name]
+            self._torch.manual_seed(0)
+            fields = {"vocab_size": VOCAB, **family.fields}
+            model = tiny_model(self._transformers, family.config_class, family.model_class, **fields)
+            if family.perturbed:
+                perturb_norms(self._torch, model)
+            self._saved[name] = save(model, self._tmp.mktemp(name), **family.save_args)
+        return self._saved[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(FAMILIES)
+
+    def __len__(self) -> int:
+        return len(FAMILIES)
