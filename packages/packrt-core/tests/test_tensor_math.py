@@ -64,6 +64,9 @@ def test_scalars_work_on_either_side() -> None:
     assert (2**t).tolist() == [2.0, 4.0]
     assert (5 // t).tolist() == [5.0, 2.0]
     assert (5 % t).tolist() == [0.0, 1.0]
+    # floor division and a remainder with the divisor's sign, as Python's numbers and torch give them
+    assert (-7 // prt.tensor([2.0, -3.0])).tolist() == [-7 // 2, -7 // -3]
+    assert (-7 % prt.tensor([2.0, -3.0])).tolist() == [-7 % 2, -7 % -3]
     assert (-t).tolist() == [-1.0, -2.0]
     assert abs(-t).tolist() == [1.0, 2.0]
 
