@@ -3,10 +3,12 @@ at every edge of its tiling; a packed int8 linear on it gives the bits of the fl
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
-from packrt_kernels_cpu import int8, pack_quantized_linear, quantize_per_channel, vnni
+from packrt_kernels_cpu import compiled, int8, pack_quantized_linear, quantize_per_channel, threads, vnni
 from packrt_kernels_cpu import settings as kernel_settings
 
 needs_vnni = pytest.mark.skipif(not vnni.available(), reason="this CPU has no AVX512-VNNI (or numba is off)")
@@ -58,6 +60,42 @@ def test_an_int8_linear_on_vnni_panels_gives_the_float_chunk_roads_bits() -> Non
         chunks = int8.linear(x, q, scale, sums, bias)  # float32 GEMMs over exact chunks
         panelled = int8.linear(x, q, scale, sums, bias, panels=vnni.pack(q))
     np.testing.assert_array_equal(panelled, chunks)
+
+
+@needs_vnni
+def test_inside_on_this_thread_the_int8_loops_stay_on_the_calling_thread_with_the_same_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rng = np.random.default_rng(11)
+    q, scale = quantize_per_channel(rng.standard_normal((1024, 1024)).astype(np.float32))
+    x = rng.standard_normal((300, 1024)).astype(np.float32)  # each loop's work past its pool bound
+    loops = compiled.module("packrt_kernels_cpu._numba_int8")
+    pooled = ("dequantize_product", "quantize_rows", "row_sums", "vnni_tiles")
+    calls: list[str] = []
+
+    def counted(name: str, loop: Any) -> Any:
+        def call(*args: Any) -> None:
+            calls.append(name)
+            loop(*args)
+
+        return call
+
+    for name in pooled:
+        monkeypatch.setattr(loops, name, counted(name, getattr(loops, name)))
+
+    def linear() -> np.ndarray:
+        return int8.linear(x, q, scale, int8.weight_sums(q), None, panels=vnni.pack(q))
+
+    if compiled.pool_size() < 2:
+        pytest.skip("numba's pool has one thread here: every loop runs on the calling thread anyway")
+    with kernel_settings.override(blas="numpy"):
+        on_the_pool = linear()
+        assert sorted(calls) == list(pooled), "outside, work this large goes to a pool of two threads or more"
+        calls.clear()
+        with threads.on_this_thread():
+            alone = linear()
+    assert calls == [], f"{calls} started a parallel region inside on_this_thread"
+    np.testing.assert_array_equal(alone, on_the_pool)
 
 
 @needs_vnni

@@ -2,8 +2,11 @@
 row, sum the weight's rows, and turn the int32 product back into float32 with the scales and the
 bias in one pass.
 
-Each loop splits its work over numba's pool with ``prange`` (its size follows ``set_num_threads``)
-and writes a caller-given ``out``; every array is C-contiguous.
+Each loop is written once as a compiled serial loop over a span of its rows (or panels) and exposed
+twice, as in :mod:`._numba_kernels`: ``name`` splits the work over numba's pool with ``prange`` (its
+size follows ``set_num_threads``), ``name_serial`` runs the whole span on the calling thread, for small
+work and inside :func:`packrt_kernels_cpu.threads.on_this_thread` (see :func:`compiled.launch`). Each
+writes a caller-given ``out``; every array is C-contiguous.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
 
+_serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
 _parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
 
 _U8_MAX = np.float32(255.0)
@@ -26,8 +30,8 @@ _ONE = np.float32(1.0)
 _NAN = np.float32(np.nan)
 
 
-@_parallel
-def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+@_serial
+def _quantize_span(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array, r0: int, r1: int) -> None:
     """``q[i] = round(x[i] / scale[i]) + zero[i]`` clipped to 0..255, as uint8, per row of float32 ``x``,
     given each row's ``lo = min(0, row)`` and ``hi = max(0, row)`` (NaN where the row holds NaN).
 
@@ -35,8 +39,8 @@ def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: 
     level of its own (padding and ReLU zeros stay exact). Rounding is half up (every level is >= 0
     by then). A row of zeros gets scale 1; a row whose range is not finite (NaN, infinity) gets
     scale NaN, which carries into every output of that row."""
-    rows, cols = x.shape
-    for i in numba.prange(rows):
+    cols = x.shape[1]
+    for i in range(r0, r1):
         span = hi[i] - lo[i]
         if not np.isfinite(span):
             scale[i] = _NAN
@@ -58,9 +62,19 @@ def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: 
 
 
 @_parallel
-def row_sums(q: Array, out: Array) -> None:
+def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+    for i in numba.prange(x.shape[0]):
+        _quantize_span(x, lo, hi, q, scale, zero, i, i + 1)
+
+
+def quantize_rows_serial(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+    _quantize_span(x, lo, hi, q, scale, zero, 0, x.shape[0])
+
+
+@_serial
+def _row_sums_span(q: Array, out: Array, r0: int, r1: int) -> None:
     """``out[n] = sum(q[n])`` in int32 for int8 ``q`` (N, K)."""
-    for n in numba.prange(q.shape[0]):
+    for n in range(r0, r1):
         s = np.int32(0)
         for kk in range(q.shape[1]):
             s += np.int32(q[n, kk])
@@ -68,7 +82,17 @@ def row_sums(q: Array, out: Array) -> None:
 
 
 @_parallel
-def dequantize_product(
+def row_sums(q: Array, out: Array) -> None:
+    for n in numba.prange(q.shape[0]):
+        _row_sums_span(q, out, n, n + 1)
+
+
+def row_sums_serial(q: Array, out: Array) -> None:
+    _row_sums_span(q, out, 0, q.shape[0])
+
+
+@_serial
+def _dequantize_span(
     acc: Array,
     x_scale: Array,
     x_zero: Array,
@@ -78,14 +102,16 @@ def dequantize_product(
     has_bias: bool,
     accumulate: bool,
     out: Array,
+    r0: int,
+    r1: int,
 ) -> None:
     """``out[i, n] (+)= (acc[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] (+ bias[n])``.
 
     ``acc`` is the int32 product of the uint8 activations and the int8 weight; subtracting the zero
     point's share (``x_zero * w_sum``, in int64 so it cannot wrap) leaves the product of the signed
     activation levels. ``accumulate`` adds onto ``out`` (a later K chunk) and skips the bias."""
-    rows, cols = acc.shape
-    for i in numba.prange(rows):
+    cols = acc.shape[1]
+    for i in range(r0, r1):
         zi = np.int64(x_zero[i])
         si = x_scale[i]
         # One loop per case, so none branches per element (and each vectorises).
@@ -101,20 +127,60 @@ def dequantize_product(
 
 
 @_parallel
-def vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
-    """The tiles of :func:`packrt_kernels_cpu.vnni.gemm` over the pool, a panel of 32 output columns per
-    task, into ``out`` (M, N padded to 32) int32 from ``u`` (M, 4 * groups) uint8, both C-contiguous:
-    ``tiles[0]`` (8 rows) down the rows, then ``tiles[1]`` (one) for the last ``M % 8``; ``tiles``
-    holds their addresses."""
+def dequantize_product(
+    acc: Array,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    has_bias: bool,
+    accumulate: bool,
+    out: Array,
+) -> None:
+    for i in numba.prange(acc.shape[0]):
+        _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, has_bias, accumulate, out, i, i + 1)
+
+
+def dequantize_product_serial(
+    acc: Array,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    has_bias: bool,
+    accumulate: bool,
+    out: Array,
+) -> None:
+    _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, has_bias, accumulate, out, 0, acc.shape[0])
+
+
+@_serial
+def _vnni_span(tiles: Array, out: Array, u: Array, panels: Array, groups: int, p0: int, p1: int) -> None:
+    """Panels ``p0:p1`` of :func:`packrt_kernels_cpu.vnni.gemm`, 32 output columns each, into ``out`` (M, N
+    padded to 32) int32 from ``u`` (M, 4 * groups) uint8, both C-contiguous: ``tiles[0]`` (8 rows) down
+    the rows, then ``tiles[1]`` (one) for the last ``M % 8``; ``tiles`` holds their addresses."""
     rows, lda = u.shape
     ldo = out.shape[1]
     o, a, b = out.ctypes.data, u.ctypes.data, panels.ctypes.data
     whole = rows // 8
     full, one = tiles[0], tiles[1]
-    for p in numba.prange(ldo // 32):
+    for p in range(p0, p1):
         panel = b + p * groups * 128
         column = o + p * 128  # 32 int32 columns
         for i in range(whole):
             call_tile(full, column + i * 8 * ldo * 4, ldo, a + i * 8 * lda, lda, panel, groups)
         for r in range(whole * 8, rows):
             call_tile(one, column + r * ldo * 4, ldo, a + r * lda, lda, panel, groups)
+
+
+@_parallel
+def vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
+    """The panels over the pool, one task a panel."""
+    for p in numba.prange(out.shape[1] // 32):
+        _vnni_span(tiles, out, u, panels, groups, p, p + 1)
+
+
+def vnni_tiles_serial(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
+    _vnni_span(tiles, out, u, panels, groups, 0, out.shape[1] // 32)

@@ -51,13 +51,14 @@ def pool_size() -> int:
     return int(_state["pool"])
 
 
-def launch(name: str, work: int, *args: Any) -> None:
-    """Run compiled kernel ``name`` over ``work`` elements: on the pool when the work is large, on the
-    calling thread (``name_serial``) when it is not, or inside :func:`threads.on_this_thread`. A
-    parallel region waits for every thread it wakes, and on a busy machine one of them is often
-    descheduled, so a small kernel costs less on one thread than on two."""
-    loaded = kernels()
-    parallel = work >= PARALLEL_MIN and not threads.serial()
+def launch(name: str, work: int, *args: Any, loops: Any = None, least: int = PARALLEL_MIN) -> None:
+    """Run compiled kernel ``name`` (of :func:`kernels`, or of ``loops``, a :func:`module`) over ``work``
+    units: on the pool when the work is ``least`` or more and the pool has two threads or more; else on
+    the calling thread (``name_serial``), as always inside :func:`threads.on_this_thread`. A parallel
+    region waits for every thread it wakes, and on a busy machine one of them is often descheduled, so
+    a small kernel costs less on one thread than on two; a pool of one only adds the region's cost."""
+    loaded = kernels() if loops is None else loops
+    parallel = work >= least and not threads.serial() and int(_state["pool"]) > 1
     getattr(loaded, name if parallel else name + "_serial")(*args)
 
 

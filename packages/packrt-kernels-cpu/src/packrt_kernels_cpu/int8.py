@@ -43,6 +43,11 @@ def _compiled() -> Any:
     return compiled.module("packrt_kernels_cpu._numba_int8")
 
 
+def _dequantize(acc: Array, *args: Any) -> None:
+    """The product back in float32 (``_numba_int8.dequantize_product``'s arguments), on the pool when large."""
+    compiled.launch("dequantize_product", acc.size, acc, *args, loops=_compiled())
+
+
 def _require(a: Array, dtype: np.dtype[Any], name: str, shape: str) -> None:
     if type(a) is not np.ndarray:
         raise KernelDTypeError(f"{name} must be a numpy array ({shape} {dtype.name}), got {type(a).__name__}")
@@ -67,7 +72,7 @@ def quantize_rows(x: Array) -> tuple[Array, Array, Array]:
         # numpy's row reductions are vectorised (and carry NaN); the pass that writes u is numba's.
         lo = np.minimum(x.min(axis=1), 0.0)
         hi = np.maximum(x.max(axis=1), 0.0)
-        _compiled().quantize_rows(x, lo, hi, u, scale, zero)
+        compiled.launch("quantize_rows", x.size, x, lo, hi, u, scale, zero, loops=_compiled())
     else:
         scale[:] = 1.0
         zero[:] = 0
@@ -78,7 +83,7 @@ def weight_sums(q: Array) -> Array:
     """Each row's sum of the int8 weight ``q`` (N, K), int32: the zero points' share of the product."""
     _require(q, _S8, "q", "(out_features, in_features)")
     out = np.empty(q.shape[0], _I32)
-    _compiled().row_sums(np.ascontiguousarray(q), out)
+    compiled.launch("row_sums", q.size, np.ascontiguousarray(q), out, loops=_compiled())
     return out
 
 
@@ -172,7 +177,7 @@ def linear(
     if panels is not None and k <= MAX_K and vnni.available():  # VNNI: the same integers, 4x float32's speed
         u, x_scale, x_zero = quantize_rows(x)
         product = vnni.gemm(u, panels)
-        _compiled().dequantize_product(product, x_scale, x_zero, w_scale, w_sum, b, bias is not None, False, out)
+        _dequantize(product, x_scale, x_zero, w_scale, w_sum, b, bias is not None, False, out)
         return out
     acc = np.empty((m, n), _I32)
     for k0 in range(0, k, MAX_K):  # one chunk for every layer short of 65536 inputs
@@ -181,7 +186,7 @@ def linear(
         sums = w_sum if k1 - k0 == k else weight_sums(qs)
         u, x_scale, x_zero = quantize_rows(xs)
         gemm_u8s8s32(u, qs, acc)
-        _compiled().dequantize_product(acc, x_scale, x_zero, w_scale, sums, b, bias is not None, k0 > 0, out)
+        _dequantize(acc, x_scale, x_zero, w_scale, sums, b, bias is not None, k0 > 0, out)
     return out
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, compute_dtype
 from packrt_base.plan import PlanKernels
-from packrt_kernels_cpu import blas, compiled, float_tiles, functional, fused, gemv, int8, threads
+from packrt_kernels_cpu import blas, compiled, float_tiles, functional, fused, gemv, int8
 from packrt_kernels_cpu.attention import softmax_rows_in_place
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import astype
@@ -45,9 +45,8 @@ def _loops() -> Any:
 
 
 def _launch(name: str, work: int, *args: Any) -> None:
-    """As :func:`compiled.launch`, for the plan's loops: on the pool when the work is large."""
-    parallel = work >= compiled.PARALLEL_MIN and not threads.serial()
-    getattr(_loops(), name if parallel else name + "_serial")(*args)
+    """:func:`compiled.launch` over the plan's loops: on the pool when the work is large."""
+    compiled.launch(name, work, *args, loops=_loops())
 
 
 def _fast(*arrays: Array | None) -> bool:
