@@ -99,7 +99,6 @@ def _dequantize_span(
     w_scale: Array,
     w_sum: Array,
     bias: Array,
-    has_bias: bool,
     accumulate: bool,
     out: Array,
     r0: int,
@@ -109,8 +108,10 @@ def _dequantize_span(
 
     ``acc`` is the int32 product of the uint8 activations and the int8 weight; subtracting the zero
     point's share (``x_zero * w_sum``, in int64 so it cannot wrap) leaves the product of the signed
-    activation levels. ``accumulate`` adds onto ``out`` (a later K chunk) and skips the bias."""
+    activation levels. An empty ``bias`` is none; ``accumulate`` adds onto ``out`` (a later K chunk) and
+    skips the bias."""
     cols = acc.shape[1]
+    has_bias = bias.shape[0] > 0
     for i in range(r0, r1):
         zi = np.int64(x_zero[i])
         si = x_scale[i]
@@ -134,12 +135,11 @@ def dequantize_product(
     w_scale: Array,
     w_sum: Array,
     bias: Array,
-    has_bias: bool,
     accumulate: bool,
     out: Array,
 ) -> None:
     for i in numba.prange(acc.shape[0]):
-        _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, has_bias, accumulate, out, i, i + 1)
+        _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, accumulate, out, i, i + 1)
 
 
 def dequantize_product_serial(
@@ -149,11 +149,10 @@ def dequantize_product_serial(
     w_scale: Array,
     w_sum: Array,
     bias: Array,
-    has_bias: bool,
     accumulate: bool,
     out: Array,
 ) -> None:
-    _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, has_bias, accumulate, out, 0, acc.shape[0])
+    _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, accumulate, out, 0, acc.shape[0])
 
 
 @_serial

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu import blas, compiled, llvm_tiles, settings, threads
+from packrt_kernels_cpu import blas, compiled, llvm_tiles, settings
 
 Array = Any
 PANEL = llvm_tiles.PANEL  # output columns a tile computes
@@ -151,12 +151,9 @@ def gemm(x: Array, panels: FloatPanels, out: Array | None = None) -> Array:
         np.matmul(x, panels.data, out=out.reshape(m, n // PANEL, PANEL).transpose(1, 0, 2))
         return out
     if m:
-        # the pool only where it has two threads or more and the work is large: waking it costs microseconds
-        pool = compiled.pool_size()
-        parallel = m * panels.in_features * n >= _PARALLEL_MACS and pool > 1 and not threads.serial()
         loops = compiled.module("packrt_kernels_cpu._numba_plan")
-        step = loops.float_tiles if parallel else loops.float_tiles_serial
-        step(tiles.addresses, out, np.ascontiguousarray(x, _F32), panels.data, pool)
+        args = (tiles.addresses, out, np.ascontiguousarray(x, _F32), panels.data, compiled.pool_size())
+        compiled.launch("float_tiles", m * panels.in_features * n, *args, loops=loops, least=_PARALLEL_MACS)
     return out
 
 

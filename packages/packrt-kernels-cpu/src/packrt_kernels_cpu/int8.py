@@ -29,6 +29,7 @@ Array = Any
 
 MAX_K = 1 << 16  # the longest row one int32 GEMM sums exactly: 65536 * 255 * 128 < 2**31
 _U8, _S8, _I32, _F32 = (np.dtype(t) for t in (np.uint8, np.int8, np.int32, np.float32))
+_NO_BIAS = np.empty(0, _F32)  # the compiled loops read an empty bias as none
 _COL_MAJOR, _NO_TRANS, _TRANS, _FIX_OFFSET = 102, 111, 112, 173  # CBLAS_LAYOUT / _TRANSPOSE / _OFFSET
 _INT32_MAX = 2**31 - 1
 _NO_OFFSET = np.zeros(1, np.int32)  # the C offset MKL reads with CblasFixOffset: none
@@ -170,14 +171,14 @@ def linear(
     if out.size == 0:
         return out
     k = x.shape[1]
-    b = bias if bias is not None else w_scale  # an unread placeholder: numba needs one array type
+    b = bias if bias is not None else _NO_BIAS
     if k == 0:
         out[...] = 0.0 if bias is None else bias
         return out
     if panels is not None and k <= MAX_K and vnni.available():  # VNNI: the same integers, 4x float32's speed
         u, x_scale, x_zero = quantize_rows(x)
         product = vnni.gemm(u, panels)
-        _dequantize(product, x_scale, x_zero, w_scale, w_sum, b, bias is not None, False, out)
+        _dequantize(product, x_scale, x_zero, w_scale, w_sum, b, False, out)
         return out
     acc = np.empty((m, n), _I32)
     for k0 in range(0, k, MAX_K):  # one chunk for every layer short of 65536 inputs
@@ -186,7 +187,7 @@ def linear(
         sums = w_sum if k1 - k0 == k else weight_sums(qs)
         u, x_scale, x_zero = quantize_rows(xs)
         gemm_u8s8s32(u, qs, acc)
-        _dequantize(acc, x_scale, x_zero, w_scale, sums, b, bias is not None, k0 > 0, out)
+        _dequantize(acc, x_scale, x_zero, w_scale, sums, b, k0 > 0, out)
     return out
 
 

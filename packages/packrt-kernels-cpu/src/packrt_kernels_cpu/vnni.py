@@ -10,7 +10,8 @@ kernel multiplies 8 rows of uint8 activations (or 1, for the last rows) by one p
 compiled by llvmlite (numba's own code generator) for this machine on first use, not by numba: LLVM
 does not form ``vpdpbusd`` from a numba loop (it widens to 32 bits and uses ``vpdpwssd``, measured 92
 GOP/s). numba's compiled loop (:mod:`._numba_int8`) runs the tiles, over the pool when the product is
-large. Measured on one Zen 4 core: 380-430 GOP/s at 1024x768x3072, 320-330 at 16 rows, against 98 GFLOP/s for float32.
+large. Measured on one Zen 4 core: 380-430 GOP/s at 1024x768x3072, 320-330 at 16 rows, against 98
+GFLOP/s for float32.
 
 The products are exact int32 sums (``K * 255 * 127 < 2**31`` for ``K <= 65536``), the same integers
 as every other int8 road. :func:`available` says whether this machine and the settings allow it.
@@ -127,10 +128,8 @@ def gemm(u: Array, panels: Panels) -> Array:
     out = np.empty((m, columns), np.int32)
     if m and columns and panels.groups:
         loops = compiled.module("packrt_kernels_cpu._numba_int8")
-        work = m * columns * width  # multiply-adds
-        compiled.launch(
-            "vnni_tiles", work, tiles.addresses, out, u, panels.data, panels.groups, loops=loops, least=_PARALLEL_MACS
-        )
+        args = (tiles.addresses, out, u, panels.data, panels.groups)
+        compiled.launch("vnni_tiles", m * columns * width, *args, loops=loops, least=_PARALLEL_MACS)
     elif m and columns:
         out[...] = 0
     return out[:, : panels.out_features]
