@@ -372,7 +372,7 @@ def _epilogue() -> Built:
 
     base, b = _rand(ACT_SHAPE), _rand(ACT_SHAPE[-1:], 1)
     y = np.empty_like(base)
-    activate = plan._activate  # the epilogue has no public entry of its own
+    activate = plan._activate  # noqa: SLF001 - the epilogue has no public entry of its own
 
     def run() -> Any:
         np.copyto(y, base)

@@ -39,7 +39,7 @@ STEPS = steps(
     {
         pretrained: ("read_config", "find_family", "validate", "_dtype", "check_capacity", "plan_load", "check_dtypes"),
         packrt_io: ("inspect_checkpoint", "load_arrays", "guarding"),
-        llama: ("LlamaForCausalLM",),
+        llama.LlamaForCausalLM: ("__init__",),  # the model declared
         nn.Module: ("register_forward_pre_hook", "load_state_dict", "eval"),
     }
 )

@@ -71,7 +71,7 @@ def install_everywhere(result: _Installs, root: ModuleTree) -> None:
     installed, so a ready-made hook is on every module or on none."""
     try:
         for name, submodule in walk_modules(root):
-            result._install(name, submodule)
+            result._install(name, submodule)  # noqa: SLF001 - this package's own installer
     except BaseException:
         result.remove()
         raise

@@ -87,7 +87,7 @@ def capture(
     result = Capture(wanted, transform)
     try:
         for name, submodule in chosen:
-            result._install(name, submodule)
+            result._install(name, submodule)  # noqa: SLF001 - this package's own installer
     except BaseException:
         result.remove()
         raise

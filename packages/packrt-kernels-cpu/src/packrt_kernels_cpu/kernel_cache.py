@@ -69,7 +69,8 @@ def source_hash(path: str | Path, package: Path = _PACKAGE) -> str:
 _content_hash = functools.cache(source_hash)
 
 
-class SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):
+# numba offers no public base for a cache locator; these two are what its own locators derive from
+class SharedCacheLocator(caching._SourceFileBackedLocatorMixin, caching._CacheLocator):  # noqa: SLF001
     """numba cache locator keyed by :func:`source_hash` (content), not by a path or a modification time."""
 
     def __init__(self, py_func: Any, py_file: str) -> None:

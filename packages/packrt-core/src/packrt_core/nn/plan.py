@@ -22,6 +22,14 @@ module, as always. The rules a user relies on:
 
 A device serves plans where its kernels have :class:`packrt_base.plan.PlanKernels`
 (``kernels.plan_kernels()``); elsewhere every call takes the plain road.
+
+**What a builder may read.** A plan runs on raw arrays and the layers' packs, which packrt-core keeps
+private. The four functions at the end of this module are the one surface a builder outside packrt-core
+uses to reach them (no other module reaches a private name of packrt-core; ruff's SLF001 and PLC2701
+check it): :func:`serving_pack` (the pack a layer's forward would serve now), :func:`share_pack` (a
+layer serves a view into the plan's fused weight instead of its own pack), :func:`array_of` (a
+tensor's device array, uncopied) and :func:`tensor_like` (an array as a new tensor on another
+tensor's device).
 """
 
 from __future__ import annotations
@@ -34,11 +42,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+from packrt_base.kernels import Pack
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.errors import PackrtError
 from packrt_core.nn.module import Module
+from packrt_core.nn.packed import PackedLayer
 from packrt_core.nn.parameter import Parameter
+from packrt_core.tensor import Tensor
 
 _epoch = operator.attrgetter("_epoch")
 _hooked = operator.attrgetter("_hooked")
@@ -268,13 +279,42 @@ def owned_copy(param: Parameter | None) -> Any:
     return None if param is None else param._array().copy()
 
 
+def serving_pack(layer: PackedLayer) -> Pack:
+    """The pack ``layer``'s forward would serve now: its resident pack under ``packed``, else a borrowed
+    view of its bound weights (under ``auto``, the residency is decided as a forward would)."""
+    return layer._serving_pack()
+
+
+def share_pack(layer: PackedLayer, old: Pack, new: Pack) -> bool:
+    """``layer`` serves ``new`` (the same values as ``old`` in another layout: a view into a plan's fused
+    weight) in place of ``old``, so the plan and the layer hold one copy; False, and nothing changes, when
+    ``old`` is no longer the layer's resident pack (a load or an edit replaced it)."""
+    return layer._adopt(old, new)
+
+
+def array_of(tensor: Tensor) -> Any:
+    """``tensor``'s array on its own device, not copied (a numpy array on the CPU): for reading only,
+    since a write through it bypasses the tensor's version and so every pack's staleness check."""
+    return tensor._array()
+
+
+def tensor_like(like: Tensor, data: Any) -> Tensor:
+    """``data`` (an array of ``like``'s device) as a new tensor on ``like``'s device, with a lineage of its own."""
+    return like._wrap(data)
+
+
 __all__ = [
     "Guard",
     "Plan",
     "PlanReport",
     "PlanUnavailableError",
+    "array_of",
+    "owned_copy",
     "plan_report",
     "serve",
+    "serving_pack",
     "serving_plans",
     "set_serving_plans",
+    "share_pack",
+    "tensor_like",
 ]

@@ -88,7 +88,7 @@ class CausalDecoder(LlamaForCausalLM):
         self.config = config
         self.max_positions = config.max_positions
         # float64 angles, where a config.json's llama forms them in float32 as transformers does
-        self.rotary = RotaryTables(inverse_frequencies(config.hidden // config.heads, config.rope_theta))
+        self.rotaries = {"default": RotaryTables(inverse_frequencies(config.hidden // config.heads, config.rope_theta))}
 
     def _name(self) -> str:
         return "CausalDecoder"

@@ -32,17 +32,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt.models.llama import RotaryTables, declare_decoder_stack, rope_frequencies
+from packrt.models.rotary import RotaryTables, rope_frequencies
+from packrt_base.plan import PlanKernels
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
 
@@ -77,6 +79,23 @@ class DecoderWidths:
         )
 
 
+def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[int | None, ...]:
+    """Each layer's sliding window: ``window`` on the layers ``layer_types`` marks ``sliding_attention``.
+
+    Without ``layer_types`` the qwen rule applies: the layers from ``max_window_layers`` on slide
+    when ``use_sliding_window`` is true and a window is set (what transformers' Qwen2/Qwen3 configs
+    derive ``layer_types`` from).
+    """
+    types = config.get("layer_types")
+    if types is None:
+        limit = config.integer("max_window_layers", 28)
+        sliding = config.flag("use_sliding_window", False) and window is not None
+        types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers:
+        raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
+    return tuple(window if kind == "sliding_attention" else None for kind in types)
+
+
 class RotaryAttention(nn.Module):
     """Rotary grouped-query attention of layer ``index``, sized by ``widths`` (see the module docstring for
     the options)."""
@@ -89,6 +108,7 @@ class RotaryAttention(nn.Module):
         head_norm: Callable[[int], nn.Module] | None = None,
         fused: bool = False,
         bias: bool = False,
+        o_bias: bool | None = None,
         scale: float | None = None,
         window: int | None = None,
     ) -> None:
@@ -103,7 +123,7 @@ class RotaryAttention(nn.Module):
             self.q_proj = nn.Linear(hidden, q_width, bias=bias)
             self.k_proj = nn.Linear(hidden, kv_width, bias=bias)
             self.v_proj = nn.Linear(hidden, kv_width, bias=bias)
-        self.o_proj = nn.Linear(q_width, hidden, bias=bias)
+        self.o_proj = nn.Linear(q_width, hidden, bias=bias if o_bias is None else o_bias)
         self.normed = head_norm is not None
         if head_norm is not None:
             self.q_norm = head_norm(head_dim)
@@ -225,6 +245,7 @@ class RotaryDecoderLM(CausalLM):
 
     model_type = ""
     tied_by_default = False
+    serves_plans = True  # the layers a plan reproduces take it (decoder_plan); others keep the module road
     embed_scale: float | None = None
     logit_softcap: float | None = None
 
@@ -250,8 +271,13 @@ class RotaryDecoderLM(CausalLM):
         if rotaries is None:
             rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
         self.rotaries = dict(rotaries)
-        norm = FloatRMSNorm(hidden, widths.eps) if norm is None else norm
-        declare_decoder_stack(self, self.vocab, hidden, layers, norm, self.tied)
+        # declared in the order state_dict lists them; a tied head is the embedding's Parameter itself
+        self.embed = nn.Embedding(self.vocab, hidden)
+        self.layers = nn.ModuleList(layers)
+        self.norm = FloatRMSNorm(hidden, widths.eps) if norm is None else norm
+        self.lm_head = nn.Linear(hidden, self.vocab, bias=False)
+        if self.tied:
+            self.lm_head.weight = self.embed.weight
 
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
@@ -270,6 +296,9 @@ class RotaryDecoderLM(CausalLM):
         out: packrt.Tensor = self.norm(x if wide else x.to(half)).to(half)
         return out
 
+    def _build_plan(self, model: Any, kernels: PlanKernels) -> Any:
+        return DecoderPlan(model, kernels, BLOCKS)
+
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         logits: packrt.Tensor = self.lm_head(hidden)
         if self.logit_softcap is not None:
@@ -281,6 +310,9 @@ class RotaryDecoderLM(CausalLM):
             f"{self.model_type}: vocab={self.vocab}, hidden={self.hidden}, layers={self.num_layers}, tied={self.tied}"
         )
 
+
+# What the decoder's serving plan reproduces; a family whose layers are other classes keeps the module road.
+BLOCKS = DecoderBlocks(layer=PreNormLayer, attention=RotaryAttention, mlp=GatedMLP, norm=FloatRMSNorm, rotary=True)
 
 # Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
 # ``layers.{i}.``): a PreNormLayer's two norms, the four attention projections (weight and bias), the per-head
@@ -349,5 +381,6 @@ __all__ = [
     "RotaryDecoderLM",
     "decoder_family",
     "decoder_keymap",
+    "layer_windows",
     "residual_dtype",
 ]

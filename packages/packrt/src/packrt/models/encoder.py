@@ -34,7 +34,7 @@ from packrt.models.layers import (
     check_positive,
 )
 from packrt_base.plan import PlanKernels
-from packrt_core.nn.plan import serve
+from packrt_core.nn.plan import array_of, serve
 
 
 @dataclass(frozen=True)
@@ -156,7 +156,7 @@ class BertEncoder(nn.Module):
             mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
         plan = serve(self, self.embeddings.word.weight.device, self._build_plan)
         if plan is not None:
-            keys = None if mask is None else mask.reshape(batch, seq)._array()
+            keys = None if mask is None else array_of(mask.reshape(batch, seq))
             planned: packrt.Tensor | None = plan.run(
                 input_ids, None if keys is None or keys.all() else keys, token_type_ids
             )

@@ -32,7 +32,7 @@ from packrt.models.plan_parts import as_float32, exact, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.dtypes import float32
-from packrt_core.nn.plan import PlanUnavailableError, owned_copy
+from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serving_pack, share_pack, tensor_like
 from packrt_core.tensor import Tensor
 
 _LINEARS = (nn.Linear, nn.QuantizedLinear)
@@ -96,10 +96,12 @@ def _plan_layer(kernels: PlanKernels, kinds: Kinds, layer: Any, path: str, heads
     for name, linear in zip(("q_proj", "k_proj", "v_proj", "o_proj", "up", "down"), linears, strict=True):
         _exact(linear, _LINEARS, f"{path}.{name}")
         require_storage(linear, f"{path}.{name}")
-    packs = [p._serving_pack() for p in projections]
+    packs = [serving_pack(p) for p in projections]
     if all(p.serving_residency() == "packed" for p in projections) and kernels.fuses(packs):
         fused = kernels.linear(packs)
-        shared = [linear._adopt(old, part) for linear, old, part in zip(projections, packs, fused.parts, strict=True)]
+        shared = [
+            share_pack(linear, old, part) for linear, old, part in zip(projections, packs, fused.parts, strict=True)
+        ]
         qkv: tuple[Any, ...] = (fused,)
         note = "q, k, v: one GEMM over one weight, which the three layers' packs are views of"
         # what the joined weight holds beyond the layers' views of it (int8: its VNNI panels), or all of it
@@ -110,9 +112,9 @@ def _plan_layer(kernels: PlanKernels, kinds: Kinds, layer: Any, path: str, heads
         extra = 0
     planned = _Layer(
         qkv=qkv,
-        o=kernels.linear([attention.o_proj._serving_pack()]),
-        up=kernels.linear([mlp.up._serving_pack()], _ACTIVATION[act.approximate]),
-        down=kernels.linear([mlp.down._serving_pack()]),
+        o=kernels.linear([serving_pack(attention.o_proj)]),
+        up=kernels.linear([serving_pack(mlp.up)], _ACTIVATION[act.approximate]),
+        down=kernels.linear([serving_pack(mlp.down)]),
         norm1=_Norm.of(layer.attention_norm, f"{path}.attention_norm"),
         norm2=_Norm.of(layer.mlp_norm, f"{path}.mlp_norm"),
         extra=extra,
@@ -138,7 +140,7 @@ class EncoderPlan:
         self.kernels = kernels
         self.hidden, self.heads = config.hidden, config.heads
         self.embeddings = embeddings
-        self.tables = tuple(getattr(embeddings, n)._serving_pack() for n in ("word", "position", "token_type"))
+        self.tables = tuple(serving_pack(getattr(embeddings, n)) for n in ("word", "position", "token_type"))
         self.vocab = tuple(getattr(embeddings, n).num_embeddings for n in ("word", "position", "token_type"))
         self.norm = _Norm.of(embeddings.norm, "embeddings.norm")
         self.device = embeddings.word.weight.device
@@ -189,9 +191,9 @@ class EncoderPlan:
             token_type_ids.device != self.device or token_type_ids.shape != input_ids.shape
         ):
             return None
-        ids = input_ids._array()
-        positions = self.embeddings.position_ids(input_ids)._array()
-        types = None if token_type_ids is None else token_type_ids._array()
+        ids = array_of(input_ids)
+        positions = array_of(self.embeddings.position_ids(input_ids))
+        types = None if token_type_ids is None else array_of(token_type_ids)
         for values, limit in ((ids, self.vocab[0]), (positions, self.vocab[1]), (types, self.vocab[2])):
             if values is not None and values.size and (int(values.min()) < 0 or int(values.max()) >= limit):
                 return None
@@ -227,7 +229,7 @@ class EncoderPlan:
         result = h.reshape(batch, seq, hidden)
         if self.dtype is not float32:
             result = result.astype(self.dtype.numpy)
-        return input_ids._wrap(result)
+        return tensor_like(input_ids, result)
 
     def _projections(self, layer: _Layer, h: Any, rows: int) -> Any:
         """The (rows, 3 * hidden) query, key and value projections of ``h``."""

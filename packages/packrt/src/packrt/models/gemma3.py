@@ -50,7 +50,7 @@ from packrt.models.decoder_blocks import (
     decoder_family,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.llama import RotaryTables, rope_frequencies
+from packrt.models.rotary import RotaryTables, rope_frequencies
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (

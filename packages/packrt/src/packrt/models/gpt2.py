@@ -21,7 +21,7 @@ from typing import Any, cast
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
-from packrt.models.decoder_plan import DecoderPlan
+from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
@@ -98,6 +98,10 @@ class GPT2Layer(nn.Module):
         return out
 
 
+# What the decoder's serving plan reproduces (learned positions, no rotary tables)
+BLOCKS = DecoderBlocks(layer=GPT2Layer, attention=GPT2Attention, mlp=GPT2MLP, norm=nn.LayerNorm, rotary=False)
+
+
 class GPT2LMHeadModel(CausalLM):
     """GPT-2: ``model(input_ids)`` gives logits (batch, seq, vocab), for up to ``n_positions`` tokens.
 
@@ -134,7 +138,7 @@ class GPT2LMHeadModel(CausalLM):
         return cast(packrt.Tensor, self.norm(x))
 
     def _build_plan(self, model: Any, kernels: PlanKernels) -> DecoderPlan:
-        return DecoderPlan(model, kernels, "gpt2")
+        return DecoderPlan(model, kernels, BLOCKS)
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         return cast(packrt.Tensor, self.lm_head(hidden))

@@ -42,9 +42,7 @@ def quantize_linears(model: nn.Module, weight_residency: str | None = None) -> l
     place) and return the replaced paths. A Linear whose weight another module also holds stays."""
     holders = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
     targets = [
-        path
-        for path, module in model.named_modules()
-        if type(module) is nn.Linear and holders[id(module._parameters["weight"])] == 1
+        path for path, module in model.named_modules() if type(module) is nn.Linear and holders[id(module.weight)] == 1
     ]
     replacements = []  # every layer quantized before any is swapped: a failure leaves the model as it was
     for path in targets:

@@ -30,9 +30,9 @@ from packrt.models.decoder_blocks import (
     RotaryAttention,
     RotaryDecoderLM,
     decoder_family,
+    layer_windows,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.llama import layer_windows
 
 HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
 

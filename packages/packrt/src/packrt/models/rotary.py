@@ -8,10 +8,14 @@ repeated over both halves (the layout Llama checkpoints in the Hugging Face form
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import packrt
 from packrt import nn
+from packrt.models.config_schema import ROPE_TYPES
+from packrt.models.hfconfig import HFConfig
 
 
 def cos_sin_tables(inv_freq: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
@@ -39,6 +43,38 @@ def rotary_tables(max_positions: int, head_dim: int, theta: float = 10000.0) -> 
     """(cos, sin), each (max_positions, head_dim) float32, for positions 0..max_positions-1, from
     float64 angles (:func:`cos_sin_tables` of :func:`inverse_frequencies`)."""
     return cos_sin_tables(inverse_frequencies(head_dim, theta), max_positions)
+
+
+def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
+    """The rotary inverse frequencies (head_dim // 2,) float32, as transformers computes them.
+
+    ``rope_parameters`` (transformers 5) or ``rope_scaling`` plus ``rope_theta`` (older files) give
+    the type: ``default`` (``theta ** (-2i / head_dim)``), ``linear`` (divided by ``factor``) or
+    ``llama3`` (long wavelengths divided by ``factor``, short ones kept, the band between blended).
+    """
+    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise config.error(
+            "rope_parameters.rope_type",
+            f"is {kind!r}, which packrt does not implement (supported: {', '.join(ROPE_TYPES)})",
+        )
+    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
+    inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    if kind == "linear":
+        return (inv_freq / np.float32(params["factor"])).astype(np.float32)
+    if kind == "llama3":
+        factor = float(params["factor"])
+        low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
+        context = float(params.get("original_max_position_embeddings", config.get("max_position_embeddings", 8192)))
+        wavelength = np.float32(2 * math.pi) / inv_freq
+        scaled = np.where(wavelength > context / low, inv_freq / np.float32(factor), inv_freq).astype(np.float32)
+        smooth = ((np.float32(context) / wavelength - np.float32(low)) / np.float32(high - low)).astype(np.float32)
+        blended = (1 - smooth) * scaled / np.float32(factor) + smooth * scaled
+        middle = ~(wavelength < context / high) & ~(wavelength > context / low)
+        return np.where(middle, blended, scaled).astype(np.float32)
+    return inv_freq
 
 
 class RotaryTables:
@@ -117,4 +153,12 @@ class RotaryEmbedding(nn.Module):
         return f"head_dim={self.head_dim}, max_positions={self.max_positions}, theta={self.theta:g}"
 
 
-__all__ = ["RotaryEmbedding", "RotaryTables", "cos_sin_tables", "inverse_frequencies", "rotary_tables", "rotate_half"]
+__all__ = [
+    "RotaryEmbedding",
+    "RotaryTables",
+    "cos_sin_tables",
+    "inverse_frequencies",
+    "rope_frequencies",
+    "rotary_tables",
+    "rotate_half",
+]
