@@ -307,6 +307,7 @@ def lint(session: nox.Session) -> None:
         *[arg for name in [*PACKAGES.values(), RAY_IMPORT, "packrt_conformance"] for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )
+    session.run("mypy", "--strict", "--python-version", "3.11", "tools")  # the repository's own scripts
     # The dependency direction, independence and no-cycle contracts (read from the sources).
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
 
