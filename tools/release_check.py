@@ -316,7 +316,8 @@ def check_siblings(package: Package, versions: dict[NormalizedName, Version], ro
         if sibling not in versions:
             continue
         current = versions[sibling]
-        series = f"{current.major}.{current.minor}"
+        # a development version sorts below its release, so a range admitting it starts at it
+        series = str(current) if current.is_prerelease else f"{current.major}.{current.minor}"
         upper = f"{current.major}.{current.minor + 1}" if current.major == 0 else f"{current.major + 1}"
         suggested = f"{requirement.name}{_extras(requirement)}>={series},<{upper}"
         operators = {spec.operator for spec in requirement.specifier}
@@ -346,8 +347,13 @@ def check(root: Path) -> list[Failure]:
     versions = {canonicalize_name(p.name): p.version for p in packages}
     failures = []
     for package in packages:
-        log = read_changelog(package.folder / "CHANGELOG.md")
-        failures += check_version(package, log, read_records(package), root)
+        changelog = package.folder / "CHANGELOG.md"
+        if changelog.exists():
+            failures += check_version(package, read_changelog(changelog), read_records(package), root)
+        else:
+            where = _where(package, root, "CHANGELOG.md")
+            fix = "write one: '# Changelog: <name>', then '## Unreleased' with what the package does"
+            failures.append(Failure(package.name, "no CHANGELOG.md", where, "a CHANGELOG.md", "none", fix))
         failures += check_version_attribute(package, root)
         failures += check_siblings(package, versions, root)
     return failures

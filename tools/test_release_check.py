@@ -158,6 +158,12 @@ def test_a_final_version_the_changelog_has_not_cut_fails(tree: Path) -> None:
     assert failure.what == "version 0.3.0 is not the CHANGELOG's newest release"
 
 
+def test_a_package_without_a_changelog_fails(tree: Path) -> None:
+    (tree / "packages" / "beta" / "CHANGELOG.md").unlink()
+    failure = _only(check(tree))
+    assert (failure.package, failure.what) == ("beta", "no CHANGELOG.md")
+
+
 def test_a_cut_release_needs_its_recorded_fingerprint(tree: Path) -> None:
     (tree / "packages" / "alpha" / "release.toml").unlink()
     failure = _only(check(tree))
@@ -177,6 +183,7 @@ def test_a_development_version_is_later_than_the_release_and_has_unreleased_entr
     _edit(pyproject, 'version = "0.2.0.dev0"', 'version = "0.3.0.dev0"')
     _edit(tree / "packages" / "alpha" / "src" / "alpha" / "__init__.py", '"0.2.0.dev0"', '"0.3.0.dev0"')
     _add_unreleased_entry(tree, "alpha")
+    assert _only(check(tree)).fix == "write 'alpha>=0.3.0.dev0,<0.4'"  # beta's range: from the dev version on
     _edit(tree / "packages" / "beta" / "pyproject.toml", "alpha>=0.2,<0.3", "alpha>=0.3.0.dev0,<0.4")
     _add_unreleased_entry(tree, "beta", "- Requires alpha 0.3.")
     assert check(tree) == []
