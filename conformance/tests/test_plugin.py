@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from packrt_conformance import __version__
 from packrt_conformance.report import validate_report
 
 HERE = Path(__file__).parent
@@ -62,8 +63,8 @@ def test_outcomes_follow_revision_capability_and_failure(suite: pytest.Pytester)
     result.assert_outcomes(passed=2, failed=1, skipped=2)
     out = result.stdout.str()
     assert (
-        "packrt-conformance 0.1.0: implementation fake 9.9 (fake_adapter:ADAPTER), contract revision 2, device cpu"
-        in out
+        f"packrt-conformance {__version__}: implementation fake 9.9 (fake_adapter:ADAPTER), contract revision 2, "
+        "device cpu" in out
     )
     assert "clause initialize.signature belongs to revision [1]; this run checks revision 2" in out
     assert "needs capability ['packing'] that adapter 'fake' lacks" in out
@@ -129,7 +130,7 @@ def test_cuda_run_without_a_gpu_skips_every_test_with_the_reason(suite: pytest.P
     result.assert_outcomes(skipped=5)
     result.stdout.fnmatch_lines(
         [
-            "packrt-conformance 0.1.0: implementation fake 9.9 (fake_adapter:DeviceFakeAdapter), "
+            f"packrt-conformance {__version__}: implementation fake 9.9 (fake_adapter:DeviceFakeAdapter), "
             "contract revision 2, device cuda",
             "*device 'cuda' requested but adapter 'fake' reports no CUDA device (capability 'cuda' missing)*",
         ]

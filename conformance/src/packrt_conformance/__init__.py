@@ -10,7 +10,7 @@ from packrt_conformance.adapter import ADAPTER_PROTOCOL_VERSION, Adapter, Adapte
 from packrt_conformance.clauses import CAPABILITIES, Clause, Registry, RegistryError, load_registry
 from packrt_conformance.expectations import Expectations, ExpectationsError, parse_expectations
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "ADAPTER_PROTOCOL_VERSION",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+import packrt_hooks
+from packrt_base.errors import PackrtError
 from packrt_hooks import errors
 
 
@@ -21,3 +23,9 @@ def test_every_hook_error_is_a_packrt_error_and_the_builtin_a_user_catches(
     assert issubclass(error, errors.HookError)
     assert issubclass(error, errors.PackrtError)  # what `except packrt.errors.PackrtError` catches
     assert issubclass(error, builtin)
+
+
+def test_packrt_error_is_the_one_class_packrt_base_defines() -> None:
+    # the README's promise: hooks re-exports packrt-base's root, so one `except PackrtError` catches both
+    assert errors.PackrtError is PackrtError
+    assert packrt_hooks.PackrtError is PackrtError

@@ -41,4 +41,4 @@ __all__ = [
     "PlanLinear",
 ]
 __all__ += arrays.__all__
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"

@@ -44,7 +44,7 @@ from packrt_core.tensor import Tensor
 bool = bool_
 half, double, long = float16, float64, int64  # torch's aliases: the same objects, not new dtypes
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
 
 __all__ = [
     "DataType",

@@ -122,4 +122,4 @@ __all__ = [
     "softmax",
     "tolerance",
 ]
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"

@@ -12,4 +12,4 @@ from packrt_kernels_cuda.cuda import CudaBackend
 from packrt_kernels_cuda.kernels import CUDA_KERNELS
 
 __all__ = ["CUDA_KERNELS", "CudaBackend"]
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"

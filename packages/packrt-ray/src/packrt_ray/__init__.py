@@ -33,7 +33,7 @@ from packrt_ray.model import (
     load,
 )
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.1.0"
 
 _LAZY = {
     "ModelBatchMapper": "packrt_ray.data",

@@ -65,7 +65,7 @@ if TYPE_CHECKING:  # bound on first use by __getattr__ below; named here for the
 # `import packrt` need not pay (safetensors I/O, the model zoo).
 _LAZY_SUBMODULES = {"io": "packrt.io", "models": "packrt.models"}
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
 __all__ = [
     # the submodules
     "cuda",
