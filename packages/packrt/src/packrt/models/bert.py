@@ -11,27 +11,25 @@ Sentence-transformers models such as all-MiniLM-L6-v2 are this family plus a poo
 from __future__ import annotations
 
 from packrt import nn
+from packrt.models.config_schema import completed
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
 
 
 def encoder_config(config: HFConfig) -> EncoderConfig:
-    """The :class:`EncoderConfig` a BERT config.json describes (exact GELU, absolute positions only)."""
-    config.choice("hidden_act", ("gelu",), "gelu")
-    config.choice("position_embedding_type", ("absolute",), "absolute")
-    hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
-    if hidden % heads:
-        raise config.error("num_attention_heads", f"is {heads}, which does not divide hidden_size={hidden}")
+    """The :class:`EncoderConfig` a BERT config.json describes, its schema's defaults filled in (the schema
+    holds the rules too: exact GELU, absolute positions, heads dividing the width)."""
+    config = completed(config)
     return EncoderConfig(
         vocab=config.integer("vocab_size"),
-        hidden=hidden,
-        heads=heads,
+        hidden=config.integer("hidden_size"),
+        heads=config.integer("num_attention_heads"),
         layers=config.integer("num_hidden_layers"),
         intermediate=config.integer("intermediate_size"),
-        max_positions=config.integer("max_position_embeddings", 512),
-        type_vocab=config.integer("type_vocab_size", 2),
-        eps=config.number("layer_norm_eps", 1e-12),
+        max_positions=config.integer("max_position_embeddings"),
+        type_vocab=config.integer("type_vocab_size"),
+        eps=config.number("layer_norm_eps"),
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from packrt.errors import CheckpointError
@@ -240,6 +240,15 @@ def value_of(config: HFConfig, field: Field) -> Any:
     if field.default is REQUIRED:
         raise error(config, field.name, REQUIRED, "and it is required", f"add {field.name}; {_FIX}")
     return field.default
+
+
+def completed(config: HFConfig) -> HFConfig:
+    """``config`` with every field its model type's schema gives a default filled in where config.json leaves it
+    out (a field that must be present stays absent). The schema is the one statement of a family's defaults:
+    a family reads the completed config and restates none of them. Completing twice changes nothing."""
+    schema = schema_for(config)
+    missing = {f.name: f.default for f in schema.fields if f.name not in config and f.default is not REQUIRED}
+    return config.with_values(missing) if missing else config
 
 
 def validate(config: HFConfig) -> Schema:
@@ -482,6 +491,14 @@ _BERT = Schema(
     divides=(("num_attention_heads", "hidden_size"),),
 )
 
+
+def _replace_default(field: Field, default: Any) -> Field:
+    return replace(field, default=default)
+
+
+# RobertaConfig's and XLMRobertaConfig's pad id is 1 (its positions are numbered from pad id + 1)
+_ROBERTA = replace(_BERT, fields=tuple(_replace_default(f, 1) if f.name == "pad_token_id" else f for f in _BERT.fields))
+
 _GPT2 = Schema(
     fields=(
         Field("vocab_size", "size", held=True),
@@ -508,10 +525,12 @@ _GPT2 = Schema(
 )
 
 
-def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
+def _decoder(*extra: Field, head_dim: int | None = None, eps: float = 1e-6, positions: int = 2048) -> Schema:
     """The llama-like decoders' schema (llama, qwen2, mistral, qwen3, phi3), plus the fields one model type adds.
 
-    ``head_dim``: the head width a config without ``head_dim`` means (None: hidden_size // heads).
+    ``head_dim``: the head width a config without ``head_dim`` means (None: hidden_size // heads); ``eps`` and
+    ``positions``: the ``rms_norm_eps`` and ``max_position_embeddings`` one without them means (each model type's
+    transformers config class's own defaults).
     """
     return Schema(
         fields=(
@@ -519,8 +538,8 @@ def _decoder(*extra: Field, head_dim: int | None = None) -> Schema:
             Field("num_key_value_heads", "size", None, nullable=True),
             Field("head_dim", "size", head_dim, held=True, nullable=True),
             Field("intermediate_size", "size", held=True),
-            Field("max_position_embeddings", "size", 2048),
-            Field("rms_norm_eps", "eps", 1e-6),
+            Field("max_position_embeddings", "size", positions),
+            Field("rms_norm_eps", "eps", eps),
             Field("hidden_act", "choice", "silu", implemented=("silu",), known=HF_ACTIVATIONS),
             Field("attention_bias", "bool", False),
             Field("mlp_bias", "bool", False),
@@ -583,15 +602,15 @@ _GEMMA3 = Schema(
 
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
-    "roberta": _BERT,  # BERT's fields; its position numbering (from pad_token_id + 1) is the family's
-    "xlm-roberta": _BERT,
+    "roberta": _ROBERTA,  # BERT's fields, pad id 1; its position numbering (from pad_token_id + 1) is the family's
+    "xlm-roberta": _ROBERTA,
     "gpt2": _GPT2,
     "llama": _decoder(),
-    "mistral": _decoder(_WINDOW),
-    "qwen2": _decoder(*_QWEN_WINDOWS),
-    "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128),  # Qwen3Config's head_dim when none is given
+    "mistral": _decoder(_replace_default(_WINDOW, 4096), positions=131_072),
+    "qwen2": _decoder(*_QWEN_WINDOWS, positions=32_768),
+    "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128, positions=32_768),
     "gemma3_text": _GEMMA3,
-    "phi3": _decoder(_WINDOW),
+    "phi3": _decoder(_WINDOW, eps=1e-5, positions=4096),
 }
 
 __all__ = [
@@ -607,6 +626,7 @@ __all__ = [
     "check_capacity",
     "check_rope",
     "check_rope_params",
+    "completed",
     "rope_by_layer_type",
     "schema_for",
     "validate",

@@ -39,6 +39,7 @@ import numpy as np
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.config_schema import completed
 from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
@@ -62,20 +63,19 @@ class DecoderWidths:
     eps: float
 
     @classmethod
-    def read(
-        cls, config: HFConfig, *, head_dim: int | None = None, kv_heads: int | None = None, eps: float = 1e-6
-    ) -> DecoderWidths:
-        """The sizes, where an absent ``head_dim`` / ``num_key_value_heads`` / ``rms_norm_eps`` takes the family's
-        default given here (``None``: ``hidden_size // num_attention_heads``, and one kv head per head)."""
+    def read(cls, config: HFConfig) -> DecoderWidths:
+        """The sizes of a config its schema completed (:func:`~packrt.models.config_schema.completed`: the family's
+        defaults filled in); a ``head_dim`` or ``num_key_value_heads`` still null means ``hidden_size //
+        num_attention_heads`` and one key/value head per head."""
         hidden, heads = config.integer("hidden_size"), config.integer("num_attention_heads")
         return cls(
             hidden=hidden,
             heads=heads,
-            kv_heads=config.optional_int("num_key_value_heads") or kv_heads or heads,
-            head_dim=config.optional_int("head_dim") or head_dim or hidden // heads,
+            kv_heads=config.optional_int("num_key_value_heads") or heads,
+            head_dim=config.optional_int("head_dim") or hidden // heads,
             layers=config.integer("num_hidden_layers"),
             intermediate=config.integer("intermediate_size"),
-            eps=config.number("rms_norm_eps", eps),
+            eps=config.number("rms_norm_eps"),
         )
 
 
@@ -88,8 +88,8 @@ def layer_windows(config: HFConfig, layers: int, window: int | None) -> tuple[in
     """
     types = config.get("layer_types")
     if types is None:
-        limit = config.integer("max_window_layers", 28)
-        sliding = config.flag("use_sliding_window", False) and window is not None
+        limit = config.integer("max_window_layers")
+        sliding = config.flag("use_sliding_window") and window is not None
         types = ["sliding_attention" if sliding and i >= limit else "full_attention" for i in range(layers)]
     if not isinstance(types, list) or len(types) != layers:
         raise config.error("layer_types", f"is {types!r}, expected one entry per layer ({layers})")
@@ -239,19 +239,19 @@ class RotaryDecoderLM(CausalLM):
 
     Built by :func:`packrt.models.from_pretrained` from a config.json its schema has checked: this
     constructor reads the vocabulary, the pad id and whether the head is tied (then it is the embedding's
-    Parameter itself; ``tied_by_default`` when the config does not say); a family's constructor then builds
+    Parameter itself); a family's constructor completes the config with its schema's defaults
+    (:func:`~packrt.models.config_schema.completed`), passes it here, then builds
     its layers and calls :meth:`_declare` with them.
     """
 
     model_type = ""
-    tied_by_default = False
     serves_plans = True  # the layers a plan reproduces take it (decoder_plan); others keep the module road
     embed_scale: float | None = None
     logit_softcap: float | None = None
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
-        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings", self.tied_by_default)
+        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings")
         self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
 
     def _declare(
@@ -337,14 +337,14 @@ GATED_MLP_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
-def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, tied_by_default: bool = False) -> KeyMap:
+def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]]) -> KeyMap:
     """A rotary decoder's key map: its per-layer rows (transformers' name after ``layers.{i}.``, packrt's)
     plus what every such checkpoint holds (``model.embed_tokens``, ``model.norm``, ``lm_head``).
 
     A tied head stored twice is left unused (the embedding is the one used); rotary ``inv_freq``
     buffers some checkpoints carry are ignored.
     """
-    tied = config.flag("tie_word_embeddings", tied_by_default)
+    tied = completed(config).flag("tie_word_embeddings")  # the schema says whether a head is tied by default
     rules = [Rule("embed_tokens.weight", "embed.weight"), Rule("norm.weight", "norm.weight")]
     if not tied:
         rules.append(Rule("lm_head.weight", "lm_head.weight", prefixed=False))
@@ -358,13 +358,13 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]], *, t
 def decoder_family(name: str, model: type[RotaryDecoderLM], layer_rows: Iterable[tuple[str, str]]) -> Family:
     """The :class:`Family` of a rotary decoder class: it answers to the class's ``model_type`` and is named
     by the class's name as an architecture; its checkpoints load through :func:`decoder_keymap` with
-    ``layer_rows`` and the class's ``tied_by_default``."""
+    ``layer_rows``."""
     return Family(
         name=name,
         model_types=(model.model_type,),
         architectures=(model.__name__,),
         build=model,
-        keymap=partial(decoder_keymap, layer_rows=tuple(layer_rows), tied_by_default=model.tied_by_default),
+        keymap=partial(decoder_keymap, layer_rows=tuple(layer_rows)),
     )
 
 

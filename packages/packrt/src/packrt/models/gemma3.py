@@ -37,7 +37,7 @@ import numpy as np
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step
-from packrt.models.config_schema import rope_by_layer_type
+from packrt.models.config_schema import completed, rope_by_layer_type
 from packrt.models.decoder_blocks import (
     ATTENTION_ROWS,
     GATED_MLP_ROWS,
@@ -116,7 +116,7 @@ def layer_kinds(config: HFConfig, layers: int) -> list[str]:
     """Each layer's attention type: ``layer_types``, else sliding for all but every ``sliding_window_pattern``-th."""
     types = config.get("layer_types")
     if types is None:
-        pattern = config.integer("sliding_window_pattern", 6)
+        pattern = config.integer("sliding_window_pattern")
         types = ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
     if not isinstance(types, list) or len(types) != layers or any(kind not in LAYER_KINDS for kind in types):
         raise config.error("layer_types", f"is {types!r}, expected one of {LAYER_KINDS} per layer ({layers})")
@@ -128,14 +128,14 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
     docstring)."""
 
     model_type = "gemma3_text"
-    tied_by_default = True
 
     def __init__(self, config: HFConfig) -> None:
+        config = completed(config)
         super().__init__(config)
-        w = DecoderWidths.read(config, head_dim=256, kv_heads=4)  # Gemma3TextConfig's defaults
-        bias = config.flag("attention_bias", False)
-        scale = config.number("query_pre_attn_scalar", 256) ** -0.5
-        window = config.optional_int("sliding_window") if "sliding_window" in config else 4096
+        w = DecoderWidths.read(config)
+        bias = config.flag("attention_bias")
+        scale = config.number("query_pre_attn_scalar") ** -0.5
+        window = config.optional_int("sliding_window")
         kinds = layer_kinds(config, w.layers)
         blocks: list[nn.Module] = []
         for index, kind in enumerate(kinds):

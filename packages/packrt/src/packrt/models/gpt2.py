@@ -21,6 +21,7 @@ from typing import Any, cast
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.config_schema import completed
 from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
@@ -46,11 +47,9 @@ class GPT2Attention(nn.Module):
     def __init__(self, config: HFConfig, index: int) -> None:
         super().__init__()
         hidden, heads = config.integer("n_embd"), config.integer("n_head")
-        if hidden % heads:
-            raise config.error("n_head", f"is {heads}, which does not divide n_embd={hidden}")
         self.index, self.heads, self.head_dim, self.hidden = index, heads, hidden // heads, hidden
-        scale = 1.0 / math.sqrt(self.head_dim) if config.flag("scale_attn_weights", True) else 1.0
-        if config.flag("scale_attn_by_inverse_layer_idx", False):
+        scale = 1.0 / math.sqrt(self.head_dim) if config.flag("scale_attn_weights") else 1.0
+        if config.flag("scale_attn_by_inverse_layer_idx"):
             scale /= index + 1
         self.scale = scale
         self.qkv = nn.Linear(hidden, 3 * hidden)
@@ -73,7 +72,7 @@ class GPT2MLP(nn.Module):
         hidden = config.integer("n_embd")
         inner = config.optional_int("n_inner") or 4 * hidden
         self.up = nn.Linear(hidden, inner)
-        self.act = _activation(config.choice("activation_function", ACTIVATIONS, "gelu_new"))
+        self.act = _activation(config.choice("activation_function", ACTIVATIONS))
         self.down = nn.Linear(inner, hidden)
 
     def forward(self, x: packrt.Tensor) -> packrt.Tensor:
@@ -86,7 +85,7 @@ class GPT2Layer(nn.Module):
 
     def __init__(self, config: HFConfig, index: int) -> None:
         super().__init__()
-        hidden, eps = config.integer("n_embd"), config.number("layer_norm_epsilon", 1e-5)
+        hidden, eps = config.integer("n_embd"), config.number("layer_norm_epsilon")
         self.attention_norm = nn.LayerNorm(hidden, eps=eps)
         self.attention = GPT2Attention(config, index)
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
@@ -113,16 +112,17 @@ class GPT2LMHeadModel(CausalLM):
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
+        config = completed(config)  # the schema's defaults, read here without restating them
         hidden, layers = config.integer("n_embd"), config.integer("n_layer")
         self.vocab = config.integer("vocab_size")
         self.num_layers = layers
-        self.max_positions = config.integer("n_positions", 1024)
+        self.max_positions = config.integer("n_positions")
         self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
-        self.tied = config.flag("tie_word_embeddings", True)
+        self.tied = config.flag("tie_word_embeddings")
         self.embed = nn.Embedding(self.vocab, hidden)
         self.positions = nn.Embedding(self.max_positions, hidden)
         self.layers = nn.ModuleList([GPT2Layer(config, i) for i in range(layers)])
-        self.norm = nn.LayerNorm(hidden, eps=config.number("layer_norm_epsilon", 1e-5))
+        self.norm = nn.LayerNorm(hidden, eps=config.number("layer_norm_epsilon"))
         self.lm_head = nn.Linear(hidden, self.vocab, bias=False)
         if self.tied:
             self.lm_head.weight = self.embed.weight
@@ -168,7 +168,7 @@ def gpt2_keymap(config: HFConfig) -> KeyMap:
         rules.append(Rule(f"h.{{i}}.{theirs}.weight", f"layers.{{i}}.{ours}.weight", "transpose" if conv1d else "none"))
         rules.append(Rule(f"h.{{i}}.{theirs}.bias", f"layers.{{i}}.{ours}.bias"))
     ignored = {"h.{i}.attn.bias", "h.{i}.attn.masked_bias"}  # causal-mask buffers older files carry
-    if config.flag("tie_word_embeddings", True):
+    if completed(config).flag("tie_word_embeddings"):
         ignored.add("lm_head.weight")
     else:
         rules.append(Rule("lm_head.weight", "lm_head.weight", prefixed=False))

@@ -41,6 +41,11 @@ class HFConfig(Mapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         return self._values[key]
 
+    def with_values(self, values: Mapping[str, Any]) -> HFConfig:
+        """This config with ``values`` added (a new config of the same class and file, so its errors name a
+        field as this one's do)."""
+        return type(self)({**self._values, **values}, self.path)
+
     def error(self, name: str, problem: str) -> CheckpointError:
         """The CheckpointError for field ``name`` of this file, saying what is wrong and how to fix it."""
         return CheckpointError(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from packrt import nn
 from packrt.models import decoder_blocks as blocks
+from packrt.models.config_schema import completed
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap
 
@@ -44,16 +45,17 @@ class LlamaForCausalLM(blocks.RotaryDecoderLM):
     """
 
     def __init__(self, config: HFConfig) -> None:
+        config = completed(config)
         super().__init__(config)
         self.model_type = kind = config.text("model_type")
         w = blocks.DecoderWidths.read(config)
-        bias = config.flag("attention_bias", False)
+        bias = config.flag("attention_bias")
         window = config.optional_int("sliding_window")
         if kind == "qwen2":
             windows = blocks.layer_windows(config, w.layers, window)
         else:
             windows = (window if kind == "mistral" else None,) * w.layers
-        mlp_bias = config.flag("mlp_bias", False)
+        mlp_bias = config.flag("mlp_bias")
         layers: list[nn.Module] = []
         for index in range(w.layers):
             attention = blocks.RotaryAttention(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from packrt import nn
 from packrt.models import decoder_blocks as blocks
+from packrt.models.config_schema import completed
 from packrt.models.hfconfig import HFConfig
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
@@ -36,8 +37,9 @@ class Phi3ForCausalLM(blocks.RotaryDecoderLM):
     model_type = "phi3"
 
     def __init__(self, config: HFConfig) -> None:
+        config = completed(config)
         super().__init__(config)
-        w = blocks.DecoderWidths.read(config, eps=1e-5)
+        w = blocks.DecoderWidths.read(config)
         window = config.optional_int("sliding_window")
         layers: list[nn.Module] = []
         for index in range(w.layers):

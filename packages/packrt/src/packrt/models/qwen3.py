@@ -19,6 +19,7 @@ from __future__ import annotations
 from functools import partial
 
 from packrt import nn
+from packrt.models.config_schema import completed
 from packrt.models.decoder_blocks import (
     ATTENTION_ROWS,
     GATED_MLP_ROWS,
@@ -33,8 +34,6 @@ from packrt.models.decoder_blocks import (
     layer_windows,
 )
 from packrt.models.hfconfig import HFConfig
-
-HEAD_DIM = 128  # Qwen3Config's head_dim when config.json gives none
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
@@ -51,10 +50,11 @@ class Qwen3ForCausalLM(RotaryDecoderLM):
     model_type = "qwen3"
 
     def __init__(self, config: HFConfig) -> None:
+        config = completed(config)
         super().__init__(config)
-        w = DecoderWidths.read(config, head_dim=HEAD_DIM)
-        bias = config.flag("attention_bias", False)
-        window = config.optional_int("sliding_window") if config.flag("use_sliding_window", False) else None
+        w = DecoderWidths.read(config)
+        bias = config.flag("attention_bias")
+        window = config.optional_int("sliding_window") if config.flag("use_sliding_window") else None
         windows = layer_windows(config, w.layers, window)
         blocks: list[nn.Module] = []
         for index in range(w.layers):
@@ -67,4 +67,4 @@ class Qwen3ForCausalLM(RotaryDecoderLM):
 
 FAMILY = decoder_family("qwen3", Qwen3ForCausalLM, LAYER_ROWS)
 
-__all__ = ["FAMILY", "HEAD_DIM", "LAYER_ROWS", "Qwen3ForCausalLM"]
+__all__ = ["FAMILY", "LAYER_ROWS", "Qwen3ForCausalLM"]

@@ -21,6 +21,7 @@ import packrt
 from packrt import nn
 from packrt.errors import ShapeError
 from packrt.models.bert import bert_keymap, encoder_config
+from packrt.models.config_schema import completed
 from packrt.models.encoder import BertEncoder, EncoderConfig, EncoderEmbeddings
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap
@@ -111,7 +112,7 @@ class RobertaEncoder(BertEncoder):
 def roberta_config(config: HFConfig) -> RobertaConfig:
     """The :class:`RobertaConfig` a roberta / xlm-roberta config.json describes (BERT's fields plus pad id)."""
     base = encoder_config(config)
-    padding_idx = config.get("pad_token_id", 1)
+    padding_idx = completed(config).get("pad_token_id")
     if isinstance(padding_idx, bool) or not isinstance(padding_idx, int) or padding_idx < 0:
         raise config.error("pad_token_id", f"is {padding_idx!r}, expected a token id (an int >= 0)")
     if padding_idx + 1 >= base.max_positions:

@@ -67,7 +67,7 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     if kind == "llama3":
         factor = float(params["factor"])
         low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
-        context = float(params.get("original_max_position_embeddings", config.get("max_position_embeddings", 8192)))
+        context = float(params.get("original_max_position_embeddings") or config.integer("max_position_embeddings"))
         wavelength = np.float32(2 * math.pi) / inv_freq
         scaled = np.where(wavelength > context / low, inv_freq / np.float32(factor), inv_freq).astype(np.float32)
         smooth = ((np.float32(context) / wavelength - np.float32(low)) / np.float32(high - low)).astype(np.float32)
