@@ -2,11 +2,11 @@
 row, sum the weight's rows, and turn the int32 product back into float32 with the scales and the
 bias in one pass.
 
-Each loop is written once as a compiled serial loop over a span of its rows (or panels) and exposed
-twice, as in :mod:`._numba_kernels`: ``name`` splits the work over numba's pool with ``prange`` (its
-size follows ``set_num_threads``), ``name_serial`` runs the whole span on the calling thread, for small
-work and inside :func:`packrt_kernels_cpu.threads.on_this_thread` (see :func:`compiled.launch`). Each
-writes a caller-given ``out``; every array is C-contiguous.
+Each loop is a compiled serial loop over a span of its rows (or panels) and a body that splits the
+work into spans with ``prange``, compiled twice as in :mod:`._numba_kernels` (:func:`._numba_kernels.twins`):
+``name`` runs the spans over numba's pool (its size follows ``set_num_threads``), ``name_serial`` on
+the calling thread, for small work and inside :func:`packrt_kernels_cpu.threads.on_this_thread` (see
+:func:`compiled.launch`). Each writes a caller-given ``out``; every array is C-contiguous.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from typing import Any
 import numba
 import numpy as np
 
+from packrt_kernels_cpu._numba_kernels import _serial, tasks, twins
 from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
 
-_serial = numba.njit(cache=True, fastmath=False, nogil=True, error_model="numpy")
-_parallel = numba.njit(parallel=True, cache=True, fastmath=False, nogil=True, error_model="numpy")
 
 _U8_MAX = np.float32(255.0)
 _ZERO = np.float32(0.0)
@@ -61,14 +60,14 @@ def _quantize_span(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero:
             q[i, j] = np.uint8(np.int32(v + _HALF))
 
 
-@_parallel
-def quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
-    for i in numba.prange(x.shape[0]):
-        _quantize_span(x, lo, hi, q, scale, zero, i, i + 1)
+def _quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for i in numba.prange(split):
+        _quantize_span(x, lo, hi, q, scale, zero, units * i // split, units * (i + 1) // split)
 
 
-def quantize_rows_serial(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
-    _quantize_span(x, lo, hi, q, scale, zero, 0, x.shape[0])
+quantize_rows, quantize_rows_serial = twins(_quantize_rows)
 
 
 @_serial
@@ -81,14 +80,14 @@ def _row_sums_span(q: Array, out: Array, r0: int, r1: int) -> None:
         out[n] = s
 
 
-@_parallel
-def row_sums(q: Array, out: Array) -> None:
-    for n in numba.prange(q.shape[0]):
-        _row_sums_span(q, out, n, n + 1)
+def _row_sums(q: Array, out: Array) -> None:
+    units = q.shape[0]
+    split = tasks(units)
+    for n in numba.prange(split):
+        _row_sums_span(q, out, units * n // split, units * (n + 1) // split)
 
 
-def row_sums_serial(q: Array, out: Array) -> None:
-    _row_sums_span(q, out, 0, q.shape[0])
+row_sums, row_sums_serial = twins(_row_sums)
 
 
 @_serial
@@ -127,8 +126,7 @@ def _dequantize_span(
                 out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
 
 
-@_parallel
-def dequantize_product(
+def _dequantize_product(
     acc: Array,
     x_scale: Array,
     x_zero: Array,
@@ -138,21 +136,15 @@ def dequantize_product(
     accumulate: bool,
     out: Array,
 ) -> None:
-    for i in numba.prange(acc.shape[0]):
-        _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, accumulate, out, i, i + 1)
+    units = acc.shape[0]
+    split = tasks(units)
+    for i in numba.prange(split):
+        _dequantize_span(
+            acc, x_scale, x_zero, w_scale, w_sum, bias, accumulate, out, units * i // split, units * (i + 1) // split
+        )
 
 
-def dequantize_product_serial(
-    acc: Array,
-    x_scale: Array,
-    x_zero: Array,
-    w_scale: Array,
-    w_sum: Array,
-    bias: Array,
-    accumulate: bool,
-    out: Array,
-) -> None:
-    _dequantize_span(acc, x_scale, x_zero, w_scale, w_sum, bias, accumulate, out, 0, acc.shape[0])
+dequantize_product, dequantize_product_serial = twins(_dequantize_product)
 
 
 @_serial
@@ -174,12 +166,12 @@ def _vnni_span(tiles: Array, out: Array, u: Array, panels: Array, groups: int, p
             call_tile(one, column + r * ldo * 4, ldo, a + r * lda, lda, panel, groups)
 
 
-@_parallel
-def vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
+def _vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
     """The panels over the pool, one task a panel."""
-    for p in numba.prange(out.shape[1] // 32):
-        _vnni_span(tiles, out, u, panels, groups, p, p + 1)
+    units = out.shape[1] // 32
+    split = tasks(units)
+    for p in numba.prange(split):
+        _vnni_span(tiles, out, u, panels, groups, units * p // split, units * (p + 1) // split)
 
 
-def vnni_tiles_serial(tiles: Array, out: Array, u: Array, panels: Array, groups: int) -> None:
-    _vnni_span(tiles, out, u, panels, groups, 0, out.shape[1] // 32)
+vnni_tiles, vnni_tiles_serial = twins(_vnni_tiles)

@@ -1,20 +1,22 @@
 """The compiled loops behind :mod:`packrt_kernels_cpu.fused` (with :mod:`packrt_kernels_cpu.conv._numba`,
 conv2d's, the only modules that import numba).
 
-Each kernel is written once as a compiled serial loop over a span of its work (``_*_span``:
-elements, rows, planes or tiles ``lo:hi``) and exposed twice: ``name`` splits the work over
-numba's thread pool with ``prange``; ``name_serial`` (plain Python) runs the whole span on the
-calling thread, what small work takes: waking a pool costs more than it saves, and on a busy
-machine far more. Every kernel takes C-contiguous arrays (the rotary kernel's input may be any
-strided view) and writes ``out``. The norms' means and variances and ``softmax``'s sums of
-exponentials accumulate in float64, so a wide row keeps the accuracy numpy's pairwise float32 sums
-have; everything else stays float32, attention's in-place softmax sums (reordered, so they
-vectorise) and the GEMV's sums (in a fixed grouping) included.
+Each kernel is a span loop (``_*_span``: elements, rows, planes or tiles ``lo:hi``, compiled serial)
+and a body that splits its work into spans with ``numba.prange``, compiled twice by :func:`twins`:
+``name`` runs the spans over numba's thread pool; ``name_serial`` runs the same body on the calling
+thread (``prange`` as ``range``), what small work takes: waking a pool costs more than it saves, and
+on a busy machine far more (:func:`packrt_kernels_cpu.compiled.launch` chooses). Every kernel takes
+C-contiguous arrays (the rotary kernel's input may be any strided view) and writes ``out``. The norms'
+means and variances and ``softmax``'s sums of exponentials accumulate in float64, so a wide row keeps
+the accuracy numpy's pairwise float32 sums have; everything else stays float32, attention's in-place
+softmax sums (reordered, so they vectorise) and the GEMV's sums (in a fixed grouping) included.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from types import FunctionType
 from typing import Any
 
 import numba
@@ -35,6 +37,50 @@ _reducing = numba.njit(cache=True, fastmath={"nnan", "nsz", "reassoc"}, nogil=Tr
 # Multiplies and adds that may fuse into one FMA (rounded once instead of twice): polynomials and
 # products, whose operation order stays as written.
 _contracting = numba.njit(cache=True, fastmath={"contract"}, nogil=True, error_model="numpy")
+
+
+@_serial
+def tasks(units: int) -> int:
+    """Into how many tasks a kernel body splits ``units`` independent units of work: one a unit, for the
+    pool to share out. In a serial twin (:func:`twins`) this name is :func:`_one_task` instead."""
+    return units
+
+
+@_serial
+def _one_task(units: int) -> int:
+    """:func:`tasks` in a serial twin: all the work in one task (none for no work), so the span loop runs
+    once over every unit, as a loop written for the calling thread would."""
+    return min(units, 1)
+
+
+def twins(body: Callable[..., None]) -> tuple[Any, Any]:
+    """``(name, name_serial)``, ``name`` being ``body``'s name without its leading underscore: the body
+    compiled for the pool and for the calling thread. A body splits its work with :func:`tasks` and
+    runs the tasks in a ``numba.prange`` loop, each task one call of a span loop on units
+    ``units * t // split`` to ``units * (t + 1) // split``.
+
+    ``name`` is compiled with ``parallel=True``: the tasks are shared out over numba's pool.
+    ``name_serial`` is compiled with ``parallel=False`` (numba runs ``prange`` as ``range``: no parallel
+    region is started) and ``tasks`` bound to :func:`_one_task`, so it calls the span loop once over all
+    the work, not once a row. The flags are otherwise the same, and each unit's result does not depend
+    on the span it was computed in, so the twins give the same bits. The serial twin reads the module's
+    names as they are when ``twins`` is called: a body may use only names defined above it.
+
+    Each twin compiles its own copy of ``body`` named after it: numba files its disk cache entries by a
+    function's name, and its key leaves ``parallel`` and the globals out, so one function compiled both
+    ways would read back the other's machine code."""
+    if not isinstance(body, FunctionType):
+        raise TypeError(f"twins compiles a kernel body written as a Python function, got {body!r}")
+    name = body.__name__.lstrip("_")
+    made = []
+    serial_globals = {**body.__globals__, "tasks": _one_task}
+    for twin, jit, names in ((name, _parallel, body.__globals__), (name + "_serial", _serial, serial_globals)):
+        copy = FunctionType(body.__code__, names, twin, body.__defaults__, body.__closure__)
+        copy.__qualname__, copy.__doc__, copy.__module__ = twin, body.__doc__, body.__module__
+        made.append(jit(copy))
+    return made[0], made[1]
+
+
 _INV_SQRT2 = np.float32(1.0 / math.sqrt(2.0))
 _TANH_SCALE = np.float32(math.sqrt(2.0 / math.pi))
 _CUBIC = np.float32(0.044715)
@@ -244,15 +290,14 @@ def cast_bits(widen: bool, src: Array, out: Array, lo: int, hi: int) -> None:
         _narrow_span(src, out, lo, hi)
 
 
-@_parallel
-def activation(op: int, x: Array, out: Array) -> None:
+def _activation(op: int, x: Array, out: Array) -> None:
     n = x.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _activation_span(op, x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+    split = tasks((n + _CHUNK - 1) // _CHUNK)
+    for c in numba.prange(split):
+        _activation_span(op, x, out, n * c // split, n * (c + 1) // split)
 
 
-def activation_serial(op: int, x: Array, out: Array) -> None:
-    _activation_span(op, x, out, 0, x.shape[0])
+activation, activation_serial = twins(_activation)
 
 
 @_serial
@@ -263,17 +308,16 @@ def _fill_rows_span(row: Array, out: Array, lo: int, hi: int) -> None:
             out[r, j] = row[j]
 
 
-@_parallel
-def fill_rows(row: Array, out: Array) -> None:
+def _fill_rows(row: Array, out: Array) -> None:
     """Every row of ``out`` (rows, n) a copy of ``row`` (n,): a bias laid out for a GEMM to add onto."""
     rows = out.shape[0]
     per = max(1, _CHUNK // max(1, out.shape[1]))
-    for c in numba.prange((rows + per - 1) // per):
-        _fill_rows_span(row, out, c * per, min(rows, (c + 1) * per))
+    split = tasks((rows + per - 1) // per)
+    for c in numba.prange(split):
+        _fill_rows_span(row, out, rows * c // split, rows * (c + 1) // split)
 
 
-def fill_rows_serial(row: Array, out: Array) -> None:
-    _fill_rows_span(row, out, 0, out.shape[0])
+fill_rows, fill_rows_serial = twins(_fill_rows)
 
 
 ADD, SUBTRACT, MULTIPLY = 0, 1, 2  # the elementwise arithmetic of two arrays, by op code
@@ -294,15 +338,14 @@ def _binary_span(op: int, a: Array, b: Array, out: Array, lo: int, hi: int) -> N
             out[i] = a[i] * b[i]
 
 
-@_parallel
-def binary(op: int, a: Array, b: Array, out: Array) -> None:
+def _binary(op: int, a: Array, b: Array, out: Array) -> None:
     n = a.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _binary_span(op, a, b, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+    split = tasks((n + _CHUNK - 1) // _CHUNK)
+    for c in numba.prange(split):
+        _binary_span(op, a, b, out, n * c // split, n * (c + 1) // split)
 
 
-def binary_serial(op: int, a: Array, b: Array, out: Array) -> None:
-    _binary_span(op, a, b, out, 0, a.shape[0])
+binary, binary_serial = twins(_binary)
 
 
 # bfloat16 in and out: each tile of bits widened into float32 scratch, computed there, rounded back, in
@@ -321,15 +364,14 @@ def _activation_bf16_span(op: int, x: Array, out: Array, lo: int, hi: int) -> No
         _narrow_span(c_bits, out[start : start + n], 0, n)
 
 
-@_parallel
-def activation_bf16(op: int, x: Array, out: Array) -> None:
+def _activation_bf16(op: int, x: Array, out: Array) -> None:
     n = x.shape[0]
-    for c in numba.prange((n + _CHUNK - 1) // _CHUNK):
-        _activation_bf16_span(op, x, out, c * _CHUNK, min(n, (c + 1) * _CHUNK))
+    split = tasks((n + _CHUNK - 1) // _CHUNK)
+    for c in numba.prange(split):
+        _activation_bf16_span(op, x, out, n * c // split, n * (c + 1) // split)
 
 
-def activation_bf16_serial(op: int, x: Array, out: Array) -> None:
-    _activation_bf16_span(op, x, out, 0, x.shape[0])
+activation_bf16, activation_bf16_serial = twins(_activation_bf16)
 
 
 # -- row-wise: rows lo:hi of a (rows, width) array --------------------------------------------------
@@ -463,15 +505,15 @@ def _steps_span(op: int, x: Array, lo: int, hi: int) -> None:
         _normalize_rows(x, lo, hi)
 
 
-@_parallel
-def softmax_step(op: int, x: Array) -> None:
+def _softmax_step(op: int, x: Array) -> None:
     """Softmax step ``op`` over every row of ``x``, in place."""
-    for r in numba.prange(x.shape[0]):
-        _steps_span(op, x, r, r + 1)
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _steps_span(op, x, units * r // split, units * (r + 1) // split)
 
 
-def softmax_step_serial(op: int, x: Array) -> None:
-    _steps_span(op, x, 0, x.shape[0])
+softmax_step, softmax_step_serial = twins(_softmax_step)
 
 
 LAYER_NORM, RMS_NORM, SOFTMAX = 0, 1, 2  # the row-wise kernels, by op code
@@ -487,15 +529,15 @@ def _rows_span(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Arra
         _softmax_rows(x, out, lo, hi)
 
 
-@_parallel
-def rows(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+def _rows(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
     """Row kernel ``op`` over every row of ``x`` (``w``, ``b``, ``eps``: what the norms take)."""
-    for r in numba.prange(x.shape[0]):
-        _rows_span(op, x, w, b, eps, out, r, r + 1)
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _rows_span(op, x, w, b, eps, out, units * r // split, units * (r + 1) // split)
 
 
-def rows_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    _rows_span(op, x, w, b, eps, out, 0, x.shape[0])
+rows, rows_serial = twins(_rows)
 
 
 @_serial
@@ -510,14 +552,14 @@ def _rows_bf16_span(op: int, x: Array, w: Array, b: Array, eps: np.float32, out:
         _narrow_span(c_bits, out[r], 0, width)
 
 
-@_parallel
-def rows_bf16(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _rows_bf16_span(op, x, w, b, eps, out, r, r + 1)
+def _rows_bf16(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _rows_bf16_span(op, x, w, b, eps, out, units * r // split, units * (r + 1) // split)
 
 
-def rows_bf16_serial(op: int, x: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    _rows_bf16_span(op, x, w, b, eps, out, 0, x.shape[0])
+rows_bf16, rows_bf16_serial = twins(_rows_bf16)
 
 
 # -- transposes: tiles lo:hi of a (rows, cols) matrix into out (cols, rows) ---------------------------
@@ -537,16 +579,14 @@ def _transpose_tiles(src: Array, out: Array, widen: bool, lo: int, hi: int) -> N
                     out[j, i] = src[i, j]
 
 
-@_parallel
-def transpose(src: Array, out: Array, widen: bool) -> None:
-    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
-    for t in numba.prange(tiles):
-        _transpose_tiles(src, out, widen, t, t + 1)
+def _transpose(src: Array, out: Array, widen: bool) -> None:
+    units = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
+    split = tasks(units)
+    for t in numba.prange(split):
+        _transpose_tiles(src, out, widen, units * t // split, units * (t + 1) // split)
 
 
-def transpose_serial(src: Array, out: Array, widen: bool) -> None:
-    tiles = ((src.shape[0] + _TILE - 1) // _TILE) * ((src.shape[1] + _TILE - 1) // _TILE)
-    _transpose_tiles(src, out, widen, 0, tiles)
+transpose, transpose_serial = twins(_transpose)
 
 
 # -- rotary embedding: (batch, head) planes lo:hi of a (B, H, T, D) array ------------------------------
@@ -565,14 +605,14 @@ def _rotary_planes(x: Array, cos: Array, sin: Array, out: Array, lo: int, hi: in
                 o[i + half] = second * c[i + half] + first * s[i + half]
 
 
-@_parallel
-def rotary(x: Array, cos: Array, sin: Array, out: Array) -> None:
-    for p in numba.prange(x.shape[0] * x.shape[1]):
-        _rotary_planes(x, cos, sin, out, p, p + 1)
+def _rotary(x: Array, cos: Array, sin: Array, out: Array) -> None:
+    units = x.shape[0] * x.shape[1]
+    split = tasks(units)
+    for p in numba.prange(split):
+        _rotary_planes(x, cos, sin, out, units * p // split, units * (p + 1) // split)
 
 
-def rotary_serial(x: Array, cos: Array, sin: Array, out: Array) -> None:
-    _rotary_planes(x, cos, sin, out, 0, x.shape[0] * x.shape[1])
+rotary, rotary_serial = twins(_rotary)
 
 
 # -- GEMV: one row times a matrix (a batch-1 decode step), bias added ---------------------------------
@@ -623,22 +663,18 @@ def _gemv_sum(parts: Array, b: Array, out: Array, lo: int, hi: int) -> None:
             o[j] = o[j] + p[j]
 
 
-@_parallel
-def gemv_t(x: Array, wt: Array, b: Array, parts: Array, out: Array) -> None:
+def _gemv_t(x: Array, wt: Array, b: Array, parts: Array, out: Array) -> None:
     """``out = x @ wt + b`` for a row ``x`` (K,) and a C-contiguous (K, N) ``wt`` (a linear pack):
     partials of GEMV_ROWS rows each (``parts``: (ceil(K / GEMV_ROWS), N) scratch), then their sum."""
     k, n = wt.shape
     for c in numba.prange(parts.shape[0]):
         _gemv_partial(x, wt, parts[c], c * GEMV_ROWS, min(k, (c + 1) * GEMV_ROWS))
-    for t in numba.prange((n + _GEMV_COLS - 1) // _GEMV_COLS):
-        _gemv_sum(parts, b, out, t * _GEMV_COLS, min(n, (t + 1) * _GEMV_COLS))
+    split = tasks((n + _GEMV_COLS - 1) // _GEMV_COLS)
+    for t in numba.prange(split):
+        _gemv_sum(parts, b, out, n * t // split, n * (t + 1) // split)
 
 
-def gemv_t_serial(x: Array, wt: Array, b: Array, parts: Array, out: Array) -> None:
-    k, n = wt.shape
-    for c in range(parts.shape[0]):
-        _gemv_partial(x, wt, parts[c], c * GEMV_ROWS, min(k, (c + 1) * GEMV_ROWS))
-    _gemv_sum(parts, b, out, 0, n)
+gemv_t, gemv_t_serial = twins(_gemv_t)
 
 
 @_dotting
@@ -652,16 +688,15 @@ def _gemv_dots(x: Array, w: Array, b: Array, out: Array, lo: int, hi: int) -> No
         out[r] = s + b[r] if b.shape[0] else s
 
 
-@_parallel
-def gemv(x: Array, w: Array, b: Array, out: Array) -> None:
+def _gemv(x: Array, w: Array, b: Array, out: Array) -> None:
     """``out = w @ x + b`` for a C-contiguous (N, K) ``w`` (a declared weight, served borrowed)."""
     n = w.shape[0]
-    for t in numba.prange((n + 63) // 64):
-        _gemv_dots(x, w, b, out, t * 64, min(n, (t + 1) * 64))
+    split = tasks((n + 63) // 64)
+    for t in numba.prange(split):
+        _gemv_dots(x, w, b, out, n * t // split, n * (t + 1) // split)
 
 
-def gemv_serial(x: Array, w: Array, b: Array, out: Array) -> None:
-    _gemv_dots(x, w, b, out, 0, w.shape[0])
+gemv, gemv_serial = twins(_gemv)
 
 
 def num_threads() -> int:

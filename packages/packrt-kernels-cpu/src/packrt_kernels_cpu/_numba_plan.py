@@ -19,11 +19,12 @@ from packrt_kernels_cpu._numba_kernels import (
     RELU,
     SILU,
     _layer_norm_rows,
-    _parallel,
     _rms_norm_rows,
     _row_max,
     _serial,
     activate_in_place,
+    tasks,
+    twins,
 )
 from packrt_kernels_cpu._numba_tiles import call_tile
 
@@ -47,14 +48,14 @@ def _epilogue_rows(op: int, x: Array, b: Array, lo: int, hi: int) -> None:
                 row[j] = row[j] + b[j]
 
 
-@_parallel
-def epilogue(op: int, x: Array, b: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _epilogue_rows(op, x, b, r, r + 1)
+def _epilogue(op: int, x: Array, b: Array) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _epilogue_rows(op, x, b, units * r // split, units * (r + 1) // split)
 
 
-def epilogue_serial(op: int, x: Array, b: Array) -> None:
-    _epilogue_rows(op, x, b, 0, x.shape[0])
+epilogue, epilogue_serial = twins(_epilogue)
 
 
 @_serial
@@ -74,14 +75,14 @@ def _residual_norm_rows(
             _layer_norm_rows(res, w, b, eps, out, r, r + 1)
 
 
-@_parallel
-def residual_norm(rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _residual_norm_rows(rms, x, res, w, b, eps, out, r, r + 1)
+def _residual_norm(rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _residual_norm_rows(rms, x, res, w, b, eps, out, units * r // split, units * (r + 1) // split)
 
 
-def residual_norm_serial(rms: bool, x: Array, res: Array, w: Array, b: Array, eps: np.float32, out: Array) -> None:
-    _residual_norm_rows(rms, x, res, w, b, eps, out, 0, x.shape[0])
+residual_norm, residual_norm_serial = twins(_residual_norm)
 
 
 @_serial
@@ -102,14 +103,14 @@ def _masked_shift_rows(x: Array, keys: Array, per_mask: int, lo: int, hi: int) -
             row[j] -= top
 
 
-@_parallel
-def masked_shift(x: Array, keys: Array, per_mask: int) -> None:
-    for r in numba.prange(x.shape[0]):
-        _masked_shift_rows(x, keys, per_mask, r, r + 1)
+def _masked_shift(x: Array, keys: Array, per_mask: int) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _masked_shift_rows(x, keys, per_mask, units * r // split, units * (r + 1) // split)
 
 
-def masked_shift_serial(x: Array, keys: Array, per_mask: int) -> None:
-    _masked_shift_rows(x, keys, per_mask, 0, x.shape[0])
+masked_shift, masked_shift_serial = twins(_masked_shift)
 
 
 @_serial
@@ -126,14 +127,14 @@ def _gated_rows(op: int, x: Array, out: Array, lo: int, hi: int) -> None:
             row[j] = row[j] * up[j]
 
 
-@_parallel
-def gated(op: int, x: Array, out: Array) -> None:
-    for r in numba.prange(x.shape[0]):
-        _gated_rows(op, x, out, r, r + 1)
+def _gated(op: int, x: Array, out: Array) -> None:
+    units = x.shape[0]
+    split = tasks(units)
+    for r in numba.prange(split):
+        _gated_rows(op, x, out, units * r // split, units * (r + 1) // split)
 
 
-def gated_serial(op: int, x: Array, out: Array) -> None:
-    _gated_rows(op, x, out, 0, x.shape[0])
+gated, gated_serial = twins(_gated)
 
 
 @_serial
@@ -167,15 +168,14 @@ def _float_panels(tiles: Array, out: Array, x: Array, panels: Array, lo: int, hi
             call_tile(tiles[left - 1], row_out + q * 32 * 4, ldo, row_a, lda, b + q * k * 32 * 4, k)
 
 
-@_parallel
-def float_tiles(tiles: Array, out: Array, x: Array, panels: Array, threads: int) -> None:
-    # One run of whole panels per thread, so each keeps _float_panels' row blocks. The thread count is
-    # an argument: numba.get_num_threads() compiled in would keep numba from caching this loop.
+def _float_tiles(tiles: Array, out: Array, x: Array, panels: Array, threads: int) -> None:
+    # One run of whole panels per thread, so each keeps _float_panels' row blocks (the serial twin: one
+    # run of every panel). The thread count is an argument: numba.get_num_threads() compiled in would
+    # keep numba from caching this loop.
     count = panels.shape[0]
-    chunks = min(threads, count)
+    chunks = tasks(min(threads, count))
     for c in numba.prange(chunks):
         _float_panels(tiles, out, x, panels, count * c // chunks, count * (c + 1) // chunks)
 
 
-def float_tiles_serial(tiles: Array, out: Array, x: Array, panels: Array, threads: int) -> None:
-    _float_panels(tiles, out, x, panels, 0, panels.shape[0])
+float_tiles, float_tiles_serial = twins(_float_tiles)
