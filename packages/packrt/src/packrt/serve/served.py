@@ -24,17 +24,15 @@ import packrt_io
 from packrt import models, nn
 from packrt.errors import CheckpointError
 from packrt.models.hfconfig import read_json
-from packrt.models.sentence import Pipeline, SentenceEncoder
+from packrt.models.sentence import SentenceEncoder
 
 Kind = Literal["embeddings", "completions"]
 
 
-def _model_type(directory: Path) -> str | None:
-    try:
-        config = read_json(directory / "config.json")
-    except FileNotFoundError:
-        return None
-    return config.get("model_type") if isinstance(config, dict) else None
+def endpoint(described: models.ModelDescription) -> Kind:
+    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: embeddings for an
+    encoder (a sentence-transformers pipeline, or a plain encoder directory), completions for a causal LM."""
+    return "embeddings" if described.kind == "encoder" else "completions"
 
 
 def _chat_template(path: Path) -> str | None:
@@ -95,14 +93,9 @@ class ServedModel:
                 f"{str(where)!r} does not exist; pass a model directory (config.json + model.safetensors, or a "
                 "sentence-transformers directory with modules.json) or a .gguf file"
             )
-        model_type = _model_type(where) if where.is_dir() else None
-        if where.is_dir() and ((where / "modules.json").is_file() or model_type in _ENCODER_TYPES):
-            pipeline = (
-                Pipeline.read(where)
-                if (where / "modules.json").is_file()
-                else Pipeline(where, ("mean_tokens",), True, None)
-            )
-            encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency=weight_residency)
+        described = models.describe(where)
+        if endpoint(described) == "embeddings":
+            encoder = SentenceEncoder.from_pipeline(described.pipeline(), weight_residency=weight_residency)
             return cls.from_loaded(where, encoder.model, encoder=encoder, name=shown)
         return cls.from_loaded(where, models.from_pretrained(where, weight_residency=weight_residency), name=shown)
 
@@ -160,9 +153,6 @@ class ServedModel:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "packrt", "kind": self.kind}
 
 
-_ENCODER_TYPES = ("bert", "roberta", "xlm-roberta")
-
-
 def _bare(tokenizer: Tokenizer) -> Tokenizer:
     copy = Tokenizer.from_str(tokenizer.to_str())
     copy.no_truncation()
@@ -175,4 +165,4 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["Kind", "ServedModel", "dumps"]
+__all__ = ["Kind", "ServedModel", "dumps", "endpoint"]
