@@ -65,14 +65,14 @@ class Gate:
 
     def __init__(self, started: Running) -> None:
         self.worker = started.app.state.packrt.worker
-        self.original: Callable[[list[str]], np.ndarray] = self.worker._encode
+        self.original: Callable[[list[Any]], np.ndarray] = self.worker._encode
         self.entered, self.release = threading.Event(), threading.Event()
 
     def __enter__(self) -> Gate:
-        def held(texts: list[str]) -> np.ndarray:
+        def held(encodings: list[Any]) -> np.ndarray:
             self.entered.set()
             assert self.release.wait(WAIT_S)
-            return self.original(texts)
+            return self.original(encodings)
 
         self.worker._encode = held
         return self
@@ -238,7 +238,7 @@ def test_an_unexpected_failure_is_a_500_json_body_and_the_next_request_is_served
     worker = server.app.state.packrt.worker
     original = worker._encode
 
-    def broken(texts: list[str]) -> np.ndarray:
+    def broken(encodings: list[Any]) -> np.ndarray:
         raise RuntimeError("a defect inside the model call")
 
     worker._encode = broken

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 import packrt_io
 from packrt import models, nn
@@ -66,6 +66,15 @@ def _special_tokens(path: Path) -> dict[str, str]:
     return found
 
 
+@dataclass(frozen=True)
+class TokenizedText:
+    """One served text, tokenized once: ``encoding`` as the model reads it (special tokens added, truncated to
+    the server's bound, not padded) and ``count``, its tokens before truncation, special tokens included."""
+
+    encoding: Encoding
+    count: int
+
+
 @dataclass
 class ServedModel:
     """One loaded model and what the server needs around it."""
@@ -75,7 +84,7 @@ class ServedModel:
     kind: Kind
     module: nn.Module
     tokenizer: Tokenizer
-    counter: Tokenizer  # the same tokenizer without truncation or padding: counts a text's real tokens
+    counter: Tokenizer  # the same tokenizer without truncation or padding: splits a text, counting all its tokens
     max_positions: int
     encoder: SentenceEncoder | None = None
     chat_template: str | None = None
@@ -140,9 +149,16 @@ class ServedModel:
             special_tokens=_special_tokens(where),
         )
 
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        """Each text's tokens, special tokens included, before any truncation."""
-        return [len(e.ids) for e in self.counter.encode_batch(texts)]
+    def tokenize(self, texts: list[str]) -> list[TokenizedText]:
+        """Each text tokenized once (as TEI does): the encoding the model reads, and the count the limits and
+        usage read, both from the same pass. ``counter`` splits the text (no truncation, no special tokens);
+        ``tokenizer.post_process`` then truncates it to the server's bound and adds the special tokens, exactly
+        as ``tokenizer.encode`` would, without tokenizing it again."""
+        specials = self.tokenizer.num_special_tokens_to_add(False)
+        return [
+            TokenizedText(self.tokenizer.post_process(split), len(split.ids) + specials)
+            for split in self.counter.encode_batch(texts, add_special_tokens=False)
+        ]
 
     def check_files(self) -> None:
         """CheckpointError naming the mapped file that changed since the load; nothing when all are as loaded."""
@@ -165,4 +181,4 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["Kind", "ServedModel", "dumps", "endpoint"]
+__all__ = ["Kind", "ServedModel", "TokenizedText", "dumps", "endpoint"]
