@@ -22,6 +22,7 @@ from tokenizers import Encoding, Tokenizer
 import packrt
 from packrt import nn
 from packrt.errors import PackrtError
+from packrt.models.devices import host, model_device, placed
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.pipeline import POOLING_MODES, Pipeline
 from packrt.models.pretrained import from_pretrained
@@ -142,13 +143,14 @@ class SentenceEncoder:
 
     def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
         """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``
-        (an iterable of str; anything else is a :class:`TextTypeError`, as for :meth:`encode`)."""
+        (an iterable of str; anything else is a :class:`TextTypeError`, as for :meth:`encode`), on the
+        model's device (its parameters'), where the model reads them."""
         return self.batch(self.tokenizer.encode_batch(as_texts(texts, "SentenceEncoder.tokenize")))
 
     def batch(self, encodings: Sequence[Encoding]) -> dict[str, packrt.Tensor]:
         """:meth:`tokenize`'s tensors for texts ``tokenizer`` has already tokenized (``encode``, or ``post_process``
         of an encoding without special tokens): each row padded on the right to the longest with the
-        tokenizer's pad id and pad type id, masked out of attention and pooling."""
+        tokenizer's pad id and pad type id, masked out of attention and pooling; on the model's device."""
         padding = self.tokenizer.padding or {}
         pad_id, pad_type = int(padding.get("pad_id", 0)), int(padding.get("pad_type_id", 0))
         longest = max((len(e.ids) for e in encodings), default=0)
@@ -160,7 +162,8 @@ class SentenceEncoder:
             ids[row, :width], types[row, :width] = encoding.ids, encoding.type_ids
             mask[row, :width] = encoding.attention_mask
         fields = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        return {name: packrt.from_numpy(rows) for name, rows in fields.items()}
+        device = model_device(self.model)  # as generate places its ids: a model moved elsewhere reads them there
+        return {name: placed(rows, device) for name, rows in fields.items()}
 
     def embed(self, encodings: Sequence[Encoding], normalize: bool = True) -> np.ndarray:
         """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
@@ -172,7 +175,8 @@ class SentenceEncoder:
 
     def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool) -> np.ndarray:
         hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-        pooled = self._pool(np.asarray(hidden.numpy(), dtype=np.float32), batch["attention_mask"].numpy())
+        # pooled on the host: from another device the hidden state comes back with .cpu()
+        pooled = self._pool(np.asarray(host(hidden), dtype=np.float32), host(batch["attention_mask"]))
         if normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
         return pooled
