@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 from packrt.errors import CheckpointError, PackrtError
 from packrt.serve import completions
 from packrt.serve.batching import CallWorker, EmbedJob, EmbedWorker, QueueFullError, Worker
-from packrt.serve.limits import ServeLimits, json_depth
+from packrt.serve.limits import ServeLimits
 from packrt.serve.metrics import Metrics, MetricsMiddleware
 from packrt.serve.openai_shapes import (
     SERVER,
@@ -43,6 +43,7 @@ from packrt.serve.openai_shapes import (
     new_id,
 )
 from packrt.serve.served import ServedModel, dumps
+from packrt_io import json_depth  # the one JSON depth scan: safetensors headers and request bodies alike
 
 Body = TypeVar("Body", bound=BaseModel)
 
