@@ -1,15 +1,17 @@
-"""What a model path holds, decided in one place: :func:`describe`.
+"""What a model path holds, decided in one place: :func:`describe`, over the family table and modules.json.
 
 ``packrt serve``, packrt-ray, ``packrt warmup`` and :func:`~packrt.models.from_pretrained` all ask
 :func:`describe` what a directory or file is; none keeps a list of model types of its own, so a family
-added to the registry (:data:`packrt.models.families.FAMILIES`, each :class:`~packrt.models.keymap.Family`
-saying its ``kind``) is served the same way by all of them. Only small files are read; no weight is:
+added to :data:`FAMILIES` (each :class:`~packrt.models.keymap.Family` saying its ``kind``) is served the
+same way by all of them. Only small files are read; no weight is:
 
 - a ``.gguf`` file is a causal LM of the family its ``general.architecture`` names;
-- a directory with ``modules.json`` is a sentence-transformers pipeline: its Transformer step's
-  config.json names the family, which must be an encoder; the head is the pipeline's pooling;
+- a directory with ``modules.json`` is a sentence-transformers pipeline (:class:`Pipeline`: the steps,
+  a Transformer, a Pooling, optionally a Normalize; ``sentence_bert_config.json``'s ``max_seq_length``;
+  the Pooling step's modes): its Transformer step's config.json names the family, which must be an
+  encoder; the head is the pipeline's pooling;
 - any other directory is a Hugging Face one: config.json's ``model_type`` and ``architectures`` name the
-  family (:func:`~packrt.models.families.find_family`), whose ``kind`` says encoder or causal LM.
+  family (:func:`find_family`), whose ``kind`` says encoder or causal LM.
 """
 
 from __future__ import annotations
@@ -17,14 +19,113 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import packrt_io
-from packrt.models.families import find_family
+from packrt.errors import CheckpointError
+from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
 from packrt.models.gguf_architectures import ARCHITECTURES
-from packrt.models.hfconfig import UnsupportedModelError, read_config
+from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
 from packrt.models.keymap import Family, FamilyKind
-from packrt.models.pipeline import Pipeline
+
+FAMILIES: tuple[Family, ...] = (
+    bert.FAMILY,
+    roberta.FAMILY,
+    roberta.XLM_FAMILY,
+    gpt2.FAMILY,
+    llama.FAMILY,
+    qwen3.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
+)
+
+
+def supported() -> dict[str, tuple[str, ...]]:
+    """model_type -> the architectures ``from_pretrained`` builds for it."""
+    table: dict[str, tuple[str, ...]] = {}
+    for family in FAMILIES:
+        for model_type in family.model_types:
+            table[model_type] = family.architectures
+    return table
+
+
+def find_family(config: HFConfig) -> Family:
+    """The family for config.json's ``model_type`` and ``architectures`` (UnsupportedModelError if none)."""
+    model_type = config.get("model_type")
+    listed = "; ".join(f"{kind} ({', '.join(archs)})" for kind, archs in supported().items())
+    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    if family is None:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: model_type {model_type!r} is not one packrt can build; supported model types "
+            f"(architectures): {listed}"
+        )
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        raise CheckpointError(
+            f"{str(config.path)!r}: field 'architectures' is {architectures!r}, expected a list of class names "
+            f"such as [{family.architectures[0]!r}]; fix config.json"
+        )
+    unknown = [name for name in architectures if name not in family.architectures]
+    if unknown:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: architecture {unknown[0]!r} (model_type {model_type!r}) is not one packrt "
+            f"builds; for {model_type!r} it builds {', '.join(family.architectures)}; supported: {listed}"
+        )
+    return family
+
+
+POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
+
+
+def _json(path: Path, what: str) -> Any:
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What modules.json and its configs say: where the transformer is, how to pool, whether to normalize."""
+
+    transformer: Path
+    pooling: tuple[str, ...]
+    normalize: bool
+    max_seq_length: int | None
+
+    @classmethod
+    def read(cls, directory: Path) -> Pipeline:
+        modules = _json(directory / "modules.json", "modules.json (its list of steps)")
+        if not isinstance(modules, list):
+            raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
+        by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
+        if "Transformer" not in by_kind or "Pooling" not in by_kind:
+            raise CheckpointError(
+                f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
+                "followed by a Pooling step (and optionally Normalize)"
+            )
+        transformer = directory / str(by_kind["Transformer"].get("path", ""))
+        pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
+        pooling_config = _json(pooling_path, "the pooling step's config")
+        if not isinstance(pooling_config, dict):
+            raise CheckpointError(f"{str(pooling_path)!r} must hold a JSON object of pooling_mode_* flags")
+        modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
+        if not modes:
+            raise CheckpointError(
+                f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
+            )
+        settings = transformer / "sentence_bert_config.json"
+        bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
+        max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0
+        ):
+            raise CheckpointError(
+                f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
+                "(the most tokens a text is truncated to); fix the file"
+            )
+        return cls(transformer, modes, "Normalize" in by_kind, max_length)
+
 
 # What the served model's output is: a sentence-transformers pipeline's pooled embedding, a plain
 # encoder's last hidden state (``packrt serve`` pools it by the mean, as sentence-transformers would),
@@ -122,4 +223,14 @@ def _describe_gguf(where: Path) -> ModelDescription:
     return ModelDescription(where, where, "gguf", family.kind, family, spec.model_type, spec.architecture, head)
 
 
-__all__ = ["Format", "Head", "ModelDescription", "describe"]
+__all__ = [
+    "FAMILIES",
+    "POOLING_MODES",
+    "Format",
+    "Head",
+    "ModelDescription",
+    "Pipeline",
+    "describe",
+    "find_family",
+    "supported",
+]

@@ -36,12 +36,11 @@ import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
 from packrt.models.config_schema import check_capacity, validate
-from packrt.models.families import FAMILIES, find_family, supported
 from packrt.models.generation import CausalLM
 from packrt.models.generation_defaults import read_generation_defaults
 from packrt.models.hfconfig import UnsupportedModelError, read_config
 from packrt.models.keymap import KeyMap, Mapped
-from packrt.models.kinds import describe
+from packrt.models.kinds import FAMILIES, describe, find_family, supported
 from packrt.models.quantization import check_quantize, quantize_linears
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 from packrt_core.nn.residency import check_residency

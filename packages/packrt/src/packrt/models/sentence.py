@@ -24,7 +24,7 @@ from packrt import nn
 from packrt.errors import PackrtError
 from packrt.models.devices import host, model_device, placed
 from packrt.models.gguf_tokenizer import read_tokenizer_json
-from packrt.models.pipeline import POOLING_MODES, Pipeline
+from packrt.models.kinds import POOLING_MODES, Pipeline
 from packrt.models.pretrained import from_pretrained
 
 
