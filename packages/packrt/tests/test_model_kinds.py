@@ -4,6 +4,7 @@ endpoint follows the description, and a path packrt cannot serve is refused nami
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -71,3 +72,14 @@ def test_a_causal_lm_has_no_sentence_pipeline(saved: Mapping[str, tuple[Path, An
     described = describe(saved["gpt2"][0])
     with pytest.raises(UnsupportedModelError, match=r"is a gpt2 causal LM; sentence embeddings need an encoder"):
         described.pipeline()
+
+
+def test_a_sentence_transformers_pipeline_over_a_causal_lm_is_refused_naming_the_step(
+    saved: Mapping[str, tuple[Path, Any]], minilm_dir: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "pipeline"
+    shutil.copytree(saved["gpt2"][0], directory)
+    shutil.copy(minilm_dir / "modules.json", directory / "modules.json")
+    shutil.copytree(minilm_dir / "1_Pooling", directory / "1_Pooling")
+    with pytest.raises(UnsupportedModelError, match=r"the Transformer step .* is a gpt2 causal LM, but a sentence"):
+        describe(directory)

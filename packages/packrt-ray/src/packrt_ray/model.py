@@ -14,10 +14,9 @@ The kinds, read from the directory (the rule every route and batch mapper relies
 
 - ``"sentence-encoder"``: the directory has ``modules.json`` (sentence-transformers): texts in,
   one embedding per text out.
-- ``"encoder"``: an encoder family (``bert``, ``roberta``, ``xlm-roberta``): token ids in, the last
-  hidden state out.
-- ``"causal-lm"``: a causal family (``gpt2``, ``llama``, ``qwen2``, ``qwen3``...): token ids in, logits
-  out, and greedy generation.
+- ``"encoder"``: an encoder family (bert, roberta, xlm-roberta): token ids in, the last hidden state out.
+- ``"causal-lm"``: a causal family (gpt2, llama, qwen2, qwen3...): token ids in, logits out, and greedy
+  generation.
 
 :func:`packrt.models.describe` decides which (:func:`kind_of`), the same answer ``packrt serve`` reads.
 """
@@ -36,6 +35,7 @@ import packrt.models  # imported here, before any measure, so its import is not 
 from packrt import nn
 from packrt.errors import CheckpointError, PackrtError, ResidencyError
 from packrt.models import CausalLM, SentenceEncoder
+from packrt.models.kinds import encoder_families
 from packrt_ray.memory import ProcessMemory, WeightMemory, weight_memory
 
 ModelKind = Literal["sentence-encoder", "encoder", "causal-lm"]
@@ -122,8 +122,8 @@ _KIND_HINTS: dict[ModelKind, str] = {
 }
 _KIND_FIXES: dict[ModelKind, str] = {
     "sentence-encoder": "serve a sentence-transformers directory (one with modules.json and tokenizer.json)",
-    "encoder": "serve an encoder directory (bert, roberta, xlm-roberta) written by save_pretrained",
-    "causal-lm": "serve a causal LM directory (gpt2, llama, qwen2, qwen3...), or use a route this model has",
+    "encoder": f"serve an encoder directory ({encoder_families()}) written by save_pretrained",
+    "causal-lm": "serve a causal LM directory, or use a route this model has",
 }
 
 

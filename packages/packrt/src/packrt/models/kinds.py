@@ -17,7 +17,7 @@ same way by all of them. Only small files are read; no weight is:
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -47,6 +47,11 @@ def supported() -> dict[str, tuple[str, ...]]:
         for model_type in family.model_types:
             table[model_type] = family.architectures
     return table
+
+
+def encoder_families() -> str:
+    """The encoder families' names, for messages ("bert, roberta, xlm-roberta")."""
+    return ", ".join(family.name for family in FAMILIES if family.kind == "encoder")
 
 
 def find_family(config: HFConfig) -> Family:
@@ -165,8 +170,8 @@ class ModelDescription:
         A causal LM has none: :class:`~packrt.models.UnsupportedModelError`."""
         if self.kind != "encoder":
             raise UnsupportedModelError(
-                f"{str(self.path)!r} is a {self.family.name} causal LM; sentence embeddings need an encoder "
-                "(a sentence-transformers directory, or a bert/roberta/xlm-roberta directory with tokenizer.json)"
+                f"{str(self.path)!r} is a {self.family.name} causal LM; sentence embeddings need an encoder (a "
+                f"sentence-transformers directory, or a {encoder_families()} directory with tokenizer.json)"
             )
         if self.sentence_transformers:
             return Pipeline.read(self.path)
@@ -190,13 +195,10 @@ def describe(path: str | os.PathLike[str]) -> ModelDescription:
         if found.kind != "encoder":
             raise UnsupportedModelError(
                 f"{str(where / 'modules.json')!r}: the Transformer step {str(pipeline.transformer)!r} is a "
-                f"{found.family.name} {found.kind}, but a sentence-transformers pipeline pools an encoder's hidden "
+                f"{found.family.name} causal LM, but a sentence-transformers pipeline pools an encoder's hidden "
                 "states; serve the causal LM's own directory instead"
             )
-        return ModelDescription(
-            where, found.weights, "huggingface", "encoder", found.family, found.model_type, found.architecture,
-            "sentence-embedding",
-        )  # fmt: skip
+        return replace(found, path=where, head="sentence-embedding")
     return _describe_directory(where, where)
 
 
@@ -231,6 +233,7 @@ __all__ = [
     "ModelDescription",
     "Pipeline",
     "describe",
+    "encoder_families",
     "find_family",
     "supported",
 ]
