@@ -24,6 +24,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import packrt
 from packrt.errors import PackrtError
 from packrt.models import SentenceEncoder
 from packrt.models.sentence import TextTypeError, as_texts
@@ -72,6 +73,19 @@ def test_encode_keeps_the_order_given_and_batching_changes_nothing(minilm_dir: P
     assert float(one_batch[0] @ one_batch[1]) > float(one_batch[0] @ one_batch[3])  # meaning, not chance
     raw = encoder.encode(TEXTS[:2], normalize=False)
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
+
+
+def test_an_encoder_moved_to_another_device_encodes_there_and_gives_the_cpu_vectors(
+    minilm_dir: Path, stand_in_cuda: packrt.Device
+) -> None:
+    encoder = SentenceEncoder.from_pretrained(minilm_dir, weight_residency="borrowed")
+    on_cpu = encoder.encode(TEXTS, batch_size=4)
+    already = encoder.tokenizer.encode_batch(TEXTS[:3])  # as packrt serve queues them, tokenized once
+    embedded_on_cpu = encoder.embed(already)
+    encoder.model.to(stand_in_cuda)
+    assert all(tensor.device == stand_in_cuda for tensor in encoder.tokenize(TEXTS[:2]).values())
+    np.testing.assert_allclose(encoder.encode(TEXTS, batch_size=4), on_cpu, atol=1e-6)
+    np.testing.assert_allclose(encoder.embed(already), embedded_on_cpu, atol=1e-6)
 
 
 @pytest.fixture(scope="module")

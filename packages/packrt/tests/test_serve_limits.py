@@ -26,7 +26,6 @@ from serving import START_S, Running, running, tiny_llama
 
 from packrt.models import SentenceEncoder
 from packrt.serve import LimitsError, ServeLimits
-from packrt.serve.limits import json_depth
 
 LIMITS = ServeLimits(
     max_texts_per_request=4, max_tokens_per_text=16, max_body_bytes=4096, max_json_depth=8, max_queued_requests=2
@@ -65,14 +64,14 @@ class Gate:
 
     def __init__(self, started: Running) -> None:
         self.worker = started.app.state.packrt.worker
-        self.original: Callable[[list[str]], np.ndarray] = self.worker._encode
+        self.original: Callable[[list[Any]], np.ndarray] = self.worker._encode
         self.entered, self.release = threading.Event(), threading.Event()
 
     def __enter__(self) -> Gate:
-        def held(texts: list[str]) -> np.ndarray:
+        def held(encodings: list[Any]) -> np.ndarray:
             self.entered.set()
             assert self.release.wait(WAIT_S)
-            return self.original(texts)
+            return self.original(encodings)
 
         self.worker._encode = held
         return self
@@ -86,14 +85,6 @@ class Gate:
         while self.worker.pending < count:
             assert time.monotonic() < until, f"the worker never held {count} requests"
             time.sleep(0.01)
-
-
-def test_json_depth_counts_arrays_and_objects_but_not_brackets_inside_strings() -> None:
-    assert json_depth(b'{"input": ["a", "b"]}') == 2
-    assert json_depth(b'{"input": "[[[[{{{{"}') == 1
-    assert json_depth(b'["\\"", [["\\\\"]]]') == 3  # escaped quotes and backslashes do not end a string early
-    assert json_depth(b"[" * 100_000) == 100_000
-    assert json_depth(b'"plain"') == 0
 
 
 def test_a_limit_that_is_not_a_positive_number_is_refused_naming_the_field() -> None:
@@ -238,7 +229,7 @@ def test_an_unexpected_failure_is_a_500_json_body_and_the_next_request_is_served
     worker = server.app.state.packrt.worker
     original = worker._encode
 
-    def broken(texts: list[str]) -> np.ndarray:
+    def broken(encodings: list[Any]) -> np.ndarray:
         raise RuntimeError("a defect inside the model call")
 
     worker._encode = broken

@@ -12,6 +12,9 @@
 - :func:`open_gguf` reads a GGUF file (llama.cpp's format; the ``gguf`` extra): metadata, layout, and
   each tensor as a view of the file (F32/F16/BF16) or dequantised to float32 (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
 
+:func:`json_depth` measures how deep a JSON text nests before any parser recurses into it (the scan every
+header, index and metadata value is held to, and ``packrt serve``'s request bodies).
+
 Every malformed file raises :class:`packrt_core.errors.CheckpointError` naming the file and tensor.
 No load path unpickles anything.
 """
@@ -42,6 +45,7 @@ from packrt_io._gguf import DEQUANTISED_TYPES as GGUF_DEQUANTISED_TYPES
 from packrt_io._gguf import STORED_TYPES as GGUF_STORED_TYPES
 from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, open_gguf
 from packrt_io._guard import MappedFile
+from packrt_io._json import json_depth
 from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
 from packrt_io._reader import LoadReport, load_arrays, read_metadata
 from packrt_io._sharding import parse_size
@@ -109,6 +113,7 @@ __all__ = [
     "guarding",
     "inspect_checkpoint",
     "is_gguf",
+    "json_depth",
     "load_arrays",
     "load_checkpoint",
     "load_checkpoint_arrays",

@@ -14,15 +14,16 @@ The kinds, read from the directory (the rule every route and batch mapper relies
 
 - ``"sentence-encoder"``: the directory has ``modules.json`` (sentence-transformers): texts in,
   one embedding per text out.
-- ``"encoder"``: ``config.json`` says ``model_type`` ``bert``: token ids in, the last hidden state out.
-- ``"causal-lm"``: ``gpt2``, ``llama``, ``qwen2`` or ``mistral``: token ids in, logits out, and
-  greedy generation.
+- ``"encoder"``: an encoder family (bert, roberta, xlm-roberta): token ids in, the last hidden state out.
+- ``"causal-lm"``: a causal family (gpt2, llama, qwen2, qwen3...): token ids in, logits out, and greedy
+  generation.
+
+:func:`packrt.models.describe` decides which (:func:`kind_of`), the same answer ``packrt serve`` reads.
 """
 
 from __future__ import annotations
 
 import gc
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +35,11 @@ import packrt.models  # imported here, before any measure, so its import is not 
 from packrt import nn
 from packrt.errors import CheckpointError, PackrtError, ResidencyError
 from packrt.models import CausalLM, SentenceEncoder
-from packrt.models.sentence import Pipeline
+from packrt.models.kinds import encoder_families
 from packrt_ray.memory import ProcessMemory, WeightMemory, weight_memory
 
 ModelKind = Literal["sentence-encoder", "encoder", "causal-lm"]
 KINDS: tuple[ModelKind, ...] = ("sentence-encoder", "encoder", "causal-lm")
-ENCODER_TYPES = ("bert",)
 
 
 class ModelDirectoryError(CheckpointError, FileNotFoundError):
@@ -60,27 +60,11 @@ class RequestError(PackrtError, ValueError):
     """An HTTP request body is not the JSON object a route takes."""
 
 
-def _kind_of(directory: Path) -> ModelKind:
-    """The kind of model ``directory`` holds (see the module docstring); packrt's errors otherwise."""
-    if (directory / "modules.json").is_file():
-        return "sentence-encoder"
-    config = directory / "config.json"
-    try:
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
-    except FileNotFoundError:
-        raise CheckpointError(
-            f"{str(directory)!r} has neither modules.json (a sentence-transformers model) nor config.json (a Hugging "
-            "Face model); expected a directory written by save_pretrained (config.json + model.safetensors)"
-        ) from None
-    except (OSError, ValueError, AttributeError) as err:
-        raise CheckpointError(f"{str(config)!r} cannot be read as a JSON object ({err}); fix or re-save it") from err
-    supported = packrt.models.supported()
-    if model_type not in supported:
-        raise packrt.models.UnsupportedModelError(
-            f"{str(config)!r}: model_type {model_type!r} is not one packrt serves; expected one of "
-            f"{', '.join(sorted(supported))}"
-        )
-    return "encoder" if model_type in ENCODER_TYPES else "causal-lm"
+def kind_of(directory: str | os.PathLike[str]) -> ModelKind:
+    """The kind of model ``directory`` holds (see the module docstring), as :func:`packrt.models.describe`
+    decides it for every packrt entry point; packrt's errors (CheckpointError, UnsupportedModelError) otherwise."""
+    described = packrt.models.describe(directory)
+    return "sentence-encoder" if described.sentence_transformers else described.kind
 
 
 @dataclass(frozen=True)
@@ -120,7 +104,7 @@ class ModelSource:
                 "modules.json); pass a path that every Ray node can read: a shared filesystem, or a copy made on "
                 "each node before the job starts"
             )
-        return cls(str(directory), _kind_of(directory), weight_residency)
+        return cls(str(directory), kind_of(directory), weight_residency)
 
     def require(self, kinds: tuple[ModelKind, ...], what: str) -> None:
         """Raise :class:`ModelKindError` unless this source's kind is one of ``kinds`` (``what`` needs it)."""
@@ -138,8 +122,8 @@ _KIND_HINTS: dict[ModelKind, str] = {
 }
 _KIND_FIXES: dict[ModelKind, str] = {
     "sentence-encoder": "serve a sentence-transformers directory (one with modules.json and tokenizer.json)",
-    "encoder": "serve a bert directory written by save_pretrained",
-    "causal-lm": "serve a gpt2, llama, qwen2 or mistral directory, or use a route this model has",
+    "encoder": f"serve an encoder directory ({encoder_families()}) written by save_pretrained",
+    "causal-lm": "serve a causal LM directory, or use a route this model has",
 }
 
 
@@ -230,8 +214,8 @@ def load(source: ModelSource) -> LoadedModel:
         encoder = SentenceEncoder.from_pretrained(source.path, weight_residency="borrowed")
         weights_dir = str(encoder.pipeline.transformer)
     elif source.kind == "encoder" and (Path(source.path) / "tokenizer.json").is_file():
-        # What packrt serve makes of a plain encoder directory with a tokenizer: mean pooling, normalized.
-        pipeline = Pipeline(Path(source.path), ("mean_tokens",), True, None)
+        # What packrt serve makes of a plain encoder directory with a tokenizer (the same pipeline).
+        pipeline = packrt.models.describe(source.path).pipeline()
         encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency="borrowed")
     files = tuple(str(shard) for shard in packrt.io.inspect_checkpoint(weights_dir).shards)
     _warm_up(source.weight_residency)
@@ -255,5 +239,6 @@ __all__ = [
     "ModelSource",
     "RequestError",
     "cpus_assigned",
+    "kind_of",
     "load",
 ]

@@ -79,7 +79,7 @@ def _run_sentence(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str
         encoder.encode([text] * batch, batch_size=batch)
 
 
-def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | None) -> None:
+def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | None, *, decode: bool) -> None:
     from packrt.models import from_pretrained
 
     model: Any = from_pretrained(directory, dtype=dtype)  # reads config.json first (a CheckpointError if bad)
@@ -89,7 +89,7 @@ def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | 
     for batch, seq in shapes:
         seq = min(seq, limit) if limit else seq
         model(_ids(batch, seq, vocab))
-    if hasattr(model, "generate"):
+    if decode:
         prompt = min(16, (limit or 32) - _DECODE_TOKENS)
         model.generate(_ids(1, max(1, prompt), vocab), _DECODE_TOKENS, eos_token_id=None)  # every step compiles
 
@@ -104,12 +104,15 @@ def warmup(
     (:class:`~packrt.errors.CheckpointError` naming the file)."""
     started = time.perf_counter()
     done = []
+    from packrt.models import describe
+
     for entry in directories:
         directory = Path(os.fspath(entry))
-        if (directory / "modules.json").is_file():
+        described = describe(directory)  # the answer packrt serve reads: served the way it will be served
+        if described.sentence_transformers:
             _run_sentence(directory, shapes, dtype)
         else:
-            _run_model(directory, shapes, dtype)
+            _run_model(directory, shapes, dtype, decode=described.kind == "causal-lm")
         done.append(str(directory))
     compiled, loaded, cache_dir = _kernel_stats()
     return WarmupResult(tuple(done), compiled, loaded, cache_dir, time.perf_counter() - started)

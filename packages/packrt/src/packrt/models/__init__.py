@@ -6,7 +6,9 @@
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
 
-:func:`from_pretrained` serves a Hugging Face directory or a GGUF file (the causal families:
+:func:`describe` says what a path holds (encoder or causal LM, its family and head), the one answer
+``packrt serve``, packrt-ray and :func:`from_pretrained` read. :func:`from_pretrained` serves a Hugging
+Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
 :class:`Phi3ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
@@ -26,6 +28,7 @@ from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
+from packrt.models.kinds import ModelDescription, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
@@ -45,12 +48,14 @@ __all__ = [
     "Gemma3ForCausalLM",
     "KVCache",
     "LlamaForCausalLM",
+    "ModelDescription",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",
     "TextTypeError",
     "UnsupportedModelError",
+    "describe",
     "from_pretrained",
     "load_tokenizer",
     "supported",

@@ -67,6 +67,8 @@ def _build(config: HFConfig) -> nn.Module:
     return BertEncoder(encoder_config(config))
 
 
-FAMILY = Family(name="bert", model_types=("bert",), architectures=("BertModel",), build=_build, keymap=bert_keymap)
+FAMILY = Family(
+    name="bert", model_types=("bert",), architectures=("BertModel",), build=_build, keymap=bert_keymap, kind="encoder"
+)
 
 __all__ = ["FAMILY", "bert_keymap", "encoder_config"]

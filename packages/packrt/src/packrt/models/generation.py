@@ -31,6 +31,7 @@ import packrt
 from packrt import nn
 from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
+from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
 from packrt.models.layers import check_attention_mask, check_ids
 from packrt_base.plan import PlanKernels
@@ -73,7 +74,7 @@ def check_positions(model: str, positions: packrt.Tensor, max_positions: int | N
     """Position ids are integers >= 0 (and below ``max_positions`` when the model has a table of them)."""
     if not np.issubdtype(positions.dtype.numpy, np.integer):
         raise DTypeError(f"{model}: position_ids must be integers, got {positions.dtype}")
-    values = _host(positions)
+    values = host(positions)
     if values.size and values.min() < 0:
         raise IndexingError(
             f"{model}: position_ids hold {int(values.min())}; positions count from 0 (a padded token sits at 0)"
@@ -83,18 +84,6 @@ def check_positions(model: str, positions: packrt.Tensor, max_positions: int | N
             f"{model}: position_ids hold {int(values.max())}, beyond the model's {max_positions} positions [0, "
             f"{max_positions})"
         )
-
-
-def _placed(array: np.ndarray, device: packrt.Device) -> packrt.Tensor:
-    """``array`` as a tensor on ``device``: a zero-copy view on the CPU, a copy placed there elsewhere
-    (``Tensor.to`` is skipped when nothing moves: it costs more than a decode step's other bookkeeping)."""
-    tensor = packrt.from_numpy(array)
-    return tensor if device == tensor.device else tensor.to(device)
-
-
-def _host(tensor: packrt.Tensor) -> np.ndarray:
-    """``tensor``'s values in host memory: its own storage on the CPU, ``.cpu()``'s copy elsewhere."""
-    return np.asarray((tensor if tensor.device.type == "cpu" else tensor.cpu()).numpy())
 
 
 def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
@@ -144,7 +133,7 @@ def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int
     batch, total = cache.batch, cache.capacity
     if tuple(attention_mask.shape) != (batch, prompt):
         raise ShapeError(f"generate: attention_mask has shape {attention_mask.shape}, expected {(batch, prompt)}")
-    mask = _host(attention_mask) != 0
+    mask = host(attention_mask) != 0
     cache.set_padding(mask)
     if not cache.padded:
         return None
@@ -153,7 +142,7 @@ def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int
     grid = np.empty((batch, total), dtype=np.int64)
     grid[:, :prompt] = counted
     grid[:, prompt:] = counted[:, -1:] + np.arange(1, total - prompt + 1)
-    return _placed(grid, cache.device)
+    return placed(grid, cache.device)
 
 
 class _Sampling(NamedTuple):
@@ -263,8 +252,8 @@ class CausalLM(nn.Module):
         key_mask = None
         if attention_mask is not None:
             check_attention_mask(self._name(), attention_mask, batch, seq)
-            keep = _host(attention_mask) != 0
-            key_mask = None if keep.all() else _placed(keep, input_ids.device)
+            keep = host(attention_mask) != 0
+            key_mask = None if keep.all() else placed(keep, input_ids.device)
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
         if position_ids is not None:
@@ -274,8 +263,7 @@ class CausalLM(nn.Module):
 
     def _device(self) -> packrt.Device:
         """Where the model computes: its parameters' device (the CPU for a model without any)."""
-        first = next(iter(self.parameters()), None)
-        return packrt.Device("cpu") if first is None else first.device
+        return model_device(self)
 
     def _defaults(self) -> GenerationDefaults:
         found = self.generation_defaults
@@ -331,7 +319,7 @@ class CausalLM(nn.Module):
         total = prompt + max_new_tokens
         device = self._device()
         tokens = np.empty((batch, total), dtype=np.int64)  # on the host: each step appends one column
-        tokens[:, :prompt] = prompt_ids = _host(input_ids)
+        tokens[:, :prompt] = prompt_ids = host(input_ids)
         check_token_range(f"{self._name()}.generate", prompt_ids, self.vocab)
         cache = KVCache(self.num_layers, batch, total, device)
         positions = None if attention_mask is None else _padded_positions(cache, attention_mask, prompt)
@@ -361,7 +349,7 @@ class CausalLM(nn.Module):
         end = run.prompt
         for _ in self._decode(run):
             end += 1
-        return _placed(run.tokens[:, :end].copy(), run.device)
+        return placed(run.tokens[:, :end].copy(), run.device)
 
     @_prepared_by(_prepare)
     def stream(self, run: _Run) -> Iterator[np.ndarray]:
@@ -388,13 +376,13 @@ class CausalLM(nn.Module):
         do_sample, temperature, top_k, top_p, seed = run.sampling
         rng = np.random.default_rng(seed)
         finished = np.zeros(tokens.shape[0], dtype=bool)
-        ids = _placed(tokens[:, :prompt], device)
+        ids = placed(tokens[:, :prompt], device)
         start, length = 0, prompt
         for t in range(run.max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
             hidden = self._step(ids, Step(start, length, step_mask, device), cache, step_positions)
-            scores = _host(self._logits(hidden[:, -1:]))[:, -1]
+            scores = host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
                 chosen = np.where(finished, run.filler, chosen)
@@ -404,7 +392,7 @@ class CausalLM(nn.Module):
             if eos and finished.all():
                 return
             start, length = prompt + t, 1
-            ids = _placed(tokens[:, start : start + 1], device)
+            ids = placed(tokens[:, start : start + 1], device)
 
 
 __all__ = ["FROM_MODEL", "CausalLM", "FromModel", "check_positions", "check_token_range", "sample_next"]

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from packrt.models.hfconfig import HFConfig
 
 Transform = Literal["none", "transpose"]
+# What a family's model is: an encoder (ids in, last hidden state out) or a causal LM (logits, generate).
+FamilyKind = Literal["encoder", "causal-lm"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,9 @@ class Family:
 
     ``build(config)`` declares the model from config.json's dict (called under :func:`packrt.meta_init`;
     the load that binds the weights sets their residency); ``keymap(config)`` gives the table its
-    checkpoint keys load through.
+    checkpoint keys load through. ``kind`` is what the built model is, the one answer every caller reads
+    (:func:`packrt.models.describe`): ``"encoder"`` for the BERT-style families, ``"causal-lm"`` (the default:
+    packrt's other families all generate) for the rest.
     """
 
     name: str
@@ -128,6 +132,7 @@ class Family:
     architectures: tuple[str, ...]
     build: Callable[[HFConfig], nn.Module]
     keymap: Callable[[HFConfig], KeyMap]
+    kind: FamilyKind = "causal-lm"
 
 
-__all__ = ["Family", "KeyMap", "Mapped", "Rule", "Transform", "fill", "template_of"]
+__all__ = ["Family", "FamilyKind", "KeyMap", "Mapped", "Rule", "Transform", "fill", "template_of"]

@@ -35,61 +35,17 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
-from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
 from packrt.models.config_schema import check_capacity, validate
 from packrt.models.generation import CausalLM
 from packrt.models.generation_defaults import read_generation_defaults
-from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
-from packrt.models.keymap import Family, KeyMap, Mapped
+from packrt.models.hfconfig import UnsupportedModelError, read_config
+from packrt.models.keymap import KeyMap, Mapped
+from packrt.models.kinds import FAMILIES, describe, find_family, supported
 from packrt.models.quantization import check_quantize, quantize_linears
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 from packrt_core.nn.residency import check_residency
 
-FAMILIES: tuple[Family, ...] = (
-    bert.FAMILY,
-    roberta.FAMILY,
-    roberta.XLM_FAMILY,
-    gpt2.FAMILY,
-    llama.FAMILY,
-    qwen3.FAMILY,
-    gemma3.FAMILY,
-    phi3.FAMILY,
-)
 _SHOWN = 8  # problems listed in one message; the rest are counted
-
-
-def supported() -> dict[str, tuple[str, ...]]:
-    """model_type -> the architectures ``from_pretrained`` builds for it."""
-    table: dict[str, tuple[str, ...]] = {}
-    for family in FAMILIES:
-        for model_type in family.model_types:
-            table[model_type] = family.architectures
-    return table
-
-
-def find_family(config: HFConfig) -> Family:
-    """The family for config.json's ``model_type`` and ``architectures`` (UnsupportedModelError if none)."""
-    model_type = config.get("model_type")
-    listed = "; ".join(f"{kind} ({', '.join(archs)})" for kind, archs in supported().items())
-    family = next((f for f in FAMILIES if model_type in f.model_types), None)
-    if family is None:
-        raise UnsupportedModelError(
-            f"{str(config.path)!r}: model_type {model_type!r} is not one packrt can build; supported model types "
-            f"(architectures): {listed}"
-        )
-    architectures = config.get("architectures") or []
-    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
-        raise CheckpointError(
-            f"{str(config.path)!r}: field 'architectures' is {architectures!r}, expected a list of class names "
-            f"such as [{family.architectures[0]!r}]; fix config.json"
-        )
-    unknown = [name for name in architectures if name not in family.architectures]
-    if unknown:
-        raise UnsupportedModelError(
-            f"{str(config.path)!r}: architecture {unknown[0]!r} (model_type {model_type!r}) is not one packrt "
-            f"builds; for {model_type!r} it builds {', '.join(family.architectures)}; supported: {listed}"
-        )
-    return family
 
 
 def _problems(kind: str, lines: list[str], fix: str) -> CheckpointError:
@@ -318,8 +274,9 @@ def from_pretrained(
     """
     check_quantize(quantize)
     check_residency(weight_residency, "from_pretrained")  # before any file is read
-    directory = Path(os.fspath(path))
-    if packrt_io.is_gguf(directory):
+    described = describe(path)  # what the path holds: the answer packrt serve and packrt-ray read too
+    directory = described.weights  # a sentence-transformers directory's Transformer step
+    if described.format == "gguf":
         from packrt.models.gguf import from_gguf  # imported on use: GGUF needs the gguf extra
 
         cast = _dtype(dtype)
@@ -328,7 +285,7 @@ def from_pretrained(
             quantize_linears(served, weight_residency)
         return served
     config = read_config(directory)
-    family = find_family(config)
+    family = described.family
     schema = validate(config)
     generation = read_generation_defaults(directory, config)  # checked before anything is built, like the config
     cast = _dtype(dtype)

@@ -141,6 +141,7 @@ FAMILY = Family(
     architectures=("RobertaModel",),
     build=_build,
     keymap=roberta_keymap,
+    kind="encoder",
 )
 XLM_FAMILY = replace(FAMILY, name="xlm-roberta", model_types=("xlm-roberta",), architectures=("XLMRobertaModel",))
 

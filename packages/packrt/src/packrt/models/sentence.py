@@ -13,19 +13,18 @@ masked mean pooling (or the configured modes, concatenated in its order), L2-nor
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 import packrt
 from packrt import nn
-from packrt.errors import CheckpointError, PackrtError
+from packrt.errors import PackrtError
+from packrt.models.devices import host, model_device, placed
 from packrt.models.gguf_tokenizer import read_tokenizer_json
-from packrt.models.hfconfig import read_json
+from packrt.models.kinds import POOLING_MODES, Pipeline
 from packrt.models.pretrained import from_pretrained
 
 
@@ -72,59 +71,6 @@ def _fix(item: object) -> str:
     if item is None:
         return "drop the missing entries or pass '' for an empty text"
     return "pass every text as a str (str(value) for a number)"
-
-
-POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
-
-
-def _json(path: Path, what: str) -> Any:
-    try:
-        return read_json(path)
-    except FileNotFoundError:
-        raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
-
-
-@dataclass(frozen=True)
-class Pipeline:
-    """What modules.json and its configs say: where the transformer is, how to pool, whether to normalize."""
-
-    transformer: Path
-    pooling: tuple[str, ...]
-    normalize: bool
-    max_seq_length: int | None
-
-    @classmethod
-    def read(cls, directory: Path) -> Pipeline:
-        modules = _json(directory / "modules.json", "modules.json (its list of steps)")
-        if not isinstance(modules, list):
-            raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
-        by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
-        if "Transformer" not in by_kind or "Pooling" not in by_kind:
-            raise CheckpointError(
-                f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
-                "followed by a Pooling step (and optionally Normalize)"
-            )
-        transformer = directory / str(by_kind["Transformer"].get("path", ""))
-        pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
-        pooling_config = _json(pooling_path, "the pooling step's config")
-        if not isinstance(pooling_config, dict):
-            raise CheckpointError(f"{str(pooling_path)!r} must hold a JSON object of pooling_mode_* flags")
-        modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
-        if not modes:
-            raise CheckpointError(
-                f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
-            )
-        settings = transformer / "sentence_bert_config.json"
-        bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
-        max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
-        if max_length is not None and (
-            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0
-        ):
-            raise CheckpointError(
-                f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
-                "(the most tokens a text is truncated to); fix the file"
-            )
-        return cls(transformer, modes, "Normalize" in by_kind, max_length)
 
 
 class SentenceEncoder:
@@ -197,14 +143,43 @@ class SentenceEncoder:
 
     def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
         """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``
-        (an iterable of str; anything else is a :class:`TextTypeError`, as for :meth:`encode`)."""
-        encodings = self.tokenizer.encode_batch(as_texts(texts, "SentenceEncoder.tokenize"))
-        fields = {
-            "input_ids": [e.ids for e in encodings],
-            "attention_mask": [e.attention_mask for e in encodings],
-            "token_type_ids": [e.type_ids for e in encodings],
-        }
-        return {name: packrt.from_numpy(np.asarray(rows, dtype=np.int64)) for name, rows in fields.items()}
+        (an iterable of str; anything else is a :class:`TextTypeError`, as for :meth:`encode`), on the
+        model's device (its parameters'), where the model reads them."""
+        return self.batch(self.tokenizer.encode_batch(as_texts(texts, "SentenceEncoder.tokenize")))
+
+    def batch(self, encodings: Sequence[Encoding]) -> dict[str, packrt.Tensor]:
+        """:meth:`tokenize`'s tensors for texts ``tokenizer`` has already tokenized (``encode``, or ``post_process``
+        of an encoding without special tokens): each row padded on the right to the longest with the
+        tokenizer's pad id and pad type id, masked out of attention and pooling; on the model's device."""
+        padding = self.tokenizer.padding or {}
+        pad_id, pad_type = int(padding.get("pad_id", 0)), int(padding.get("pad_type_id", 0))
+        longest = max((len(e.ids) for e in encodings), default=0)
+        ids = np.full((len(encodings), longest), pad_id, dtype=np.int64)
+        types = np.full((len(encodings), longest), pad_type, dtype=np.int64)
+        mask = np.zeros((len(encodings), longest), dtype=np.int64)
+        for row, encoding in enumerate(encodings):
+            width = len(encoding.ids)
+            ids[row, :width], types[row, :width] = encoding.ids, encoding.type_ids
+            mask[row, :width] = encoding.attention_mask
+        fields = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+        device = model_device(self.model)  # as generate places its ids: a model moved elsewhere reads them there
+        return {name: placed(rows, device) for name, rows in fields.items()}
+
+    def embed(self, encodings: Sequence[Encoding], normalize: bool = True) -> np.ndarray:
+        """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
+        model call: what :meth:`encode` gives the same texts. A server tokenizes each text once, counts its
+        tokens from that encoding and batches the encodings of several requests through this call."""
+        if not encodings:
+            return np.empty((0, self.dimension), dtype=np.float32)
+        return self._embed(self.batch(encodings), normalize)
+
+    def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool) -> np.ndarray:
+        hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        # pooled on the host: from another device the hidden state comes back with .cpu()
+        pooled = self._pool(np.asarray(host(hidden), dtype=np.float32), host(batch["attention_mask"]))
+        if normalize:
+            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
+        return pooled
 
     def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
         weights = mask[:, :, None].astype(hidden.dtype)
@@ -237,12 +212,7 @@ class SentenceEncoder:
         out = np.empty((len(items), self.dimension), dtype=np.float32)
         for begin in range(0, len(order), batch_size):
             chosen = order[begin : begin + batch_size]
-            batch = self.tokenize([items[i] for i in chosen])
-            hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
-            pooled = self._pool(np.asarray(hidden.numpy(), dtype=np.float32), batch["attention_mask"].numpy())
-            if normalize:
-                pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
-            out[chosen] = pooled
+            out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), normalize)
         return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import packrt_io
 from packrt.models import generation_defaults, gguf, gguf_tokenizer
 from packrt.models.config_schema import ROPE_TYPES, SCHEMAS
-from packrt.models.pretrained import FAMILIES
+from packrt.models.kinds import FAMILIES
 
 BEGIN, END = "<!-- support-table:begin -->", "<!-- support-table:end -->"
 

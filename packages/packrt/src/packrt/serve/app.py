@@ -29,7 +29,7 @@ from starlette.exceptions import HTTPException
 from packrt.errors import CheckpointError, PackrtError
 from packrt.serve import completions
 from packrt.serve.batching import CallWorker, EmbedJob, EmbedWorker, QueueFullError, Worker
-from packrt.serve.limits import ServeLimits, json_depth
+from packrt.serve.limits import ServeLimits
 from packrt.serve.metrics import Metrics, MetricsMiddleware
 from packrt.serve.openai_shapes import (
     SERVER,
@@ -43,6 +43,7 @@ from packrt.serve.openai_shapes import (
     new_id,
 )
 from packrt.serve.served import ServedModel, dumps
+from packrt_io import json_depth  # the one JSON depth scan: safetensors headers and request bodies alike
 
 Body = TypeVar("Body", bound=BaseModel)
 
@@ -162,7 +163,7 @@ class _App:
             if self.bound < served.max_positions:
                 encoder.tokenizer.enable_truncation(max_length=self.bound)
             self.worker = EmbedWorker(
-                lambda texts: encoder.encode(texts, batch_size=len(texts)),
+                encoder.embed,  # the queued encodings, batched: no text is tokenized again
                 encoder.dimension,
                 capacity,
                 limits.max_batch_tokens,
@@ -211,19 +212,20 @@ class _App:
     async def embeddings(self, request: EmbeddingsRequest) -> dict[str, Any]:
         self.require("embeddings", "/v1/embeddings", request.model)
         texts = _texts(request, self.limits)
-        counts = await run_in_threadpool(self.served.count_tokens, texts)
-        over = next((i for i, count in enumerate(counts) if count > self.bound), None)
+        tokenized = await run_in_threadpool(self.served.tokenize, texts)  # the only time these texts are tokenized
+        over = next((i for i, text in enumerate(tokenized) if text.count > self.bound), None)
         if over is not None and not request.truncate:
             where = "input" if isinstance(request.input, str) else f"input[{over}]"
             raise ServeError(
                 400,
-                f"{where} has {counts[over]} tokens, more than this server's {self.bound}; shorten "
+                f"{where} has {tokenized[over].count} tokens, more than this server's {self.bound}; shorten "
                 "it or send truncate: true",
                 param=where,
                 code="context_length_exceeded",
             )
-        tokens = [min(count, self.bound) for count in counts]
-        job = EmbedJob(texts, tokens, self.deadline())
+        # what the model computes: each text cut to the bound (min(count, bound) tokens)
+        tokens = [len(text.encoding.ids) for text in tokenized]
+        job = EmbedJob([text.encoding for text in tokenized], tokens, self.deadline())
         assert isinstance(self.worker, EmbedWorker)
         try:
             self.worker.submit(job)

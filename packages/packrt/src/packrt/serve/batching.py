@@ -1,6 +1,7 @@
 """Dynamic batching by tokens: one worker thread runs every model call of the server.
 
-Requests join a queue (already validated: each text a str the tokenizer takes, its token count known).
+Requests join a queue already tokenized (as TEI queues token ids): each text's encoding, cut to the
+server's bound, and its token count, read from that encoding.
 The embedding worker takes what is queued, sorts the texts longest first and cuts them into model calls
 of at most ``max_batch_tokens`` tokens (rows times the longest row, the padded size the model computes);
 texts of several requests share a call, a large request spans several. Before each call it drops the
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from tokenizers import Encoding
 
 
 def _settle(future: concurrent.futures.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
@@ -41,9 +43,10 @@ class QueueFullError(Exception):
 
 @dataclass
 class EmbedJob:
-    """One request's texts, their token counts (after truncation), and where its vectors go."""
+    """One request's texts as the tokenizer gave them (encodings), their token counts (after truncation),
+    and where its vectors go."""
 
-    texts: list[str]
+    encodings: list[Encoding]
     tokens: list[int]
     deadline: float
     future: concurrent.futures.Future[np.ndarray] = field(default_factory=concurrent.futures.Future)
@@ -112,7 +115,7 @@ class EmbedWorker(Worker):
 
     def __init__(
         self,
-        encode: Callable[[list[str]], np.ndarray],
+        encode: Callable[[list[Encoding]], np.ndarray],
         dimension: int,
         capacity: int,
         max_batch_tokens: int,
@@ -126,8 +129,8 @@ class EmbedWorker(Worker):
 
     def submit(self, job: EmbedJob) -> None:
         self._admit()
-        job.vectors = np.empty((len(job.texts), self._dimension), dtype=np.float32)
-        job.left = len(job.texts)
+        job.vectors = np.empty((len(job.encodings), self._dimension), dtype=np.float32)
+        job.left = len(job.encodings)
         self._queue.put(job)
 
     def _gather(self, first: EmbedJob) -> tuple[list[EmbedJob], bool]:
@@ -175,14 +178,14 @@ class EmbedWorker(Worker):
         return calls
 
     def _serve(self, jobs: list[EmbedJob]) -> None:
-        rows = [(job, i) for job in jobs for i in range(len(job.texts))]
+        rows = [(job, i) for job in jobs for i in range(len(job.encodings))]
         rows.sort(key=lambda row: -row[0].tokens[row[1]])
         for call in self._calls(rows):
             live = [(job, i) for job, i in call if not job.expired()]
             if not live:
                 continue
             try:
-                vectors = self._encode([job.texts[i] for job, i in live])
+                vectors = self._encode([job.encodings[i] for job, i in live])
             except BaseException as err:  # fails the requests in this call only
                 for job in {id(job): job for job, _ in live}.values():
                     _settle(job.future, error=err)

@@ -5,7 +5,7 @@ takes each as a command-line option. A request beyond a bound is refused before 
 anything, with a status a client can act on:
 
 - body larger than ``max_body_bytes``: 413; JSON nested deeper than ``max_json_depth``: 400 (found by
-  a scan of the raw bytes, before the parser could recurse into it);
+  :func:`packrt_io.json_depth`'s scan of the raw bytes, before the parser could recurse into it);
 - more than ``max_texts_per_request`` inputs: 400; a text longer than ``max_tokens_per_text`` tokens:
   400 when the request says ``truncate: false``, cut to the bound when it says ``true`` (the default);
 - ``max_queued_requests`` already waiting or running: 429 with ``Retry-After``;
@@ -15,10 +15,7 @@ anything, with a status a client can act on:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, fields
-
-import numpy as np
 
 from packrt.errors import PackrtError
 
@@ -75,21 +72,4 @@ class ServeLimits:
                 raise LimitsError(f"ServeLimits.{each.name} must be a positive number, got {value!r}")
 
 
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_STEP = np.zeros(256, dtype=np.int8)
-_STEP[[ord("["), ord("{")]] = 1
-_STEP[[ord("]"), ord("}")]] = -1
-
-
-def json_depth(raw: bytes) -> int:
-    """The deepest nesting of arrays and objects in the JSON text ``raw`` (brackets inside strings do
-    not count): one regular-expression pass and a cumulative sum, so a body built to make a recursive
-    parser overflow is measured without recursing."""
-    if b"[" not in raw and b"{" not in raw:
-        return 0
-    bare = _STRING.sub(b"", raw) if b'"' in raw else raw
-    steps = _STEP[np.frombuffer(bare, dtype=np.uint8)]
-    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
-
-
-__all__ = ["LimitsError", "ServeLimits", "json_depth"]
+__all__ = ["LimitsError", "ServeLimits"]

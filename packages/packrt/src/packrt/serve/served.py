@@ -18,23 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 import packrt_io
 from packrt import models, nn
 from packrt.errors import CheckpointError
 from packrt.models.hfconfig import read_json
-from packrt.models.sentence import Pipeline, SentenceEncoder
+from packrt.models.sentence import SentenceEncoder
 
 Kind = Literal["embeddings", "completions"]
 
 
-def _model_type(directory: Path) -> str | None:
-    try:
-        config = read_json(directory / "config.json")
-    except FileNotFoundError:
-        return None
-    return config.get("model_type") if isinstance(config, dict) else None
+def endpoint(described: models.ModelDescription) -> Kind:
+    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: embeddings for an
+    encoder (a sentence-transformers pipeline, or a plain encoder directory), completions for a causal LM."""
+    return "embeddings" if described.kind == "encoder" else "completions"
 
 
 def _chat_template(path: Path) -> str | None:
@@ -68,6 +66,15 @@ def _special_tokens(path: Path) -> dict[str, str]:
     return found
 
 
+@dataclass(frozen=True)
+class TokenizedText:
+    """One served text, tokenized once: ``encoding`` as the model reads it (special tokens added, truncated to
+    the server's bound, not padded) and ``count``, its tokens before truncation, special tokens included."""
+
+    encoding: Encoding
+    count: int
+
+
 @dataclass
 class ServedModel:
     """One loaded model and what the server needs around it."""
@@ -77,7 +84,7 @@ class ServedModel:
     kind: Kind
     module: nn.Module
     tokenizer: Tokenizer
-    counter: Tokenizer  # the same tokenizer without truncation or padding: counts a text's real tokens
+    counter: Tokenizer  # the same tokenizer without truncation or padding: splits a text, counting all its tokens
     max_positions: int
     encoder: SentenceEncoder | None = None
     chat_template: str | None = None
@@ -95,14 +102,9 @@ class ServedModel:
                 f"{str(where)!r} does not exist; pass a model directory (config.json + model.safetensors, or a "
                 "sentence-transformers directory with modules.json) or a .gguf file"
             )
-        model_type = _model_type(where) if where.is_dir() else None
-        if where.is_dir() and ((where / "modules.json").is_file() or model_type in _ENCODER_TYPES):
-            pipeline = (
-                Pipeline.read(where)
-                if (where / "modules.json").is_file()
-                else Pipeline(where, ("mean_tokens",), True, None)
-            )
-            encoder = SentenceEncoder.from_pipeline(pipeline, weight_residency=weight_residency)
+        described = models.describe(where)
+        if endpoint(described) == "embeddings":
+            encoder = SentenceEncoder.from_pipeline(described.pipeline(), weight_residency=weight_residency)
             return cls.from_loaded(where, encoder.model, encoder=encoder, name=shown)
         return cls.from_loaded(where, models.from_pretrained(where, weight_residency=weight_residency), name=shown)
 
@@ -147,9 +149,16 @@ class ServedModel:
             special_tokens=_special_tokens(where),
         )
 
-    def count_tokens(self, texts: list[str]) -> list[int]:
-        """Each text's tokens, special tokens included, before any truncation."""
-        return [len(e.ids) for e in self.counter.encode_batch(texts)]
+    def tokenize(self, texts: list[str]) -> list[TokenizedText]:
+        """Each text tokenized once (as TEI does): the encoding the model reads, and the count the limits and
+        usage read, both from the same pass. ``counter`` splits the text (no truncation, no special tokens);
+        ``tokenizer.post_process`` then truncates it to the server's bound and adds the special tokens, exactly
+        as ``tokenizer.encode`` would, without tokenizing it again."""
+        specials = self.tokenizer.num_special_tokens_to_add(False)
+        return [
+            TokenizedText(self.tokenizer.post_process(split), len(split.ids) + specials)
+            for split in self.counter.encode_batch(texts, add_special_tokens=False)
+        ]
 
     def check_files(self) -> None:
         """CheckpointError naming the mapped file that changed since the load; nothing when all are as loaded."""
@@ -158,9 +167,6 @@ class ServedModel:
 
     def describe(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": 0, "owned_by": "packrt", "kind": self.kind}
-
-
-_ENCODER_TYPES = ("bert", "roberta", "xlm-roberta")
 
 
 def _bare(tokenizer: Tokenizer) -> Tokenizer:
@@ -175,4 +181,4 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["Kind", "ServedModel", "dumps"]
+__all__ = ["Kind", "ServedModel", "TokenizedText", "dumps", "endpoint"]

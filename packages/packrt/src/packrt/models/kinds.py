@@ -1,0 +1,239 @@
+"""What a model path holds, decided in one place: :func:`describe`, over the family table and modules.json.
+
+``packrt serve``, packrt-ray, ``packrt warmup`` and :func:`~packrt.models.from_pretrained` all ask
+:func:`describe` what a directory or file is; none keeps a list of model types of its own, so a family
+added to :data:`FAMILIES` (each :class:`~packrt.models.keymap.Family` saying its ``kind``) is served the
+same way by all of them. Only small files are read; no weight is:
+
+- a ``.gguf`` file is a causal LM of the family its ``general.architecture`` names;
+- a directory with ``modules.json`` is a sentence-transformers pipeline (:class:`Pipeline`: the steps,
+  a Transformer, a Pooling, optionally a Normalize; ``sentence_bert_config.json``'s ``max_seq_length``;
+  the Pooling step's modes): its Transformer step's config.json names the family, which must be an
+  encoder; the head is the pipeline's pooling;
+- any other directory is a Hugging Face one: config.json's ``model_type`` and ``architectures`` name the
+  family (:func:`find_family`), whose ``kind`` says encoder or causal LM.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import packrt_io
+from packrt.errors import CheckpointError
+from packrt.models import bert, gemma3, gpt2, llama, phi3, qwen3, roberta
+from packrt.models.gguf_architectures import ARCHITECTURES
+from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
+from packrt.models.keymap import Family, FamilyKind
+
+FAMILIES: tuple[Family, ...] = (
+    bert.FAMILY,
+    roberta.FAMILY,
+    roberta.XLM_FAMILY,
+    gpt2.FAMILY,
+    llama.FAMILY,
+    qwen3.FAMILY,
+    gemma3.FAMILY,
+    phi3.FAMILY,
+)
+
+
+def supported() -> dict[str, tuple[str, ...]]:
+    """model_type -> the architectures ``from_pretrained`` builds for it."""
+    table: dict[str, tuple[str, ...]] = {}
+    for family in FAMILIES:
+        for model_type in family.model_types:
+            table[model_type] = family.architectures
+    return table
+
+
+def encoder_families() -> str:
+    """The encoder families' names, for messages ("bert, roberta, xlm-roberta")."""
+    return ", ".join(family.name for family in FAMILIES if family.kind == "encoder")
+
+
+def find_family(config: HFConfig) -> Family:
+    """The family for config.json's ``model_type`` and ``architectures`` (UnsupportedModelError if none)."""
+    model_type = config.get("model_type")
+    listed = "; ".join(f"{kind} ({', '.join(archs)})" for kind, archs in supported().items())
+    family = next((f for f in FAMILIES if model_type in f.model_types), None)
+    if family is None:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: model_type {model_type!r} is not one packrt can build; supported model types "
+            f"(architectures): {listed}"
+        )
+    architectures = config.get("architectures") or []
+    if not isinstance(architectures, list) or not all(isinstance(name, str) for name in architectures):
+        raise CheckpointError(
+            f"{str(config.path)!r}: field 'architectures' is {architectures!r}, expected a list of class names "
+            f"such as [{family.architectures[0]!r}]; fix config.json"
+        )
+    unknown = [name for name in architectures if name not in family.architectures]
+    if unknown:
+        raise UnsupportedModelError(
+            f"{str(config.path)!r}: architecture {unknown[0]!r} (model_type {model_type!r}) is not one packrt "
+            f"builds; for {model_type!r} it builds {', '.join(family.architectures)}; supported: {listed}"
+        )
+    return family
+
+
+POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
+
+
+def _json(path: Path, what: str) -> Any:
+    try:
+        return read_json(path)
+    except FileNotFoundError:
+        raise CheckpointError(f"{str(path)!r} is missing; a sentence-transformers directory holds {what}") from None
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """What modules.json and its configs say: where the transformer is, how to pool, whether to normalize."""
+
+    transformer: Path
+    pooling: tuple[str, ...]
+    normalize: bool
+    max_seq_length: int | None
+
+    @classmethod
+    def read(cls, directory: Path) -> Pipeline:
+        modules = _json(directory / "modules.json", "modules.json (its list of steps)")
+        if not isinstance(modules, list):
+            raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
+        by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
+        if "Transformer" not in by_kind or "Pooling" not in by_kind:
+            raise CheckpointError(
+                f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
+                "followed by a Pooling step (and optionally Normalize)"
+            )
+        transformer = directory / str(by_kind["Transformer"].get("path", ""))
+        pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
+        pooling_config = _json(pooling_path, "the pooling step's config")
+        if not isinstance(pooling_config, dict):
+            raise CheckpointError(f"{str(pooling_path)!r} must hold a JSON object of pooling_mode_* flags")
+        modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
+        if not modes:
+            raise CheckpointError(
+                f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
+            )
+        settings = transformer / "sentence_bert_config.json"
+        bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
+        max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
+        if max_length is not None and (
+            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0
+        ):
+            raise CheckpointError(
+                f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
+                "(the most tokens a text is truncated to); fix the file"
+            )
+        return cls(transformer, modes, "Normalize" in by_kind, max_length)
+
+
+# What the served model's output is: a sentence-transformers pipeline's pooled embedding, a plain
+# encoder's last hidden state (``packrt serve`` pools it by the mean, as sentence-transformers would),
+# or a causal LM's logits over the vocabulary.
+Head = Literal["sentence-embedding", "hidden-state", "lm"]
+Format = Literal["huggingface", "gguf"]
+
+
+@dataclass(frozen=True)
+class ModelDescription:
+    """What :func:`describe` found at ``path``.
+
+    ``kind``: ``"encoder"`` or ``"causal-lm"``; ``family``: the registry's family that builds it (its
+    ``name`` is ``"bert"``, ``"roberta"``, ``"llama"``...); ``model_type`` and ``architecture``: the
+    config.json names it answers to (for a GGUF file, those its architecture stands for); ``head``: see
+    :data:`Head`; ``weights``: what :func:`~packrt.models.from_pretrained` loads (the path itself, or a
+    sentence-transformers pipeline's Transformer directory).
+    """
+
+    path: Path
+    weights: Path
+    format: Format
+    kind: FamilyKind
+    family: Family = field(repr=False)
+    model_type: str
+    architecture: str
+    head: Head
+
+    @property
+    def sentence_transformers(self) -> bool:
+        """The path is a sentence-transformers directory (texts in, pooled embeddings out)."""
+        return self.head == "sentence-embedding"
+
+    def pipeline(self) -> Pipeline:
+        """How an encoder's texts become embeddings: a sentence-transformers directory's own pipeline, or for a
+        plain encoder directory what sentence-transformers makes of one (mean pooling; normalized here).
+        A causal LM has none: :class:`~packrt.models.UnsupportedModelError`."""
+        if self.kind != "encoder":
+            raise UnsupportedModelError(
+                f"{str(self.path)!r} is a {self.family.name} causal LM; sentence embeddings need an encoder (a "
+                f"sentence-transformers directory, or a {encoder_families()} directory with tokenizer.json)"
+            )
+        if self.sentence_transformers:
+            return Pipeline.read(self.path)
+        return Pipeline(self.weights, ("mean_tokens",), True, None)
+
+
+def describe(path: str | os.PathLike[str]) -> ModelDescription:
+    """What ``path`` holds (see the module docstring), read from its small files only.
+
+    A path packrt cannot serve raises what :func:`~packrt.models.from_pretrained` would raise for it: a
+    :class:`~packrt.errors.CheckpointError` naming the missing or unreadable file, or an
+    :class:`~packrt.models.UnsupportedModelError` naming the model type or GGUF architecture and listing
+    the supported ones.
+    """
+    where = Path(os.fspath(path))
+    if packrt_io.is_gguf(where):
+        return _describe_gguf(where)
+    if (where / "modules.json").is_file():
+        pipeline = Pipeline.read(where)
+        found = _describe_directory(where, pipeline.transformer)
+        if found.kind != "encoder":
+            raise UnsupportedModelError(
+                f"{str(where / 'modules.json')!r}: the Transformer step {str(pipeline.transformer)!r} is a "
+                f"{found.family.name} causal LM, but a sentence-transformers pipeline pools an encoder's hidden "
+                "states; serve the causal LM's own directory instead"
+            )
+        return replace(found, path=where, head="sentence-embedding")
+    return _describe_directory(where, where)
+
+
+def _describe_directory(where: Path, weights: Path) -> ModelDescription:
+    config = read_config(weights)  # CheckpointError: not a directory, no config.json, not a JSON object
+    family = find_family(config)  # UnsupportedModelError: a model type or architecture packrt does not build
+    architectures = config.get("architectures") or [family.architectures[0]]
+    head: Head = "hidden-state" if family.kind == "encoder" else "lm"
+    model_type = str(config.get("model_type"))
+    return ModelDescription(where, weights, "huggingface", family.kind, family, model_type, architectures[0], head)
+
+
+def _describe_gguf(where: Path) -> ModelDescription:
+    arch = packrt_io.open_gguf(where).architecture  # the gguf extra; metadata and tensor list only
+    spec = ARCHITECTURES.get(arch)
+    if spec is None:
+        listed = ", ".join(f"{name} (as {known.architecture})" for name, known in ARCHITECTURES.items())
+        raise UnsupportedModelError(
+            f"GGUF file {str(where)!r}: general.architecture {arch!r} is not one packrt can build; supported "
+            f"GGUF architectures: {listed}"
+        )
+    family = spec.family
+    head: Head = "hidden-state" if family.kind == "encoder" else "lm"
+    return ModelDescription(where, where, "gguf", family.kind, family, spec.model_type, spec.architecture, head)
+
+
+__all__ = [
+    "FAMILIES",
+    "POOLING_MODES",
+    "Format",
+    "Head",
+    "ModelDescription",
+    "Pipeline",
+    "describe",
+    "encoder_families",
+    "find_family",
+    "supported",
+]
