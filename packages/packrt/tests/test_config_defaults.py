@@ -31,6 +31,7 @@ CONFIG_CLASSES = {
     "qwen3": "Qwen3Config",
     "gemma3_text": "Gemma3TextConfig",
     "phi3": "Phi3Config",
+    "ministral": "MinistralConfig",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

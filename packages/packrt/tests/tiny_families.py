@@ -24,6 +24,7 @@ from packrt.models import (
     Gemma3ForCausalLM,
     GPT2LMHeadModel,
     LlamaForCausalLM,
+    MinistralForCausalLM,
     Phi3ForCausalLM,
     Qwen3ForCausalLM,
     RobertaEncoder,
@@ -113,6 +114,13 @@ QWEN2_FIELDS = {
 }
 MISTRAL_FIELDS = {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}
 PHI3_FIELDS = {**SMALL, "num_key_value_heads": 2, "sliding_window": 5}
+MINISTRAL_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 8,  # MinistralConfig derives none: its attention needs one given
+    "sliding_window": 4,
+    "layer_types": ["sliding_attention", "full_attention"],
+}
 ROBERTA_PAD = 1
 LLAMA = Family(
     "LlamaConfig",
@@ -154,6 +162,8 @@ FAMILIES: dict[str, Family] = {
     "gemma3-tied": GEMMA3.variant({**GEMMA, "initializer_range": 0.1, "attention_bias": True}),
     "phi3": PHI3,
     "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
+    # mistral's decoder, sliding and full layers by layer_types
+    "ministral": Family("MinistralConfig", "MinistralForCausalLM", MINISTRAL_FIELDS, MinistralForCausalLM),
     # roberta with two token types exercises them; xlm-roberta has one
     "roberta": Family(
         "RobertaConfig",

@@ -10,7 +10,7 @@
 ``packrt serve``, packrt-ray and :func:`from_pretrained` read. :func:`from_pretrained` serves a Hugging
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
-:class:`Phi3ForCausalLM`); :func:`load_tokenizer` gives the
+:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -31,6 +31,7 @@ from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.kinds import ModelDescription, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
+from packrt.models.ministral import MinistralForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.qwen3 import Qwen3ForCausalLM
@@ -48,6 +49,7 @@ __all__ = [
     "Gemma3ForCausalLM",
     "KVCache",
     "LlamaForCausalLM",
+    "MinistralForCausalLM",
     "ModelDescription",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",

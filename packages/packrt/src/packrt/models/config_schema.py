@@ -611,6 +611,7 @@ SCHEMAS: dict[str, Schema] = {
     "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128, positions=32_768),
     "gemma3_text": _GEMMA3,
     "phi3": _decoder(_WINDOW, eps=1e-5, positions=4096),
+    "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),
 }
 
 __all__ = [
