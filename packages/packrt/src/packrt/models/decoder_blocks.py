@@ -215,20 +215,45 @@ def residual_dtype(dtype: packrt.dtype) -> packrt.dtype:
 
 
 class PreNormLayer(nn.Module):
-    """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))`` (:class:`FloatRMSNorm` both)."""
+    """``x + attention(attention_norm(x))``, then ``x + mlp(mlp_norm(x))``.
 
-    def __init__(self, attention: RotaryAttention, mlp: GatedMLP, hidden: int, eps: float) -> None:
+    Options: ``norm`` makes each norm (``norm(hidden, eps)``; default :class:`FloatRMSNorm`); ``post_norms``
+    adds a norm after the attention and after the MLP, each applied to the block's output before it joins the
+    residual stream (``post_attention_norm``, ``post_mlp_norm``: gemma3's sandwich); ``rope_kind`` names the
+    rotary table the layer's attention reads (:class:`RotaryDecoderLM`'s ``rotaries``).
+    """
+
+    def __init__(
+        self,
+        attention: RotaryAttention,
+        mlp: GatedMLP,
+        hidden: int,
+        eps: float,
+        *,
+        norm: Callable[[int, float], nn.Module] = FloatRMSNorm,
+        post_norms: bool = False,
+        rope_kind: str = "default",
+    ) -> None:
         super().__init__()
-        self.rope_kind = "default"
-        self.attention_norm = FloatRMSNorm(hidden, eps)
+        self.rope_kind, self.post_norms = rope_kind, post_norms
+        # registered in the order a checkpoint lists them (state_dict order)
+        self.attention_norm = norm(hidden, eps)
         self.attention = attention
-        self.mlp_norm = FloatRMSNorm(hidden, eps)
+        if post_norms:
+            self.post_attention_norm = norm(hidden, eps)
+        self.mlp_norm = norm(hidden, eps)
         self.mlp = mlp
+        if post_norms:
+            self.post_mlp_norm = norm(hidden, eps)
 
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        # x may be the wider residual stream (RotaryDecoderLM); the norms give the weights' dtype back
-        x = x + self.attention(self.attention_norm(x), rotary, step, cache).to(x.dtype)
-        out: packrt.Tensor = x + self.mlp(self.mlp_norm(x)).to(x.dtype)
+        # x may be the wider residual stream (RotaryDecoderLM): the projections read the weights' dtype, and
+        # what joins the stream is widened back to it
+        half = self.attention_norm.weight.dtype
+        attended = self.attention(self.attention_norm(x).to(half), rotary, step, cache).to(x.dtype)
+        x = x + (self.post_attention_norm(attended) if self.post_norms else attended)
+        mixed = self.mlp(self.mlp_norm(x).to(half)).to(x.dtype)
+        out: packrt.Tensor = x + (self.post_mlp_norm(mixed) if self.post_norms else mixed)
         return out
 
 

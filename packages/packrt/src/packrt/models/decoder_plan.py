@@ -193,6 +193,10 @@ class DecoderPlan:
         act = _activation(mlp.act, f"{path}.mlp.act")
         head_norms: tuple[_Norm, _Norm] | None = None
         if self.rotary:
+            if layer.post_norms:
+                raise PlanUnavailableError(
+                    f"{path} norms its attention's and MLP's outputs, which the plan does not serve"
+                )
             if attention.normed:  # qwen3: an RMSNorm over each query head and each key head
                 where = f"{path}.attention"
                 q_norm = _Norm.of(attention.q_norm, f"{where}.q_norm", nn.RMSNorm)

@@ -36,7 +36,6 @@ import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.models.attention import KVCache, Step
 from packrt.models.config_schema import completed, rope_by_layer_type
 from packrt.models.decoder_blocks import (
     ATTENTION_ROWS,
@@ -44,7 +43,7 @@ from packrt.models.decoder_blocks import (
     HEAD_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
-    Rotary,
+    PreNormLayer,
     RotaryAttention,
     RotaryDecoderLM,
     decoder_family,
@@ -89,29 +88,6 @@ class OffsetRMSNorm(nn.Module):
         return f"{self.dim}, eps={self.eps}"
 
 
-class SandwichLayer(nn.Module):
-    """``x + post_attention_norm(attention(attention_norm(x)))``, then ``x + post_mlp_norm(mlp(mlp_norm(x)))``."""
-
-    def __init__(self, attention: RotaryAttention, mlp: GatedMLP, hidden: int, eps: float, rope_kind: str) -> None:
-        super().__init__()
-        self.rope_kind = rope_kind
-        self.attention_norm = OffsetRMSNorm(hidden, eps)
-        self.attention = attention
-        self.post_attention_norm = OffsetRMSNorm(hidden, eps)
-        self.mlp_norm = OffsetRMSNorm(hidden, eps)
-        self.mlp = mlp
-        self.post_mlp_norm = OffsetRMSNorm(hidden, eps)
-
-    def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        # x may be the wider residual stream (RotaryDecoderLM): the norms compute in float32 anyway, so only
-        # the projections' inputs are rounded to the weights' dtype, and the post-norms' outputs are not
-        half = self.attention_norm.weight.dtype
-        attended = self.attention(self.attention_norm(x).to(half), rotary, step, cache)
-        x = x + self.post_attention_norm(attended.to(x.dtype))
-        out: packrt.Tensor = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x).to(half)).to(x.dtype))
-        return out
-
-
 def layer_kinds(config: HFConfig, layers: int) -> list[str]:
     """Each layer's attention type: ``layer_types``, else sliding for all but every ``sliding_window_pattern``-th."""
     types = config.get("layer_types")
@@ -148,7 +124,9 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
                 head_norm=partial(OffsetRMSNorm, eps=w.eps),
             )
             mlp = GatedMLP(w.hidden, w.intermediate, nn.GELU(approximate="tanh"))
-            blocks.append(SandwichLayer(attention, mlp, w.hidden, w.eps, kind))
+            blocks.append(
+                PreNormLayer(attention, mlp, w.hidden, w.eps, norm=OffsetRMSNorm, post_norms=True, rope_kind=kind)
+            )
         rope = rope_by_layer_type(config)
         limit = config.get("max_position_embeddings")
         rotaries = {}
