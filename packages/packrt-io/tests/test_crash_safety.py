@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import resource
 import signal
 import stat
@@ -241,6 +242,33 @@ def test_a_write_the_file_system_refuses_keeps_the_previous_file_and_names_the_p
     assert os.waitstatus_to_exitcode(status) == 0, "the refused write was not a CheckpointWriteError naming the path"
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill happens in a forked child")
+def test_a_save_killed_inside_the_librarys_write_keeps_the_previous_checkpoint_and_names_its_leftover(
+    tmp_path: Path, fake_module: type[Any]
+) -> None:
+    directory = tmp_path / "ckpt"
+    _save(fake_module, directory, None, 1.0)
+    before = _state(directory)
+    pid = os.fork()
+    if pid == 0:  # the child: over a file-size limit the kernel kills it (SIGXFSZ) in the library's write
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python starts with it ignored
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            packrt_io.save_checkpoint(
+                fake_module({"w0": packrt_core.from_numpy(np.ones(1 << 16, np.float32))}), directory
+            )
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXFSZ
+    library_temporaries = [p.name for p in directory.iterdir() if p.name.startswith(".tmp")]
+    assert len(library_temporaries) == 1, sorted(p.name for p in directory.iterdir())
+    with pytest.warns(packrt_io.CheckpointLeftoverWarning, match=re.escape(library_temporaries[0])):
+        arrays, info, _ = packrt_io.load_checkpoint_arrays(directory)
+    assert {key: array.tobytes() for key, array in arrays.items()} == before
+    assert library_temporaries[0] in {path.name for path in info.ignored}
 
 
 def _mode(path: Path) -> int:
