@@ -212,17 +212,21 @@ def test_a_missing_file_is_refused_with_its_path(tmp_path: Path) -> None:
         packrt_io.read_metadata(path)
 
 
-def test_a_rejection_by_the_safetensors_library_is_a_checkpoint_error(
+def test_a_file_is_validated_once_by_packrt_and_not_again_by_the_library(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "ok.safetensors"
-    packrt_io.save_file({"w": np.ones(2, np.float32)}, path)
+    packrt_io.save_file({"w": np.ones(2, np.float32)}, path, metadata={"m": "v"})
 
-    def reject(*args: object, **kwargs: object) -> None:
-        raise safetensors.SafetensorError("invented defect")
+    def second_opinion(*args: object, **kwargs: object) -> None:
+        pytest.fail("the safetensors library was asked to validate a file packrt already validated")
 
-    monkeypatch.setattr(safetensors, "safe_open", reject)
-    _refused(path, "the safetensors library rejects the file \\(invented defect\\)")
+    for name in ("safe_open", "deserialize"):
+        monkeypatch.setattr(safetensors, name, second_opinion)
+    for use_mmap in (True, False):
+        arrays, report = packrt_io.load_arrays(path, mmap=use_mmap)
+        assert (arrays["w"] == 1).all() and report.metadata == {"m": "v"}
+    assert set(packrt_io.load_file(path)) == {"w"}
 
 
 def _valid_file_bytes() -> bytes:

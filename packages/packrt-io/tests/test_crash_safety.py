@@ -3,13 +3,17 @@
 Every file-system step of a save (create, write, fsync, rename, remove) goes through ``packrt_io._fs``,
 whose ``os`` these tests replace with one that stops at step ``k``: by raising (cleanup handlers run)
 or by ``os._exit`` in a forked child (nothing runs: a kill). For every ``k`` the target must then load
-as the previous checkpoint or as the new one, bit for bit.
+as the previous checkpoint or as the new one, bit for bit. A safetensors file's bytes are written by
+the safetensors library, not through ``os``: its failures are the library's own, given to it directly.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import resource
+import signal
 import stat
 import warnings
 from pathlib import Path
@@ -17,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import safetensors
 
 import packrt_core
 import packrt_io
@@ -35,12 +40,14 @@ class _StoppingOS:
 
     def __init__(self, stop: int, *, kill: bool = False, error: OSError | None = None) -> None:
         self.stop, self.kill, self.error, self.steps = stop, kill, error, 0
+        self.kinds: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
         return getattr(os, name)
 
     def _step(self, kind: str) -> None:
         self.steps += 1
+        self.kinds.append(kind)
         if self.steps == self.stop:
             if self.kill:
                 os._exit(_KILLED)
@@ -161,26 +168,107 @@ def test_a_save_stopped_at_any_step_leaves_the_previous_or_the_new_checkpoint(
     assert {key: array.tobytes() for key, array in arrays.items()} == new
 
 
-def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_path(tmp_path: Path, fake_module: type[Any]) -> None:
+def _full_disk(tensors: Any, filename: Any, metadata: Any = None) -> None:
+    """The safetensors library's ``serialize_file`` on a full disk: what it raises (its I/O error's text)."""
+    raise safetensors.SafetensorError(
+        f'Error while serializing: I/O error: No space left on device (os error 28) at path "{filename}"'
+    )
+
+
+def test_a_full_disk_keeps_the_previous_checkpoint_and_names_the_path(
+    tmp_path: Path, fake_module: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     for limit in (None, 32):
         directory = tmp_path / f"limit-{limit}"
         _save(fake_module, directory, limit, 1.0)
         before = _state(directory)
         listing = sorted(p.name for p in directory.iterdir())
-        real = _fs.os
-        _fs.os = _StoppingOS(2, error=OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[assignment]
-        try:
+        with monkeypatch.context() as patch:
+            patch.setattr(safetensors, "serialize_file", _full_disk)
             with pytest.raises(
                 CheckpointError, match=r"saving checkpoint '.*limit-.*' failed.*No space left"
             ) as caught:
                 _save(fake_module, directory, limit, 5.0)
-        finally:
-            _fs.os = real
         assert isinstance(caught.value, OSError)
         assert caught.value.errno == errno.ENOSPC
         assert str(directory) in str(caught.value)
         assert _state(directory) == before
         assert sorted(p.name for p in directory.iterdir()) == listing
+
+
+def test_a_full_disk_while_writing_the_index_keeps_the_previous_checkpoint(
+    tmp_path: Path, fake_module: type[Any]
+) -> None:
+    directory = tmp_path / "sharded"
+    _save(fake_module, directory, 32, 1.0)
+    before = _state(directory)
+    real, counter = _fs.os, _StoppingOS(-1)
+    _fs.os = counter  # type: ignore[assignment]
+    try:
+        _save(fake_module, tmp_path / "count", 32, 5.0)
+    finally:
+        _fs.os = real
+    index_write = counter.kinds.index("write") + 1  # the shards' bytes are the library's: the first os write
+    _fs.os = _StoppingOS(index_write, error=OSError(errno.ENOSPC, "No space left on device"))  # type: ignore[assignment]
+    try:
+        with pytest.raises(CheckpointError, match=r"index\.json' failed while writing it \(No space left") as caught:
+            _save(fake_module, directory, 32, 5.0)
+    finally:
+        _fs.os = real
+    assert isinstance(caught.value, OSError) and caught.value.errno == errno.ENOSPC
+    assert _state(directory) == before  # the new shards stay as leftovers a load names, never loads
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the file-size limit is set in a forked child")
+def test_a_write_the_file_system_refuses_keeps_the_previous_file_and_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    packrt_io.save_file({"w": np.ones(4, np.float32)}, path)
+    before = path.read_bytes()
+    pid = os.fork()
+    if pid == 0:  # the child: a file-size limit makes the library's own write fail (EFBIG), for real
+        code = 1
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            packrt_io.save_file({"w": np.zeros(1 << 16, np.float32)}, path)
+        except CheckpointError as err:
+            refused = isinstance(err, OSError) and err.errno == errno.EFBIG
+            code = 0 if refused and str(path) in str(err) and "File too large" in str(err) else 2
+        except BaseException:
+            code = 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the refused write was not a CheckpointWriteError naming the path"
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["model.safetensors"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="the kill happens in a forked child")
+def test_a_save_killed_inside_the_librarys_write_keeps_the_previous_checkpoint_and_names_its_leftover(
+    tmp_path: Path, fake_module: type[Any]
+) -> None:
+    directory = tmp_path / "ckpt"
+    _save(fake_module, directory, None, 1.0)
+    before = _state(directory)
+    pid = os.fork()
+    if pid == 0:  # the child: over a file-size limit the kernel kills it (SIGXFSZ) in the library's write
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_DFL)  # Python starts with it ignored
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+            packrt_io.save_checkpoint(
+                fake_module({"w0": packrt_core.from_numpy(np.ones(1 << 16, np.float32))}), directory
+            )
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXFSZ
+    library_temporaries = [p.name for p in directory.iterdir() if p.name.startswith(".tmp")]
+    assert len(library_temporaries) == 1, sorted(p.name for p in directory.iterdir())
+    with pytest.warns(packrt_io.CheckpointLeftoverWarning, match=re.escape(library_temporaries[0])):
+        arrays, info, _ = packrt_io.load_checkpoint_arrays(directory)
+    assert {key: array.tobytes() for key, array in arrays.items()} == before
+    assert library_temporaries[0] in {path.name for path in info.ignored}
 
 
 def _mode(path: Path) -> int:

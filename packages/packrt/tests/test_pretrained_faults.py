@@ -19,7 +19,7 @@ from faults import Stop, fail_at, files_of, steps
 import packrt
 import packrt_io
 from packrt import nn
-from packrt.models import kinds, llama, pretrained
+from packrt.models import kinds, llama, loading, pretrained
 
 
 def directory_of(tmp_path: Path) -> Path:
@@ -38,7 +38,8 @@ def opened_under(directory: Path) -> list[str]:
 STEPS = steps(
     {
         kinds: ("read_config", "find_family"),  # describe: what the directory holds, asked first
-        pretrained: ("read_config", "validate", "_dtype", "check_capacity", "plan_load", "check_dtypes"),
+        pretrained: ("read_config", "_dtype", "plan_load", "check_dtypes"),
+        loading: ("validate", "check_capacity"),
         packrt_io: ("inspect_checkpoint", "load_arrays", "guarding"),
         llama.LlamaForCausalLM: ("__init__",),  # the model declared
         nn.Module: ("register_forward_pre_hook", "load_state_dict", "eval"),

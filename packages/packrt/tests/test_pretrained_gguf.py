@@ -23,8 +23,10 @@ from peers import VOCAB, assert_greedy_matches, max_logits_diff, tiny_model
 import packrt
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models import UnsupportedModelError, from_pretrained
-from packrt.models.gguf import supported_architectures, unpermute_rows
+from packrt.models import UnsupportedModelError, from_pretrained, pretrained
+from packrt.models import gguf as gguf_models
+from packrt.models.config_schema import ConfigError
+from packrt.models.gguf import from_gguf, supported_architectures, unpermute_rows
 from packrt.models.gguf_tokenizer import load_tokenizer
 
 SMALL = {
@@ -141,17 +143,22 @@ def _yarn(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
     write_gguf(gguf, models["llama"], path, rope_scaling_type=gguf.RopeScalingType.YARN)
 
 
+def _set_uint32(path: Path, key: str, value: int) -> None:
+    """The uint32 metadata value ``key`` of the GGUF file ``path`` rewritten in place to ``value``."""
+    data = bytearray(path.read_bytes())
+    at = data.index(key.encode()) + len(key) + 4  # the uint32 value follows its type tag
+    data[at : at + 4] = value.to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+
+
 def _feed_forward_length_96(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
     write_gguf(gguf, models["llama"], path)
-    data = bytearray(path.read_bytes())
-    key = b"llama.feed_forward_length"
-    at = data.index(key) + len(key) + 4  # the uint32 value follows its type tag
-    data[at : at + 4] = (96).to_bytes(4, "little")
-    path.write_bytes(bytes(data))
+    _set_uint32(path, "llama.feed_forward_length", 96)
 
 
 def _no_head_count(gguf: ModuleType, models: dict[str, Any], path: Path) -> None:
     with gguf_writer(gguf, path, "llama") as writer:
+        writer.add_uint32("llama.block_count", 1)
         writer.add_uint32("llama.embedding_length", 32)
         writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float32))
 
@@ -185,7 +192,7 @@ REFUSED = [
     pytest.param(
         _no_head_count,
         CheckpointError,
-        r"metadata 'llama\.attention\.head_count' .* is missing; the file's metadata",
+        r"metadata 'llama\.attention\.head_count' \(packrt's 'num_attention_heads'\) is missing.*; the file's metadata",
         id="missing-metadata-named-by-its-gguf-key",
     ),
 ]
@@ -204,6 +211,47 @@ def test_a_file_packrt_cannot_serve_is_refused_naming_what_it_found(
     write(gguf, models, path)
     with pytest.raises(error, match=match):
         from_pretrained(path)
+
+
+@pytest.mark.parametrize("load", [from_pretrained, from_gguf], ids=["from_pretrained", "from_gguf"])
+def test_metadata_asking_for_more_layers_than_the_file_holds_is_refused_before_any_module_is_declared(
+    gguf: ModuleType,
+    transformers: ModuleType,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    load: Callable[..., nn.Module],
+) -> None:
+    one_layer = tiny_model(transformers, "LlamaConfig", "LlamaForCausalLM", **{**SMALL, "num_hidden_layers": 1})
+    path = write_gguf(gguf, one_layer, tmp_path / "m.gguf")
+    _set_uint32(path, "llama.block_count", 20_000)
+    declared: list[str] = []
+    monkeypatch.setattr(packrt, "meta_init", lambda: pytest.fail("a model was declared before the capacity check"))
+    monkeypatch.setattr(nn.Module, "__init__", lambda module, *args, **kwargs: declared.append(type(module).__name__))
+    with pytest.raises(
+        ConfigError,
+        match=r"GGUF file '[^']*m\.gguf': metadata 'llama\.block_count' \(packrt's 'num_hidden_layers'\) is 20000, "
+        r"but the weight files \('[^']*m\.gguf'\) hold tensors for 1 layer\(s\); the file's metadata is incomplete",
+    ):
+        load(path)
+    assert declared == [], f"modules {declared[:3]} were built before the file's layer count was checked"
+
+
+def test_a_gguf_load_checks_the_weight_residency_once(
+    gguf: ModuleType, models: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_gguf(gguf, models["qwen2"], tmp_path / "m.gguf")
+    checked: list[str] = []
+
+    def count(residency: str | None, where: str) -> None:
+        checked.append(where)
+
+    for module in (pretrained, gguf_models):  # every loader that names check_residency
+        monkeypatch.setattr(module, "check_residency", count)
+    from_pretrained(path, weight_residency="borrowed")
+    assert checked == ["from_pretrained"]
+    checked.clear()
+    from_gguf(path, weight_residency="borrowed")
+    assert checked == ["from_gguf"]
 
 
 def test_the_tokenizer_json_beside_a_gguf_file_is_preferred(

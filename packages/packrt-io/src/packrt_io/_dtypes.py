@@ -16,13 +16,11 @@ import numpy as np
 
 @dataclass(frozen=True)
 class FileDType:
-    """One safetensors dtype: its name in the header, its numpy dtype and its save-order rank."""
+    """One safetensors dtype: its name in the header and its numpy dtype (whose ``name`` the library's
+    writer takes)."""
 
     name: str
     numpy: np.dtype[np.generic]
-    # The safetensors library writes tensors of higher rank first (then by name); packrt writes the
-    # same order so a file it saves is byte-identical to the library's and every tensor stays aligned.
-    rank: int
 
     @property
     def itemsize(self) -> int:
@@ -30,31 +28,31 @@ class FileDType:
         return int(self.numpy.itemsize)
 
 
-def _entry(name: str, dtype: type[np.generic] | np.dtype[np.generic], rank: int) -> FileDType:
+def _entry(name: str, dtype: type[np.generic] | np.dtype[np.generic]) -> FileDType:
     # Integers and IEEE floats are stored little-endian; ml_dtypes types have no byte order to pin.
     resolved = np.dtype(dtype)
     if resolved.byteorder in ("=", ">"):
         resolved = resolved.newbyteorder("<")
-    return FileDType(name, resolved, rank)
+    return FileDType(name, resolved)
 
 
-# Ranks follow the library's dtype order (smallest first), which groups dtypes by alignment.
+# In the library's dtype order (smallest first).
 _TABLE: Final[tuple[FileDType, ...]] = (
-    _entry("BOOL", np.bool_, 0),
-    _entry("U8", np.uint8, 1),
-    _entry("I8", np.int8, 2),
-    _entry("F8_E5M2", ml_dtypes.float8_e5m2, 3),
-    _entry("F8_E4M3", ml_dtypes.float8_e4m3fn, 4),
-    _entry("I16", np.int16, 5),
-    _entry("U16", np.uint16, 6),
-    _entry("F16", np.float16, 7),
-    _entry("BF16", ml_dtypes.bfloat16, 8),
-    _entry("I32", np.int32, 9),
-    _entry("U32", np.uint32, 10),
-    _entry("F32", np.float32, 11),
-    _entry("F64", np.float64, 12),
-    _entry("I64", np.int64, 13),
-    _entry("U64", np.uint64, 14),
+    _entry("BOOL", np.bool_),
+    _entry("U8", np.uint8),
+    _entry("I8", np.int8),
+    _entry("F8_E5M2", ml_dtypes.float8_e5m2),
+    _entry("F8_E4M3", ml_dtypes.float8_e4m3fn),
+    _entry("I16", np.int16),
+    _entry("U16", np.uint16),
+    _entry("F16", np.float16),
+    _entry("BF16", ml_dtypes.bfloat16),
+    _entry("I32", np.int32),
+    _entry("U32", np.uint32),
+    _entry("F32", np.float32),
+    _entry("F64", np.float64),
+    _entry("I64", np.int64),
+    _entry("U64", np.uint64),
 )
 
 BY_NAME: Final[dict[str, FileDType]] = {entry.name: entry for entry in _TABLE}

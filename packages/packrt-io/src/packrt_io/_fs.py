@@ -6,7 +6,8 @@ path gives (no such file, permission, a name too long, a NUL byte) into a ``Chec
 the path. :func:`kind_of` does the same for the checks that decide what a checkpoint path is.
 
 Writing: the steps of a durable save (create a temporary file, write, fsync, rename over the target,
-fsync the directory, remove an old file) are the functions below and nothing else. A failure in any of
+fsync the directory, remove an old file) are the functions below and nothing else; a safetensors file's
+bytes are written by the safetensors library (:func:`serialize`), the rest by ``os`` calls here. A failure in any of
 them is a :class:`CheckpointWriteError` (a ``CheckpointError`` that is also an ``OSError``, with its
 ``errno``) naming the path. Tests replace this module's ``os`` to stop a save at each step.
 """
@@ -16,9 +17,13 @@ from __future__ import annotations
 import contextlib
 import errno as _errno
 import os
+import re
 import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal, NoReturn
+from typing import Any, Literal, NoReturn
+
+import safetensors
 
 from packrt_core.errors import CheckpointError
 
@@ -194,6 +199,47 @@ def write_all(fd: int, data: memoryview | bytes) -> None:
             piece = piece[os.write(fd, piece) :]
 
 
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def serialize(path: Path, tensors: Mapping[str, Any], metadata: Mapping[str, str] | None) -> None:
+    """The safetensors library writes ``tensors`` (its ``TensorSpec`` each) and ``metadata`` as the file ``path``.
+
+    The library writes a temporary file of its own beside ``path`` (mode 0600) and renames it there,
+    without an fsync: the caller fsyncs and sets the mode (:func:`sync_file`). A failure in the file
+    system is an OSError with the errno the library's message gives (it carries no errno attribute).
+    """
+    try:
+        safetensors.serialize_file(dict(tensors), path, dict(metadata) if metadata else None)
+    except safetensors.SafetensorError as err:
+        found = _OS_ERROR.search(str(err))
+        if found is None:
+            raise CheckpointError(f"the safetensors library could not write {str(path)!r}: {err}") from err
+        code = int(found.group(1))
+        raise OSError(code, os.strerror(code), str(path)) from err
+
+
+def sync_file(path: Path, mode: int) -> None:
+    """Give the complete file at ``path`` the permission bits ``mode`` and fsync it (before any rename)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    sync_and_close(fd)
+
+
+def file_mode(fd: int) -> int:
+    """The permission bits of the open file ``fd``."""
+    return stat.S_IMODE(os.fstat(fd).st_mode)
+
+
+def close(fd: int) -> None:
+    """Close ``fd``."""
+    os.close(fd)
+
+
 def sync_and_close(fd: int) -> None:
     """fsync ``fd`` (the data is on disk before any rename makes it visible), then close it."""
     try:
@@ -231,8 +277,10 @@ __all__ = [
     "CheckpointWriteError",
     "Kind",
     "PathLike",
+    "close",
     "create_exclusive",
     "existing_mode",
+    "file_mode",
     "identity",
     "kind_of",
     "open_for_reading",
@@ -240,8 +288,10 @@ __all__ = [
     "read_all",
     "remove",
     "replace",
+    "serialize",
     "sync_and_close",
     "sync_directory",
+    "sync_file",
     "write_all",
     "write_failure",
 ]

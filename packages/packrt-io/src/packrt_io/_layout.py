@@ -179,15 +179,21 @@ def resolve(path: PathLike) -> Resolved:
     return Resolved(target, False, None, _stem(target))
 
 
+# The name the safetensors library (through Rust's tempfile crate) gives the file it writes before
+# renaming it into place: a killed save leaves it behind.
+_LIBRARY_TEMPORARY: Final = r"\.tmp[0-9A-Za-z]{6}"
+
+
 def leftovers(resolved: Resolved, named: set[str]) -> tuple[Path, ...]:
     """Files beside the current checkpoint that an interrupted save left: never loaded, only reported.
 
     They are the single file an index beats, shards of this checkpoint's name stem that the current
-    index does not name (or any, beside a single file), and temporary files of a save.
+    index does not name (or any, beside a single file), and temporary files of a save: packrt's
+    ``.<stem>...tmp`` and the ``.tmpXXXXXX`` the safetensors library writes a file's bytes into.
     """
     directory = resolved.current.parent
     stem = re.escape(resolved.stem)
-    pattern = re.compile(rf"{stem}-(?:[0-9a-f]{{8}}-)?\d+-of-\d+\.safetensors|\.{stem}[.-].*\.tmp")
+    pattern = re.compile(rf"{stem}-(?:[0-9a-f]{{8}}-)?\d+-of-\d+\.safetensors|\.{stem}[.-].*\.tmp|{_LIBRARY_TEMPORARY}")
     try:
         names = os.listdir(directory)
     except OSError:

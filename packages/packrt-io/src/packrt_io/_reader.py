@@ -6,6 +6,11 @@ in this process, so the user's file never changes. A tensor whose offset is not 
 element size cannot be viewed safely; it is copied instead, and the copy is listed in the
 :class:`LoadReport`. With ``mmap=False`` each tensor is read into fresh memory of its own.
 
+Each file is validated once, by packrt's own header reader (:mod:`packrt_io._header`), whose errors
+name the file, the tensor and the fix. The safetensors library is not asked again: packrt refuses every
+file the library refuses (the header-mutation tests hold every file packrt accepts to the library's
+acceptance), and a second pass by the library cost every load another open and header parse.
+
 Nothing here unpickles: headers are JSON and tensor bytes are reinterpreted, never deserialized.
 """
 
@@ -15,16 +20,15 @@ import mmap as _mmap
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import numpy as np
-import safetensors
 
 from packrt_core.nn.memory import name_mapped_file
 from packrt_io import _fs
 from packrt_io._fs import identity
 from packrt_io._guard import MappedFile
-from packrt_io._header import PREFIX_BYTES, Header, TensorEntry, fail, gc_paused, read_header
+from packrt_io._header import Header, TensorEntry, fail, gc_paused, read_header
 
 PathLike = _fs.PathLike
 
@@ -48,32 +52,6 @@ class LoadReport:
     def copy_count(self) -> int:
         """How many tensors were copied instead of viewed (0 for a file packrt or safetensors wrote)."""
         return len(self.unaligned_copies)
-
-
-# The safetensors library re-validates files with headers up to this size as a second opinion. Above
-# it the library's pass would cost as much as packrt's own (a 10**6-tensor header takes seconds), and
-# packrt's validation refuses everything the library refuses (the fuzz tests check both on each file).
-REFERENCE_CHECK_MAX_HEADER: Final = 1 << 20
-
-
-def _reference_check(path: str, header: Header) -> None:
-    """Have the safetensors library validate the file too, and agree with packrt on what it holds."""
-    if header.data_start - PREFIX_BYTES > REFERENCE_CHECK_MAX_HEADER:
-        return
-    try:
-        with safetensors.safe_open(path, framework="numpy") as handle:
-            keys = set(handle.keys())
-            metadata = handle.metadata() or {}
-    except (safetensors.SafetensorError, OSError) as err:
-        fail(path, f"the safetensors library rejects the file ({_short(err)})")
-    if keys != {entry.key for entry in header.tensors} or metadata != header.metadata:
-        # Only possible when the file was replaced between packrt's read and the library's.
-        fail(path, "the file changed while it was being loaded", fix="load it again once writers finish")
-
-
-def _short(err: BaseException) -> str:
-    text = str(err)
-    return text if len(text) <= 300 else text[:300] + f"... ({len(text) - 300} more characters)"
 
 
 def _view(buffer: Any, header: Header, entry: TensorEntry) -> np.ndarray[Any, Any]:
@@ -144,7 +122,6 @@ def load_with_header(
             fail(where, "the file changed while it was being loaded", fix="load it again once writers finish")
         else:
             header = read_header(where, fd)
-        _reference_check(where, header)
         copied: list[str] = []
         copied_bytes = 0
         with gc_paused():
@@ -178,7 +155,6 @@ def read_metadata(path: PathLike) -> dict[str, str]:
 
 
 __all__ = [
-    "REFERENCE_CHECK_MAX_HEADER",
     "LoadReport",
     "load_arrays",
     "load_with_header",

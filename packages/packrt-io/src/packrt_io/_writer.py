@@ -1,30 +1,31 @@
 """Saving numpy arrays as a safetensors file, atomically.
 
-The bytes written are exactly what the safetensors library writes for the same arrays: the 8-byte
-little-endian header length, the compact JSON header (``__metadata__`` first) padded with spaces to a
-multiple of 8, then the tensors ordered widest dtype first and by key within a dtype, so every tensor
-lands aligned. The file appears at its path only complete: it is written to a temporary file in the
-same directory, flushed and fsynced, renamed over the target, and the directory is fsynced. A writer
-killed at any point leaves the previous file at ``path`` untouched (and at worst a stray
-``.<name>.*.tmp`` file beside it).
+The bytes are written by the safetensors library (``serialize_file``, from the arrays' own memory:
+nothing is copied but a strided or big-endian array, which is made C-ordered little-endian first).
+packrt adds what the library leaves out: the checks that name the tensor or metadata entry at fault
+(a reserved name, a dtype the format cannot hold bit-exactly, a string UTF-8 cannot encode), and
+durability. The file appears at its path only complete: the library writes it to a temporary file in
+the same directory, which packrt fsyncs and renames over the target, then fsyncs the directory. A
+writer killed at any point leaves the previous file at ``path`` untouched (and at worst a stray
+``.<name>.*.tmp`` file beside it, or the library's own ``.tmp*`` one while it was writing).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import safetensors
 
 from packrt_core.errors import CheckpointError, DTypeError, PackrtError
 from packrt_io import _fs, _json
 from packrt_io._dtypes import SUPPORTED_NAMES, FileDType, for_array_dtype
-from packrt_io._header import METADATA_KEY, PREFIX_BYTES
+from packrt_io._header import METADATA_KEY
 
 # Called with (temporary path, final path) after the temporary file is complete and fsynced and just
 # before it is renamed over the final path. Tests set it to stop a writer at that exact moment.
@@ -63,37 +64,32 @@ def _check_metadata(metadata: Mapping[str, str] | None) -> dict[str, str]:
     return dict(metadata)
 
 
-def encode(
-    arrays: Mapping[str, np.ndarray[Any, Any]], metadata: Mapping[str, str] | None = None
-) -> tuple[bytes, list[np.ndarray[Any, Any]]]:
-    """The prefix + padded header bytes for ``arrays``, and the arrays in the order their data follows."""
-    checked_metadata = _check_metadata(metadata)
-    prepared = [(key, *_prepare(key, array)) for key, array in arrays.items()]
-    prepared.sort(key=lambda item: (-item[1].rank, item[0]))
-    header: dict[str, Any] = {}
-    if checked_metadata:
-        # Sorted so the same input always gives the same bytes (the library's own order is a hash order).
-        header[METADATA_KEY] = dict(sorted(checked_metadata.items()))
-    offset = 0
-    for key, file_dtype, array in prepared:
-        header[key] = {
-            "dtype": file_dtype.name,
-            "shape": list(array.shape),
-            "data_offsets": [offset, offset + array.nbytes],
-        }
-        offset += array.nbytes
-    try:
-        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as err:
-        found = _json.first_lone_surrogate(header) or ""
-        shown = found.encode("utf-8", "backslashreplace").decode("ascii")
-        raise CheckpointError(
-            f"tensor name or metadata {shown!r} holds a lone surrogate, which is not valid UTF-8: safetensors "
-            "headers are UTF-8 text; fix the string (it often comes from decoding bytes with "
-            "errors='surrogateescape')"
-        ) from err
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(PREFIX_BYTES, "little") + text, [array for _, _, array in prepared]
+def _checked_text(arrays: Mapping[str, Any], metadata: Mapping[str, str]) -> None:
+    """A CheckpointError naming a tensor name or metadata string that holds a lone surrogate (the library
+    would raise a bare UnicodeEncodeError)."""
+    found = _json.first_lone_surrogate({**{key: "" for key in arrays}, METADATA_KEY: dict(metadata)})
+    if found is None:
+        return
+    shown = found.encode("utf-8", "backslashreplace").decode("ascii")
+    raise CheckpointError(
+        f"tensor name or metadata {shown!r} holds a lone surrogate, which is not valid UTF-8: safetensors "
+        "headers are UTF-8 text; fix the string (it often comes from decoding bytes with "
+        "errors='surrogateescape')"
+    )
+
+
+def specs(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[dict[str, Any], list[np.ndarray[Any, Any]]]:
+    """The library's ``TensorSpec`` for each array (checked), and the arrays they point into: the caller
+    keeps that list alive until the library has written the file."""
+    described: dict[str, Any] = {}
+    held: list[np.ndarray[Any, Any]] = []
+    for key, array in arrays.items():
+        file_dtype, ready = _prepare(key, array)
+        held.append(ready)
+        described[key] = safetensors.TensorSpec(
+            dtype=file_dtype.numpy.name, shape=list(ready.shape), data_ptr=ready.ctypes.data, data_len=ready.nbytes
+        )
+    return described, held
 
 
 def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: int | None) -> None:
@@ -127,13 +123,6 @@ def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: i
     _fs.sync_directory(target.parent)
 
 
-def _data_pieces(prefix_and_header: bytes, ordered: list[np.ndarray[Any, Any]]) -> Iterator[memoryview | bytes]:
-    yield prefix_and_header
-    for array in ordered:
-        if array.nbytes:
-            yield array.reshape(-1).view(np.uint8).data
-
-
 def save_arrays(
     arrays: Mapping[str, np.ndarray[Any, Any]],
     path: str | os.PathLike[str],
@@ -149,9 +138,34 @@ def save_arrays(
     A file-system failure (a full disk, say) is a CheckpointWriteError naming ``path``.
     """
     target = Path(_fs.path_text(path))
-    prefix_and_header, ordered = encode(arrays, metadata)
+    checked_metadata = _check_metadata(metadata)
+    tensors, _alive = specs(arrays)  # _alive: the arrays the specs point into, kept until the file is written
+    _checked_text(arrays, checked_metadata)
     kept = _fs.existing_mode(target)
-    write_atomically(target, _data_pieces(prefix_and_header, ordered), kept if kept is not None else mode)
+    temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        # Created here (never an existing file) to claim the name and learn the mode a new file gets;
+        # the library then writes its file and renames it over this one.
+        fd = _fs.create_exclusive(temporary, kept if kept is not None else mode)
+        try:
+            chosen = _fs.file_mode(fd)
+        finally:
+            _fs.close(fd)
+    except (OSError, ValueError) as err:
+        _fs.write_failure(target, err, "creating a temporary file beside it")
+    try:
+        _fs.serialize(temporary, tensors, checked_metadata)
+        _fs.sync_file(temporary, chosen)
+        if before_replace is not None:
+            before_replace(temporary, target)
+        _fs.replace(temporary, target)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            _fs.remove(temporary)
+        if isinstance(err, OSError) and not isinstance(err, PackrtError):
+            _fs.write_failure(target, err, "writing it")
+        raise
+    _fs.sync_directory(target.parent)
 
 
-__all__ = ["before_replace", "encode", "save_arrays", "write_atomically"]
+__all__ = ["before_replace", "save_arrays", "specs", "write_atomically"]

@@ -123,7 +123,7 @@ def _show(value: Any, limit: int = 80) -> str:
 def error(config: HFConfig, name: str, value: Any, problem: str, fix: str = _FIX) -> ConfigError:
     """The ConfigError for field ``name`` of ``config``'s file holding ``value``."""
     shown = "missing" if value is REQUIRED else _show(value)
-    return ConfigError(f"{str(config.path)!r}: field {name!r} is {shown}, {problem}; {fix}")
+    return ConfigError(config.describe(name, f"is {shown}, {problem}", fix))
 
 
 def unsupported(config: HFConfig, name: str, value: Any, implemented: tuple[str, ...], model_type: str) -> Exception:

@@ -11,10 +11,14 @@ safetensors files. Loading it takes these steps, each checked before the next:
    :data:`CONFIG_KEYS` and the architecture's own keys (``llama.embedding_length`` ->
    ``hidden_size``...), plus what llama.cpp's loader fixes in code for it; the head is tied when the
    file has no ``output.weight``, as llama.cpp writes it.
-3. The model is declared under :func:`packrt.meta_init`, the config checked against its schema, every
-   tensor name goes through the architecture's table (``blk.0.attn_q.weight`` ->
-   ``layers.0.attention.q_proj.weight``), shapes are checked, and every tensor's GGML type must be one
-   packrt reads (see :mod:`packrt_io` for the table): all before a tensor is read.
+3. From here the file takes the road a Hugging Face directory takes
+   (:func:`packrt.models.loading.load_source`): the config is checked against its schema (an error
+   names the metadata key), then against the tensors the header lists (a ``block_count`` beyond the
+   layers the file holds is refused), and only then is the model declared under
+   :func:`packrt.meta_init`. Every tensor name goes through the architecture's table
+   (``blk.0.attn_q.weight`` -> ``layers.0.attention.q_proj.weight``), shapes are checked, and every
+   tensor's GGML type must be one packrt reads (see :mod:`packrt_io` for the table): all before a
+   tensor is read.
 4. F32/F16/BF16 tensors are bound as views of the mapped file (under ``"borrowed"`` the file stays
    the only copy); quantised ones (Q8_0 included: packrt's int8 road scales per output channel, Q8_0
    every 32 weights, so its blocks cannot be served as stored) are dequantised to float32 at load.
@@ -30,6 +34,7 @@ loading sets them.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,12 +45,11 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
-from packrt.models.config_schema import validate
-from packrt.models.generation import CausalLM
-from packrt.models.generation_defaults import defaults_from
+from packrt.models.generation_defaults import GenerationDefaults, defaults_from
 from packrt.models.gguf_architectures import ARCHITECTURES, CONFIG_KEYS, GGUFArchitecture
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError
-from packrt.models.keymap import KeyMap, Mapped, template_of
+from packrt.models.keymap import Family, KeyMap, Mapped, template_of
+from packrt.models.loading import load_source
 from packrt_core.nn.memory import name_converted_array
 from packrt_core.nn.residency import check_residency
 
@@ -70,12 +74,15 @@ _NUMPY_DTYPES: Final[dict[str, Any]] = {
 class GGUFConfig(HFConfig):
     """The config a GGUF file's metadata describes; its errors name the metadata key, not config.json."""
 
-    def error(self, name: str, problem: str) -> CheckpointError:
+    def describe(self, name: str, problem: str, fix: str) -> str:
+        """The message names the metadata key the field came from; ``fix`` (written for a config.json) gives way
+        to the one fix a GGUF file has: converting it again."""
         arch = self._values.get("gguf_architecture", "")
-        keys = {field: f"{arch}.{key}" for key, field in CONFIG_KEYS}
+        spec = ARCHITECTURES.get(arch)
+        keys = {field: f"{arch}.{key}" for key, field in (*CONFIG_KEYS, *(spec.keys if spec else ()))}
         keys.update({field: f"tokenizer.ggml.{key}" for key, field in TOKEN_KEYS})
         where = keys.get(name, name)
-        return CheckpointError(
+        return (
             f"GGUF file {str(self.path)!r}: metadata {where!r} (packrt's {name!r}) {problem}; the file's metadata "
             "is incomplete or damaged: convert the model again with llama.cpp's converter"
         )
@@ -248,6 +255,58 @@ def _tensor(
     return tensor
 
 
+@dataclass(frozen=True)
+class GGUFSource:
+    """A GGUF file read up to its header: the :class:`~packrt.models.loading.LoadSource` the load road
+    serves it from (``config``: what the metadata describes, not yet checked)."""
+
+    file: packrt_io.GGUFFile
+    spec: GGUFArchitecture
+    config: HFConfig
+
+    @property
+    def family(self) -> Family:
+        return self.spec.family
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.architecture} ({self.spec.model_type}, GGUF)"
+
+    def generation(self) -> GenerationDefaults:
+        return defaults_from(self.config, str(self.file.path), self.config.integer("vocab_size"))
+
+    def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
+        return self.file.info(), gguf_keymap(self.config, self.spec)
+
+    def tensors(
+        self,
+        info: packrt_io.CheckpointInfo,
+        keymap: KeyMap,
+        expected: dict[str, tuple[int, ...]],
+        strict: bool,
+        cast: packrt.dtype | None,
+        progress: bool | None,
+    ) -> tuple[dict[str, packrt.Tensor], tuple[packrt_io.MappedFile, ...]]:
+        plan = plan_gguf(self.file, keymap, expected, strict, self.name)
+        state: dict[str, packrt.Tensor] = {}
+        for model_key, gguf_name in plan.items():
+            template = template_of(gguf_name)[0]
+            heads_field = self.spec.permuted.get(template)
+            heads = None
+            if heads_field is not None:
+                heads = self.config.integer(heads_field, self.config.get("num_attention_heads"))
+            state[model_key] = _tensor(self.file, gguf_name, heads, template in self.spec.shifted, cast)
+        return state, (self.file.mapped_file,)
+
+
+def read_gguf(path: str | os.PathLike[str]) -> GGUFSource:
+    """The GGUF file at ``path`` read up to its header: layout, architecture (refused unless one of
+    :data:`ARCHITECTURES`) and the config its metadata describes. No tensor is read, nothing declared."""
+    file = packrt_io.open_gguf(Path(os.fspath(path)))
+    _, spec = _architecture(file)
+    return GGUFSource(file, spec, gguf_config(file))
+
+
 def from_gguf(
     path: str | os.PathLike[str],
     *,
@@ -259,33 +318,18 @@ def from_gguf(
     """The causal LM of a GGUF file, loaded and in eval mode (see the module docstring).
 
     ``dtype`` casts every floating weight (default: F32/F16/BF16 as stored, quantised types as
-    float32). Called by :func:`packrt.models.from_pretrained` for a path to a GGUF file.
+    float32). :func:`packrt.models.from_pretrained` of a GGUF path loads it the same way.
     """
-    check_residency(weight_residency, "from_gguf")  # before any tensor is dequantised
-    file = packrt_io.open_gguf(Path(os.fspath(path)))
-    _, spec = _architecture(file)
-    config = gguf_config(file)
-    with packrt.meta_init():
-        model = spec.family.build(config)
-    validate(config)  # after the family's typed reads, which name the metadata key; before any tensor is read
-    name = f"{spec.architecture} ({spec.model_type}, GGUF)"
-    expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
-    plan = plan_gguf(file, gguf_keymap(config, spec), expected, strict, name)
-    generation = defaults_from(config, str(file.path), config.integer("vocab_size"))
-    state: dict[str, packrt.Tensor] = {}
-    for model_key, gguf_name in plan.items():
-        template = template_of(gguf_name)[0]
-        heads_field = spec.permuted.get(template)
-        heads = None if heads_field is None else config.integer(heads_field, config.get("num_attention_heads"))
-        state[model_key] = _tensor(file, gguf_name, heads, template in spec.shifted, dtype)
-    model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
-    file.guard(model)
-    model.eval()
-    if isinstance(model, CausalLM):
-        model.generation_defaults = generation
-    if device != "cpu":
-        model.to(device)
-    return model
+    check_residency(weight_residency, "from_gguf")  # before the file is opened
+    return load_source(
+        read_gguf(path),
+        cast=dtype,
+        weight_residency=weight_residency,
+        device=device,
+        strict=strict,
+        progress=False,
+        quantize=None,
+    )
 
 
 __all__ = [
@@ -294,10 +338,12 @@ __all__ = [
     "GEMMA3_27B_LAYERS",
     "ROPE_SCALINGS",
     "TOKEN_KEYS",
+    "GGUFSource",
     "from_gguf",
     "gguf_config",
     "gguf_keymap",
     "plan_gguf",
+    "read_gguf",
     "supported_architectures",
     "unpermute_rows",
 ]

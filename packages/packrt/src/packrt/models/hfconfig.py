@@ -46,12 +46,18 @@ class HFConfig(Mapping[str, Any]):
         field as this one's do)."""
         return type(self)({**self._values, **values}, self.path)
 
+    def describe(self, name: str, problem: str, fix: str) -> str:
+        """An error message about field ``name``: this file and the field, ``problem``, then ``fix``.
+
+        Every message about a field is written here (the typed getters' and the schema's), so a config
+        read from somewhere other than config.json names the field as its own file does.
+        """
+        return f"{str(self.path)!r}: field {name!r} {problem}; {fix}"
+
     def error(self, name: str, problem: str) -> CheckpointError:
         """The CheckpointError for field ``name`` of this file, saying what is wrong and how to fix it."""
-        return CheckpointError(
-            f"{str(self.path)!r}: field {name!r} {problem}; fix config.json (it must describe the checkpoint "
-            "beside it, as transformers' save_pretrained writes it)"
-        )
+        fix = "fix config.json (it must describe the checkpoint beside it, as transformers' save_pretrained writes it)"
+        return CheckpointError(self.describe(name, problem, fix))
 
     def _get(self, name: str, default: Any) -> Any:
         value = self._values.get(name, default)

@@ -19,6 +19,11 @@ The steps, each checked before the next:
    the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file). As
    ``packrt.io.load_checkpoint`` does, the model then checks the files it holds views of before
    each call: a file truncated or rewritten in place is a CheckpointError, not a crash.
+
+Steps 2 to 4 are :func:`packrt.models.loading.load_source`, the road a GGUF file takes too: its
+header gives the config and the tensor layout, and from there it is checked, declared and bound by
+the same functions, so a file whose metadata asks for more layers than it holds tensors for is
+refused before anything is declared.
 """
 
 from __future__ import annotations
@@ -35,13 +40,13 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
-from packrt.models.config_schema import check_capacity, validate
-from packrt.models.generation import CausalLM
-from packrt.models.generation_defaults import read_generation_defaults
-from packrt.models.hfconfig import UnsupportedModelError, read_config
-from packrt.models.keymap import KeyMap, Mapped
+from packrt.models.config_schema import validate
+from packrt.models.generation_defaults import GenerationDefaults, read_generation_defaults
+from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
+from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.kinds import FAMILIES, describe, find_family, supported
-from packrt.models.quantization import check_quantize, quantize_linears
+from packrt.models.loading import LoadSource, load_source
+from packrt.models.quantization import check_quantize
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 from packrt_core.nn.residency import check_residency
 
@@ -269,46 +274,62 @@ def from_pretrained(
     Errors are :class:`~packrt.errors.CheckpointError` naming the file and key.
 
     A path to a ``.gguf`` file (llama.cpp's format; the ``gguf`` extra) is read by
-    :func:`packrt.models.gguf.from_gguf`: ``general.architecture`` ``llama`` or ``qwen2``, F32/F16/BF16
-    tensors as stored (mapped), quantised ones dequantised to float32 (then to int8 with ``quantize``).
+    :func:`packrt.models.gguf.read_gguf` and loaded by the same road: F32/F16/BF16 tensors as stored
+    (mapped), quantised ones dequantised to float32 (then to int8 with ``quantize``).
     """
     check_quantize(quantize)
-    check_residency(weight_residency, "from_pretrained")  # before any file is read
+    check_residency(weight_residency, "from_pretrained")  # before any file is read; the one check of the load
+    cast = _dtype(dtype)
     described = describe(path)  # what the path holds: the answer packrt serve and packrt-ray read too
     directory = described.weights  # a sentence-transformers directory's Transformer step
+    source: LoadSource
     if described.format == "gguf":
-        from packrt.models.gguf import from_gguf  # imported on use: GGUF needs the gguf extra
+        from packrt.models.gguf import read_gguf  # imported on use: GGUF needs the gguf extra
 
-        cast = _dtype(dtype)
-        served = from_gguf(directory, dtype=cast, weight_residency=weight_residency, device=device, strict=strict)
-        if quantize == "int8":
-            quantize_linears(served, weight_residency)
-        return served
-    config = read_config(directory)
-    family = described.family
-    schema = validate(config)
-    generation = read_generation_defaults(directory, config)  # checked before anything is built, like the config
-    cast = _dtype(dtype)
-    info = packrt_io.inspect_checkpoint(directory)
-    keymap = family.keymap(config)
-    check_capacity(config, schema, info, keymap)  # before anything is declared
-    with packrt.meta_init():
-        model = family.build(config)
-    name = f"{(config.get('architectures') or [family.name])[0]} ({config.get('model_type')})"
-    expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
-    plan = plan_load(info, keymap, expected, strict, name)
-    check_dtypes(info, plan, cast, name)
-    state, files = load_tensors(info, plan, cast, progress)
-    with packrt_io.guarding(model, files):  # each call checks the mapped files it may serve from
-        model.load_state_dict(state, strict=strict, assign=True, weight_residency=weight_residency)
-    model.eval()
-    if isinstance(model, CausalLM):
-        model.generation_defaults = generation
-    if quantize == "int8":
-        quantize_linears(model, weight_residency)
-    if device != "cpu":
-        model.to(device)
-    return model
+        source = read_gguf(directory)
+    else:
+        source = HFDirectory(directory, read_config(directory), described.family)
+    return load_source(
+        source,
+        cast=cast,
+        weight_residency=weight_residency,
+        device=device,
+        strict=strict,
+        progress=progress,
+        quantize=quantize,
+    )
+
+
+@dataclass(frozen=True)
+class HFDirectory:
+    """A Hugging Face model directory: config.json (its ``config``), safetensors weights, generation_config.json."""
+
+    directory: Path
+    config: HFConfig
+    family: Family
+
+    @property
+    def name(self) -> str:
+        return f"{(self.config.get('architectures') or [self.family.name])[0]} ({self.config.get('model_type')})"
+
+    def generation(self) -> GenerationDefaults:
+        return read_generation_defaults(self.directory, self.config)
+
+    def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
+        return packrt_io.inspect_checkpoint(self.directory), self.family.keymap(self.config)
+
+    def tensors(
+        self,
+        info: packrt_io.CheckpointInfo,
+        keymap: KeyMap,
+        expected: dict[str, tuple[int, ...]],
+        strict: bool,
+        cast: packrt.dtype | None,
+        progress: bool | None,
+    ) -> tuple[dict[str, packrt.Tensor], tuple[packrt_io.MappedFile, ...]]:
+        plan = plan_load(info, keymap, expected, strict, self.name)
+        check_dtypes(info, plan, cast, self.name)
+        return load_tensors(info, plan, cast, progress)
 
 
 def check_pretrained(
@@ -352,6 +373,7 @@ def check_pretrained(
 
 __all__ = [
     "FAMILIES",
+    "HFDirectory",
     "KeyMatch",
     "PretrainedDTypeError",
     "SERVED_DTYPES",
