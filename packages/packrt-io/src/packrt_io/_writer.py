@@ -92,25 +92,16 @@ def specs(arrays: Mapping[str, np.ndarray[Any, Any]]) -> tuple[dict[str, Any], l
     return described, held
 
 
-def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: int | None) -> None:
-    """Write ``pieces`` to ``target`` through a temporary file beside it, fsynced and renamed into place.
+def _temporary_beside(target: Path) -> Path:
+    return target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
 
-    ``mode`` sets the file's permission bits (None: the umask decides). Any file-system error is a
-    CheckpointWriteError naming ``target``; whatever was at ``target`` before is then unchanged.
-    """
-    temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+def _publish(temporary: Path, target: Path, write: Callable[[], None]) -> None:
+    """Run ``write`` (which fills ``temporary`` and fsyncs it), then rename ``temporary`` over ``target`` and
+    fsync the directory; on any failure remove ``temporary``, leaving ``target`` as it was. A file-system
+    error is a CheckpointWriteError naming ``target``."""
     try:
-        fd = _fs.create_exclusive(temporary, mode)
-    except (OSError, ValueError) as err:
-        _fs.write_failure(target, err, "creating a temporary file beside it")
-    try:
-        try:
-            for piece in pieces:
-                _fs.write_all(fd, piece)
-        except BaseException:
-            os.close(fd)
-            raise
-        _fs.sync_and_close(fd)
+        write()
         if before_replace is not None:
             before_replace(temporary, target)
         _fs.replace(temporary, target)
@@ -121,6 +112,30 @@ def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: i
             _fs.write_failure(target, err, "writing it")
         raise
     _fs.sync_directory(target.parent)
+
+
+def write_atomically(target: Path, pieces: Iterable[memoryview | bytes], mode: int | None) -> None:
+    """Write ``pieces`` to ``target`` through a temporary file beside it, fsynced and renamed into place.
+
+    ``mode`` sets the file's permission bits (None: the umask decides). Any file-system error is a
+    CheckpointWriteError naming ``target``; whatever was at ``target`` before is then unchanged.
+    """
+    temporary = _temporary_beside(target)
+    try:
+        fd = _fs.create_exclusive(temporary, mode)
+    except (OSError, ValueError) as err:
+        _fs.write_failure(target, err, "creating a temporary file beside it")
+
+    def write() -> None:
+        try:
+            for piece in pieces:
+                _fs.write_all(fd, piece)
+        except BaseException:
+            os.close(fd)
+            raise
+        _fs.sync_and_close(fd)
+
+    _publish(temporary, target, write)
 
 
 def save_arrays(
@@ -142,7 +157,7 @@ def save_arrays(
     tensors, _alive = specs(arrays)  # _alive: the arrays the specs point into, kept until the file is written
     _checked_text(arrays, checked_metadata)
     kept = _fs.existing_mode(target)
-    temporary = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    temporary = _temporary_beside(target)
     try:
         # Created here (never an existing file) to claim the name and learn the mode a new file gets;
         # the library then writes its file and renames it over this one.
@@ -153,19 +168,12 @@ def save_arrays(
             _fs.close(fd)
     except (OSError, ValueError) as err:
         _fs.write_failure(target, err, "creating a temporary file beside it")
-    try:
+
+    def write() -> None:
         _fs.serialize(temporary, tensors, checked_metadata)
         _fs.sync_file(temporary, chosen)
-        if before_replace is not None:
-            before_replace(temporary, target)
-        _fs.replace(temporary, target)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            _fs.remove(temporary)
-        if isinstance(err, OSError) and not isinstance(err, PackrtError):
-            _fs.write_failure(target, err, "writing it")
-        raise
-    _fs.sync_directory(target.parent)
+
+    _publish(temporary, target, write)
 
 
 __all__ = ["before_replace", "save_arrays", "specs", "write_atomically"]
