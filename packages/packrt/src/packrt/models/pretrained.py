@@ -40,7 +40,7 @@ import packrt
 import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError, DTypeError
-from packrt.models.config_schema import validate
+from packrt.models.config_schema import completed, validate
 from packrt.models.generation_defaults import GenerationDefaults, read_generation_defaults
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
@@ -288,7 +288,7 @@ def from_pretrained(
 
         source = read_gguf(directory)
     else:
-        source = HFDirectory(directory, read_config(directory), described.family)
+        source = HFDirectory.read(directory, described.family)
     return load_source(
         source,
         cast=cast,
@@ -300,13 +300,32 @@ def from_pretrained(
     )
 
 
+def head_as_stored(config: HFConfig, info: packrt_io.CheckpointInfo, family: Family) -> HFConfig:
+    """``config``, untied where the checkpoint stores an LM head of its own: transformers 5 ties the head to
+    the embedding only when the file leaves the head out, and otherwise serves the file's head whatever
+    ``tie_word_embeddings`` says (a head stored twice with the embedding's values gives the same logits)."""
+    if completed(config).get("tie_word_embeddings") is not True:  # untied, or a value the schema will refuse
+        return config
+    untied = config.with_values({"tie_word_embeddings": False})
+    head = next((rule.checkpoint for rule in family.keymap(untied).rules if rule.model == "lm_head.weight"), None)
+    return untied if head is not None and head in info.tensors else config
+
+
 @dataclass(frozen=True)
 class HFDirectory:
-    """A Hugging Face model directory: config.json (its ``config``), safetensors weights, generation_config.json."""
+    """A Hugging Face model directory: config.json (its ``config``, the head untied as :func:`head_as_stored`
+    says), the safetensors weights' headers (``info``), generation_config.json."""
 
     directory: Path
     config: HFConfig
     family: Family
+    info: packrt_io.CheckpointInfo
+
+    @classmethod
+    def read(cls, directory: Path, family: Family) -> HFDirectory:
+        """config.json and the weights' headers (no tensor data), read once."""
+        info = packrt_io.inspect_checkpoint(directory)
+        return cls(directory, head_as_stored(read_config(directory), info, family), family, info)
 
     @property
     def name(self) -> str:
@@ -316,7 +335,7 @@ class HFDirectory:
         return read_generation_defaults(self.directory, self.config)
 
     def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
-        return packrt_io.inspect_checkpoint(self.directory), self.family.keymap(self.config)
+        return self.info, self.family.keymap(self.config)
 
     def tensors(
         self,
@@ -349,13 +368,14 @@ def check_pretrained(
     """
     config = read_config(Path(os.fspath(directory)))
     family = find_family(config)
+    path = directory if checkpoint is None else checkpoint
+    info = packrt_io.inspect_checkpoint(path)
+    config = head_as_stored(config, info, family)
     validate(config)  # the schema first: nothing is declared from a config it refuses
     with packrt.meta_init():
         model = family.build(config)
     state = model.state_dict(keep_vars=True)
     expected = {key: tuple(value.shape) for key, value in state.items()}
-    path = directory if checkpoint is None else checkpoint
-    info = packrt_io.inspect_checkpoint(path)
     keymap = family.keymap(config)
     match = match_keys(info, keymap, expected)
     if sum(key in state for key in info.tensors) > len(match.plan) + len(match.misfits):
@@ -374,6 +394,7 @@ def check_pretrained(
 __all__ = [
     "FAMILIES",
     "HFDirectory",
+    "head_as_stored",
     "KeyMatch",
     "PretrainedDTypeError",
     "SERVED_DTYPES",
