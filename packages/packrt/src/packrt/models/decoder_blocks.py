@@ -1,26 +1,30 @@
-"""The pieces the rotary decoder families after llama share: attention, gated MLP, pre-norm layer, the LM.
+"""The one rotary decoder stack: attention, gated MLP, pre-norm layer, the LM; every rotary family is options.
 
-``qwen3``, ``gemma3`` and ``phi3`` are llama's decoder with one or two parts changed; each family
-module builds its model from these blocks and says what differs:
+``llama`` (with ``qwen2`` and ``mistral``), ``qwen3``, ``gemma3``, ``phi3`` and ``ministral`` build their
+models from these blocks; each family module is its config reading (a config its schema completed with
+the family's defaults, :func:`~packrt.models.config_schema.completed`) and its key map:
 
 - :class:`RotaryAttention`: grouped-query attention with rotary positions over a key/value cache.
   Its options: ``head_norm`` adds a norm over each head of the queries and of the keys before the
   rotation (``q_norm`` / ``k_norm``: qwen3, gemma3); the projections are three Linears (``q_proj``,
   ``k_proj``, ``v_proj``), or with ``fused`` one ``qkv_proj`` whose output rows are the queries, then
   the keys, then the values (phi3); ``bias`` puts a bias on all four projections (the configs'
-  ``attention_bias``); ``scale`` replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``);
-  ``window`` makes the layer see only the last ``window`` positions.
+  ``attention_bias``) and ``o_bias`` overrides it for ``o_proj`` (qwen2: q, k, v only); ``scale``
+  replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``); ``window`` makes the layer see only
+  the last ``window`` positions.
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
-- :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``.
-- :class:`DecoderWidths`: the sizes every one of these configs gives, read once with the family's defaults.
+- :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``; the norm's class, norms
+  after the attention and the MLP (gemma3's sandwich) and the rotary table it reads are options.
+- :class:`DecoderWidths`: the sizes every one of these configs gives, read once.
 - :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
   the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
   global attention) each read their own frequencies. With bfloat16 or float16 weights the residual
   stream between the layers is summed in float32 (:func:`residual_dtype`): each projection still reads
   its input rounded to the weights' dtype and the logits come back in it, but a hook on a layer sees
-  float32 hidden states.
+  float32 hidden states. With no hook on an inner module, a call whose layers are exactly these blocks
+  runs as the decoder's serving plan (:data:`BLOCKS`, :mod:`packrt.models.decoder_plan`).
 - :func:`decoder_family`: the :class:`~packrt.models.keymap.Family` a decoder class is served as.
 
 Every block is declared from the public ``nn`` API and takes no residency: ``from_pretrained``
