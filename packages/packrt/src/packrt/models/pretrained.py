@@ -261,8 +261,8 @@ def from_pretrained(
     """The model of a Hugging Face directory (config.json + safetensors), or of a GGUF file, loaded and in eval mode.
 
     ``model_type`` ``bert`` gives a :class:`~packrt.models.BertEncoder` (last hidden state), ``roberta``
-    and ``xlm-roberta`` a :class:`~packrt.models.RobertaEncoder`;
-    ``gpt2``, ``llama``, ``qwen2`` and ``mistral`` give causal LMs (logits, ``generate``).
+    and ``xlm-roberta`` a :class:`~packrt.models.RobertaEncoder`; every other model type of
+    :func:`~packrt.models.supported` (``gpt2``, the rotary decoders) gives a causal LM (logits, ``generate``).
     ``weight_residency`` applies to every packing layer (None keeps each layer's default);
     ``"borrowed"`` serves from the memory-mapped files. ``dtype`` casts floating weights
     (default: served in the checkpoint's own dtype). ``strict=False`` skips unknown tensors and
