@@ -150,7 +150,7 @@ def build(p: Plan) -> BertEncoder | CausalDecoder:
 class ModeResult:
     residency: str
     load_ms: float
-    forward_ratio: float  # median forward time over packed's, in the same rounds
+    forward_ratio: float  # forward time over packed's, each in its fastest of the same rounds
     decode_ratio: float | None
     totals: dict[str, int]
     max_diff: float
@@ -250,7 +250,7 @@ def reading(results: list[ModeResult], forward: Race) -> str:
     """What to take from the table, in a sentence: the slowest mode against packed, under what conditions."""
     slowest = max(results, key=lambda r: r.forward_ratio)
     return (
-        f"forward and decode are each mode's median time over packed's in the same interleaved rounds "
+        f"forward and decode are each mode's time over packed's, each side's fastest of the same interleaved rounds "
         f"({forward.conditions()}); the slowest forward, {slowest.residency}, took {slowest.forward_ratio:.2f}x "
         f"packed's time: {forward.reading(slowest.forward_ratio).replace('packrt', slowest.residency)}. "
         "borrowed and per_call keep no packed copy of the weights (the MiB columns): a ratio above 1 is what "

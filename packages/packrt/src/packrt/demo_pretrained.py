@@ -171,7 +171,7 @@ def generate_llama(smoke: bool) -> bool:
                         torch.from_numpy(prompt), max_new_tokens=timed_tokens, do_sample=False
                     ),
                 },
-                1 if smoke else 5,  # more short rounds: a steadier median than a few long ones
+                1 if smoke else 4,
                 same_threads(torch),
                 cap=lambda: same_threads(torch),
             )

@@ -4,15 +4,15 @@ A time in milliseconds says more about the machine (its cores, what else runs on
 packrt, so the demo prints no speed alone. :func:`race` runs packrt and a reference in turn, round by
 round, with the same inputs and the same thread count, the order rotated each round (a burst of other
 work slows both sides, not one), after one untimed warm-up call of each (first-call packing and kernel
-compilation are not the steady state). :meth:`Race.line` then gives the ratio of the medians together with
-the threads, the machine's 1-minute load and a sentence saying how to read it.
+compilation are not the steady state). Each side's fastest round counts, as in the benchmarks: other work
+on the machine only ever adds time. :meth:`Race.line` then gives the ratio together with the threads, the
+machine's 1-minute load and a sentence saying how to read it.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -43,16 +43,16 @@ def same_threads(torch: ModuleType | None) -> int:
 
 @dataclass(frozen=True)
 class Race:
-    """Median seconds per call of each contestant, in the order given to :func:`race`."""
+    """Seconds per call of each contestant in its fastest round, in the order given to :func:`race`."""
 
-    medians: dict[str, float]
+    best: dict[str, float]  # seconds per call in each contestant's fastest round
     rounds: int
     threads: int
     load: float | None
 
     def ratio(self, name: str, against: str) -> float:
-        """``name``'s median time over ``against``'s: below 1, ``name`` was faster."""
-        return self.medians[name] / self.medians[against]
+        """``name``'s time over ``against``'s: below 1, ``name`` was faster."""
+        return self.best[name] / self.best[against]
 
     def conditions(self) -> str:
         """The threads, the load and the cores the times were taken under."""
@@ -74,7 +74,7 @@ class Race:
         possessive = f"{reference}'" if reference.endswith("s") else f"{reference}'s"
         rounds = f"{self.rounds} interleaved round{'' if self.rounds == 1 else 's'}"
         return (
-            f"{name} took {r:.2f}x {possessive} time for {what} (median of {rounds}, "
+            f"{name} took {r:.2f}x {possessive} time for {what} (fastest of {rounds}, "
             f"{self.conditions()}): {self.reading(r)}"
         )
 
@@ -89,11 +89,11 @@ def race(
     """Time each call in ``rounds`` rounds, the calls taking turns within each round and the order rotated
     from round to round, after one untimed call of each.
 
-    A call shorter than ``round_s`` runs in a burst within its turn: one untimed call that lets the
-    thread pools settle after the other side's turn (its idle workers still spinning, or this side's
-    asleep), then enough timed calls back to back to fill ``round_s``, as a program calling it in a loop
-    would. Without the settling call a short call pays for the switch, and the side that runs second
-    looks slower than it is. ``cap``, when given, runs before every turn: :func:`same_threads` again,
+    Each turn starts with one untimed call that lets the thread pools settle after the other side's turn
+    (its idle workers still spinning, or this side's asleep); then the timed call, or for a call shorter
+    than ``round_s`` enough of them back to back to fill ``round_s``, as a program calling it in a loop
+    would. Without the settling call each call pays for the switch, and the side that runs second looks
+    slower than it is. ``cap``, when given, runs before every turn: :func:`same_threads` again,
     since a numba launch can reset the OpenMP thread count torch shares with it."""
     burst: dict[str, int] = {}
     for name, call in calls.items():
@@ -108,14 +108,12 @@ def race(
             call, n = calls[name], burst[name]
             if cap is not None:
                 cap()
-            if n:
-                call()
+            call()  # settles the pools; untimed
             start = time.perf_counter()
             for _ in range(max(n, 1)):
                 call()
             times[name].append((time.perf_counter() - start) / max(n, 1))
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    return Race(medians, rounds, threads, machine_load())
+    return Race({name: min(t) for name, t in times.items()}, rounds, threads, machine_load())
 
 
 def quiet_progress_bars(transformers: ModuleType) -> None:
