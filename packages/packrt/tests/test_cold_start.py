@@ -58,6 +58,45 @@ def test_importing_packrt_compiles_no_kernel_when_numba_is_already_loaded() -> N
     assert _last_json(_python(code)) == 0, "importing packrt compiled numba functions"
 
 
+def test_import_packrt_imports_none_of_ml_dtypes_numba_llvmlite() -> None:
+    """``import packrt`` stays light: python's own import log (``-X importtime``) names none of ml_dtypes,
+    numba or llvmlite; each waits for the first bfloat16 value or kernel call."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import packrt"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "packrt" in imported, "the import log is empty: -X importtime wrote nothing to read"
+    heavy = sorted(name for name in imported if name.split(".")[0] in {"ml_dtypes", "numba", "llvmlite"})
+    assert heavy == [], f"import packrt imported {heavy}: they should load on first use"
+
+
+def test_bfloat16_works_once_ml_dtypes_loads_on_first_use() -> None:
+    """packrt.bfloat16 exists before ml_dtypes is imported; its first use loads it, and it is then
+    ml_dtypes' dtype: a tensor round-trips through it and a numpy bfloat16 array reads back as packrt.bfloat16."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        import packrt
+        before = "ml_dtypes" in sys.modules
+        t = packrt.tensor([1.5, -2.25, 3.0]).to(packrt.bfloat16)
+        import ml_dtypes, numpy as np
+        print(json.dumps([
+            before,
+            str(t.dtype),
+            t.to(packrt.float32).tolist(),
+            packrt.bfloat16.numpy == np.dtype(ml_dtypes.bfloat16),
+            packrt.from_numpy(np.ones(2, dtype=ml_dtypes.bfloat16)).dtype is packrt.bfloat16,
+        ]))
+        """
+    )
+    assert _last_json(_python(code)) == [False, "packrt.bfloat16", [1.5, -2.25, 3.0], True, True]
+
+
 @pytest.fixture(scope="module")
 def tiny_bert(transformers: ModuleType, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A random 1-layer BERT directory (hidden 32, 64 positions)."""

@@ -71,13 +71,18 @@ def test_the_aliases_are_the_dtype_objects() -> None:
     assert packrt.half is packrt.float16 and packrt.long is packrt.int64 and packrt.float is packrt.float32
 
 
-def test_the_demo_runs_in_smoke_mode() -> None:
+def test_the_demo_runs_in_smoke_mode_with_speeds_as_ratios_and_no_progress_bars_off_a_terminal() -> None:
     done = subprocess.run([sys.executable, "-m", "packrt.demo", "--smoke"], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
     assert "bfloat16" in done.stdout and "not exportable" in done.stdout
     assert "0 bytes of weight storage" in done.stdout  # the model is declared under meta_init
     for residency in ("packed", "borrowed", "auto", "per_call"):
         assert f"\n{residency} " in done.stdout, f"no summary row for {residency}"
+    # every speed is a ratio measured side by side, printed with its threads and load; no speed alone
+    assert "ms/forward" not in done.stdout and "tok/s" not in done.stdout
+    assert "thread(s) each, 1-minute load" in done.stdout
+    # the pipe is not a terminal: transformers' progress bars ("Loading weights", ...) stay off
+    assert "it/s]" not in done.stderr and "it/s]" not in done.stdout, done.stderr[-2000:]
 
 
 def _fresh(code: str) -> str:

@@ -17,8 +17,26 @@ there): the contract cannot live in core without a cycle, nor in one backend wit
 depending on it.
 """
 
+from typing import TYPE_CHECKING
+
 from packrt_base import arrays
-from packrt_base.arrays import *  # noqa: F403  (arrays.__all__ is the list, added below)
+from packrt_base.arrays import (
+    FLOAT16,
+    FLOAT32,
+    FLOAT64,
+    Array,
+    array_namespace,
+    astype,
+    bfloat16_dtype,
+    check_linear_args,
+    compute_dtype,
+    dtype_name,
+    is_bfloat16,
+    require_float,
+    require_ndim,
+    require_same_dtype,
+    require_shape,
+)
 from packrt_base.backend import ArrayBackend, DeviceBackend
 from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError, PackrtError
 from packrt_base.geometry import Conv2dGeometry
@@ -40,5 +58,38 @@ __all__ = [
     "PlanKernels",
     "PlanLinear",
 ]
-__all__ += arrays.__all__
+__all__ += [  # arrays.__all__, spelled out so that the lazy names below are listed too
+    "BFLOAT16",
+    "FLOAT16",
+    "FLOAT32",
+    "FLOAT64",
+    "FLOAT_DTYPES",
+    "HALF_DTYPES",
+    "Array",
+    "array_namespace",
+    "astype",
+    "bfloat16_dtype",
+    "check_linear_args",
+    "compute_dtype",
+    "dtype_name",
+    "is_bfloat16",
+    "require_float",
+    "require_ndim",
+    "require_same_dtype",
+    "require_shape",
+]
+
+# The dtype sets that hold bfloat16 are read from arrays on first use, so that `import packrt_base` does not
+# import ml_dtypes (arrays' docstring says why).
+_LAZY_FROM_ARRAYS = frozenset({"BFLOAT16", "FLOAT_DTYPES", "HALF_DTYPES"})
+if TYPE_CHECKING:
+    from packrt_base.arrays import BFLOAT16, FLOAT_DTYPES, HALF_DTYPES
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY_FROM_ARRAYS:
+        return getattr(arrays, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __version__ = "0.1.0"

@@ -6,16 +6,20 @@ class names sniffed by hand). Half precision (float16, bfloat16) is
 computed in float32 and rounded once on the way out (:func:`compute_dtype`), because summing in
 half loses most of its digits. The ``require_*`` checks raise the kernel errors of
 :mod:`packrt_base.errors` with the argument's name, so every backend refuses bad input alike.
+
+``BFLOAT16``, ``FLOAT_DTYPES`` and ``HALF_DTYPES`` hold ml_dtypes' bfloat16, and ml_dtypes is imported
+the first time one of them (or :func:`bfloat16_dtype`) is read, not with this module: importing it
+costs more CPU than the rest of ``import packrt`` together.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import array_api_compat
-import ml_dtypes
 import numpy as np
 
 from packrt_base.errors import KernelDTypeError, KernelShapeError
@@ -23,12 +27,49 @@ from packrt_base.errors import KernelDTypeError, KernelShapeError
 Array = Any  # numpy.ndarray on the CPU, cupy.ndarray on CUDA
 
 FLOAT16 = np.dtype(np.float16)
-BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 FLOAT32 = np.dtype(np.float32)
 FLOAT64 = np.dtype(np.float64)
-# bfloat16's numpy kind is "V" (an ml_dtypes extension type), so "is it a float" is this set.
-FLOAT_DTYPES: frozenset[np.dtype[Any]] = frozenset({FLOAT16, BFLOAT16, FLOAT32, FLOAT64})
-HALF_DTYPES: frozenset[np.dtype[Any]] = frozenset({FLOAT16, BFLOAT16})
+_IEEE_FLOATS: frozenset[np.dtype[Any]] = frozenset({FLOAT16, FLOAT32, FLOAT64})
+
+if TYPE_CHECKING:  # made on first read by __getattr__ below; declared here for the type checker
+    BFLOAT16: np.dtype[Any]
+    # bfloat16's numpy kind is "V" (an ml_dtypes extension type), so "is it a float" is this set.
+    FLOAT_DTYPES: frozenset[np.dtype[Any]]
+    HALF_DTYPES: frozenset[np.dtype[Any]]
+
+
+@functools.cache
+def bfloat16_dtype() -> np.dtype[Any]:
+    """ml_dtypes' bfloat16 as a numpy dtype (the same object as ``BFLOAT16``); imports ml_dtypes on
+    the first call."""
+    import ml_dtypes  # deferred: the import alone is most of `import packrt`'s CPU time
+
+    made: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+    return made
+
+
+def _lazy_constant(name: str) -> frozenset[np.dtype[Any]] | np.dtype[Any] | None:
+    if name == "BFLOAT16":
+        return bfloat16_dtype()
+    if name == "FLOAT_DTYPES":
+        return frozenset({*_IEEE_FLOATS, bfloat16_dtype()})
+    if name == "HALF_DTYPES":
+        return frozenset({FLOAT16, bfloat16_dtype()})
+    return None
+
+
+def __getattr__(name: str) -> object:
+    value = _lazy_constant(name)
+    if value is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later reads find it without coming here
+    return value
+
+
+def is_bfloat16(dt: np.dtype[Any]) -> bool:
+    """Whether ``dt`` is bfloat16; ml_dtypes is imported only for a dtype of numpy kind "V" (bfloat16's
+    kind), so float32 and integer checks never load it."""
+    return dt.kind == "V" and dt == bfloat16_dtype()
 
 
 def array_namespace(*arrays: Any) -> ModuleType:
@@ -54,7 +95,7 @@ def astype(a: Array, dtype: Any) -> Array:
 def compute_dtype(dtype: Any) -> np.dtype[Any]:
     """The dtype a kernel does its arithmetic in: float32 for half inputs, the dtype itself otherwise."""
     dt: np.dtype[Any] = np.dtype(dtype)
-    return FLOAT32 if dt in HALF_DTYPES else dt
+    return FLOAT32 if dt == FLOAT16 or is_bfloat16(dt) else dt
 
 
 def dtype_name(dtype: Any) -> str:
@@ -68,7 +109,7 @@ def require_float(a: Array, name: str) -> np.dtype[Any]:
     Raises TypeError naming the argument when it is not (integers, bool, complex, float8).
     """
     dt: np.dtype[Any] = np.dtype(a.dtype)
-    if dt not in FLOAT_DTYPES:
+    if dt not in _IEEE_FLOATS and not is_bfloat16(dt):
         raise KernelDTypeError(
             f"{name} has dtype {dt.name}; expected one of float16, bfloat16, float32, float64 "
             f"(convert it with .astype(...) first)"
@@ -125,9 +166,11 @@ __all__ = [
     "Array",
     "array_namespace",
     "astype",
+    "bfloat16_dtype",
     "check_linear_args",
     "compute_dtype",
     "dtype_name",
+    "is_bfloat16",
     "require_float",
     "require_ndim",
     "require_same_dtype",

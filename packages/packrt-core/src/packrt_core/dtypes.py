@@ -2,7 +2,8 @@
 
 A dtype can be given wherever packrt takes one as a dtype object (``packrt.float16``),
 a :class:`DataType` value (``DataType.FLOAT16``), or a name (``"float16"``, ``"half"``).
-bfloat16 is ml_dtypes' numpy dtype, so a bfloat16 tensor is a real numpy array.
+bfloat16 is ml_dtypes' numpy dtype, so a bfloat16 tensor is a real numpy array; ml_dtypes is imported
+the first time ``bfloat16.numpy`` is read, not by ``import packrt`` (the import is most of its CPU time).
 """
 
 from __future__ import annotations
@@ -10,12 +11,13 @@ from __future__ import annotations
 import builtins
 import difflib
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
-import ml_dtypes
 import numpy as np
 
+from packrt_base.arrays import bfloat16_dtype
 from packrt_core.errors import DTypeError
 
 
@@ -40,10 +42,21 @@ class dtype:  # noqa: N801 - lower case like numpy.dtype and torch.dtype, which 
     (``eq=False`` keeps identity comparison and hashing)."""
 
     name: str
-    numpy: np.dtype[Any]
     itemsize: int
     is_floating_point: bool
     is_signed: bool
+    # What makes the numpy dtype, called once on the first read of ``numpy``: bfloat16's needs ml_dtypes.
+    _make_numpy: Callable[[], np.dtype[Any]] = field(repr=False)
+    _numpy: np.dtype[Any] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def numpy(self) -> np.dtype[Any]:
+        """The numpy dtype of this type's elements (for bfloat16, ml_dtypes' bfloat16)."""
+        made = self._numpy
+        if made is None:
+            made = self._make_numpy()
+            object.__setattr__(self, "_numpy", made)  # a cache on a frozen object: the value never changes
+        return made
 
     def __repr__(self) -> str:
         return f"packrt.{self.name}"
@@ -65,13 +78,19 @@ class dtype:  # noqa: N801 - lower case like numpy.dtype and torch.dtype, which 
 
 def _declare(name: str, np_dtype: Any) -> dtype:
     as_numpy = np.dtype(np_dtype)
-    return dtype(name, as_numpy, as_numpy.itemsize, name in _FLOAT_NAMES, name not in ("uint8", "bool"))
+    made = dtype(name, as_numpy.itemsize, name in _FLOAT_NAMES, name not in ("uint8", "bool"), lambda: as_numpy)
+    made.numpy  # noqa: B018 - filled now: only bfloat16 waits for its first use
+    return made
+
+
+def _declare_bfloat16() -> dtype:
+    return dtype("bfloat16", 2, True, True, bfloat16_dtype)
 
 
 _FLOAT_NAMES: Final = frozenset({"float16", "bfloat16", "float32", "float64"})
 
 float16: Final = _declare("float16", np.float16)
-bfloat16: Final = _declare("bfloat16", ml_dtypes.bfloat16)
+bfloat16: Final = _declare_bfloat16()
 float32: Final = _declare("float32", np.float32)
 float64: Final = _declare("float64", np.float64)
 int8: Final = _declare("int8", np.int8)
@@ -113,7 +132,9 @@ _BY_NAME: Final[dict[str, dtype]] = {
     "fp16": float16,
     "fp32": float32,
 }
-_BY_NUMPY: Final[dict[np.dtype[Any], dtype]] = {d.numpy: d for d in ALL_DTYPES}
+# bfloat16 joins on the first lookup of a kind "V" dtype (bfloat16's kind), so a lookup never imports ml_dtypes
+# for an ordinary dtype.
+_BY_NUMPY: Final[dict[np.dtype[Any], dtype]] = {d.numpy: d for d in ALL_DTYPES if d is not bfloat16}
 
 DTypeLike = dtype | DataType | str
 
@@ -149,6 +170,9 @@ def names_of(value: dtype) -> tuple[str, ...]:
 def from_numpy_dtype(np_dtype: np.dtype[Any]) -> dtype:
     """The packrt dtype of a numpy dtype; a dtype packrt has no counterpart for is a DTypeError."""
     found = _BY_NUMPY.get(np_dtype)
+    if found is None and np_dtype.kind == "V" and bfloat16.numpy not in _BY_NUMPY:
+        _BY_NUMPY[bfloat16.numpy] = bfloat16
+        found = _BY_NUMPY.get(np_dtype)
     if found is None:
         raise DTypeError(
             f"numpy dtype {np_dtype} has no packrt counterpart: packrt holds {', '.join(d.name for d in ALL_DTYPES)}"

