@@ -24,7 +24,7 @@ from packrt_kernels_cpu.tolerance import assert_same_model_output
 PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "gpt2")
 # families whose blocks the plan does not reproduce, and the reason plan_report gives
 NOT_PLANNED = {
-    "gemma3": "the embedding is scaled (embed_scale), which the decoder's plan does not serve",
+    "gemma3": "layers.0: the block norms its attention's and MLP's outputs, which the plan does not serve",
 }
 
 
@@ -67,7 +67,8 @@ def test_greedy_generation_gives_the_same_tokens_on_both_roads(
     ids, mask = _prompt(1)
     planned = model.generate(ids, 12, attention_mask=mask).numpy()
     report = nn.plan_report(model)
-    assert report.road == "plan" and report.planned_calls == 12  # the prompt and each new token: one step each
+    # the prompt and each new token: one step each, every layer fused in each
+    assert report.road == "plan" and report.planned_calls == 12 * len(model.layers)
     plain = _plain(model, lambda: model.generate(ids, 12, attention_mask=mask).numpy())
     np.testing.assert_array_equal(planned, plain)
 
@@ -83,6 +84,8 @@ def test_a_hook_on_an_inner_module_sees_every_step_of_a_generation(saved: Mappin
     assert steps == [(2, 9, hidden)] + [(2, 1, hidden)] * 5  # the prompt, then each step the plan would have taken
     report = nn.plan_report(model)
     assert report.road == "plain" and "layers.1.mlp" in report.reason
+    # the hooked layer runs its modules at every step; the other layer keeps its fused form
+    assert [nn.plan_report(layer).plain_calls for layer in model.layers] == [0, 6]
     np.testing.assert_array_equal(got, expected)
     handle.remove()
     model.generate(ids, 2)
@@ -140,5 +143,6 @@ def test_a_layer_of_a_subclass_keeps_the_module_road(saved: Mapping[str, tuple[P
     got = model(ids, mask).numpy()
     report = nn.plan_report(model)
     assert report.road == "plain"
-    assert report.reason == "layers.0 is a Doubled, where the decoder's plan serves a PreNormLayer"
-    np.testing.assert_array_equal(got, _plain(model, lambda: model(ids, mask).numpy()))
+    assert report.reason == "layers.0: the block is a Doubled, where the decoder's plan serves a PreNormLayer"
+    assert [nn.plan_report(layer).road for layer in model.layers] == ["plain", "plan"]
+    assert_same_model_output(got, _plain(model, lambda: model(ids, mask).numpy()))

@@ -76,17 +76,21 @@ def test_the_plan_gives_the_plain_roads_numbers(saved: dict[str, Path], family: 
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_a_half_precision_plan_is_the_float32_computation_rounded_once(saved: dict[str, Path], dtype: str) -> None:
+def test_each_half_precision_block_is_its_float32_computation_rounded_once(saved: dict[str, Path], dtype: str) -> None:
     """On numpy's GEMM road, where half weights are widened to float32 at pack time. (MKL's road keeps a
     bfloat16 weight as it is and multiplies it with bfloat16-rounded activations, the kernels README says;
-    there the plan keeps to the plain road's numbers, the test above.)"""
+    there the fused blocks keep to the module road's numbers, the test above.)"""
     with settings.override(blas="numpy"):
         model = from_pretrained(saved["bert"], dtype=dtype)
         reference = from_pretrained(saved["bert"])  # float32, on the same (rounded) weights
         reference.load_state_dict({k: v.to(packrt.float32) for k, v in model.state_dict().items()})
+        half = getattr(packrt, dtype)
+        for block in (reference.embeddings, *reference.layers):  # each block's output rounded once, as the plan's
+            block.register_forward_hook(lambda m, args, out: out.to(half).to(packrt.float32))
         ids, mask, types = _batch()
         planned = model(ids, mask, types)
         expected = reference(ids, mask, types).numpy()
+    assert nn.plan_report(model).road == "plan" and nn.plan_report(reference).road == "plan"
     ulp = 2.0 ** (-8 if dtype == "bfloat16" else -11)  # half a unit in the last place, relative
     bound = 2 * ulp * np.abs(expected) + 1e-6  # two roundings at most: the output's, and float32 noise below it
     assert np.all(np.abs(planned.to(packrt.float32).numpy() - expected) <= bound)
@@ -143,8 +147,11 @@ def test_a_weight_edit_and_a_residency_change_rebuild_the_plan(saved: dict[str, 
     model.layers[0].attention.k_proj.set_weight_residency("borrowed")  # q, k, v no longer joinable
     planned, plain = _both(model, *args)
     assert_same_model_output(planned, plain)
-    assert nn.plan_report(model).builds == 3
-    assert "three GEMMs" in nn.plan_report(model).fused[0]
+    # the embeddings and two layers planned once each, then each changed layer again (and only it)
+    assert nn.plan_report(model).builds == 3 + 2
+    assert (nn.plan_report(model.layers[0]).builds, nn.plan_report(model.embeddings).builds) == (2, 1)
+    assert "three GEMMs" in nn.plan_report(model.layers[0]).fused[0]
+    assert "one GEMM" in nn.plan_report(model.layers[1]).fused[0]
 
 
 def test_a_replaced_submodule_the_plan_does_not_know_sends_calls_down_the_plain_road(saved: dict[str, Path]) -> None:
@@ -156,8 +163,11 @@ def test_a_replaced_submodule_the_plan_does_not_know_sends_calls_down_the_plain_
     report = nn.plan_report(model)
     assert report.road == "plain"
     assert report.reason == "layers.1.mlp.act is a ReLU, where the encoder's plan serves a GELU"
+    # only the block that holds it runs its modules; the others keep their fused forms
+    roads = [nn.plan_report(block).road for block in (model.embeddings, *model.layers)]
+    assert roads == ["plan", "plan", "plain"]
     with nn.serving_plans(False):
-        np.testing.assert_array_equal(got, model(*args).numpy())
+        assert_same_model_output(got, model(*args).numpy())
     model.layers[1].mlp.act = nn.GELU(approximate="tanh")  # a GELU again: the plan serves it
     planned, plain = _both(model, *args)
     assert_same_model_output(planned, plain)

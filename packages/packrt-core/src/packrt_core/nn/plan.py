@@ -1,24 +1,26 @@
-"""The serving plan: a model's forward as a few fused steps, built from its layers' packs, used only
+"""The serving plan: a block's forward as a few fused steps, built from its layers' packs, used only
 where nobody could tell it from the module-by-module road.
 
-A model that has a plan builder (the BERT-family encoders in ``packrt.models``) asks :func:`serve` at
-the start of every top-level call. It gets a plan, or None and serves the plain road, module by
-module, as always. The rules a user relies on:
+A block that has a fused form (a model's layer, an encoder's embeddings, in ``packrt.models``; or a whole
+model) asks :func:`serve` at the start of its own forward, as vLLM's layers call their fused kernels inside
+their forward: the model keeps one forward and each block decides for itself. The block gets its plan, or
+None and runs its children one by one, as always. The rules a user relies on:
 
-- **A hook sees every call.** While any inner module has a forward hook or pre-hook, every call takes
-  the plain road (hooks on the model itself run either way: they wrap the top-level call).
-- **The plan is the model's current weights.** A plan records what it was built from: every module's
+- **A hook sees every call.** While any module inside a block has a forward hook or pre-hook, every
+  call of that block takes the plain road (hooks on the block itself run either way: they wrap its call;
+  the model's other blocks keep their plans).
+- **The plan is the block's current weights.** A plan records what it was built from: every module's
   registrations (a replaced submodule, a new Parameter, a residency set), every parameter's object,
-  lineage and version (an in-place edit, a load, a cast or a move). A call
-  that finds any of them changed drops the plan and builds a new one (or serves the plain road while
-  a hook is registered); a plan is never used over weights it was not built from.
+  lineage and version (an in-place edit, a load, a cast or a move). A call that finds any of them
+  changed drops the plan and builds a new one (or serves the plain road while a hook is registered); a
+  plan is never used over weights it was not built from.
 - **Both roads give the same numbers** within the road tolerance
   (``packrt_kernels_cpu.tolerance.ROAD_TOLERANCES``), the same shapes and dtypes.
-- **One call, one snapshot.** A call validates its plan once, at the start, and then computes only
+- **One call, one snapshot.** A block's call validates its plan once, at the start, and then computes only
   from the arrays the plan holds (the layers' packs as they were, its own copies of the small norm
-  weights), so a load committed during the call is not half-seen; the next call sees all of it.
-- **Which road ran** is in :func:`plan_report` (the last call's road and why, what the plan fuses
-  and holds). ``PACKRT_PLAN=0`` or :func:`serving_plans` turns plans off.
+  weights), so a load committed during the call is not half-seen by the block; its next call sees all of it.
+- **Which road ran** is in :func:`plan_report` (the last call's road and why, what the plans fuse
+  and hold, gathered over a model's blocks). ``PACKRT_PLAN=0`` or :func:`serving_plans` turns plans off.
 
 A device serves plans where its kernels have :class:`packrt_base.plan.PlanKernels`
 (``kernels.plan_kernels()``); elsewhere every call takes the plain road.
@@ -167,9 +169,10 @@ Builder = Callable[[Module, PlanKernels], Plan]
 
 
 def serve(root: Module, device: Any, build: Builder) -> Any:
-    """The plan ``root`` serves this call through, or None for the plain road (the reason is kept for
-    :func:`plan_report`). ``device``: where the model's weights are. Builds the plan on the first call
-    and after a change; a plan that is returned was valid at the start of this call."""
+    """The plan ``root`` (a block, or a whole model) serves this call through, or None for the plain road (the
+    reason is kept for :func:`plan_report`). ``device``: where the block's weights are. Builds the plan with
+    ``build(root, kernels)`` on the first call and after a change; a plan that is returned was valid at the
+    start of this call."""
     slot = _slot(root)
     plan, reason = _plan_for_call(slot, root, device, build)
     if plan is None:
@@ -233,10 +236,10 @@ def _rebuild(slot: _Slot, root: Module, device: Any, build: Builder) -> tuple[An
 
 
 class PlanReport(NamedTuple):
-    """What :func:`plan_report` says about a model: ``road`` of its last call (``"plan"``, ``"plain"``,
-    or ``"none"`` before the first call or for a model without a plan builder) and ``reason``; what
-    the plan fuses (``fused``) and the bytes it holds beyond the layers' packs; how many plans were
-    built and how many calls took each road."""
+    """What :func:`plan_report` says about a model or a block: ``road`` of its last call (``"plan"``,
+    ``"plain"``, or ``"none"`` before the first call or for a model without a plan builder) and ``reason``;
+    what the plans fuse (``fused``) and the bytes they hold beyond the layers' packs; how many plans were
+    built and how many block calls took each road."""
 
     road: str
     reason: str
@@ -257,21 +260,74 @@ class PlanReport(NamedTuple):
 
 
 def plan_report(model: Module) -> PlanReport:
-    """Which road ``model``'s last call took and why, and what its plan fuses. Reading it changes nothing."""
+    """Which road ``model``'s last call took and why, and what its plans fuse. Reading it changes nothing.
+
+    A model whose blocks plan themselves (each layer asks :func:`serve` for its own plan) is reported as a
+    whole: its road is ``"plain"`` when any block's last call was (the reason names the first such block),
+    its fused lines say which blocks fuse what, and the bytes, builds and calls are summed over its blocks
+    (so ``planned_calls`` counts block calls: a step of a 30-layer decoder is 30)."""
     if not isinstance(model, Module):
         raise TypeError(f"plan_report takes a packrt Module, got {type(model).__name__}")
-    slot = model.__dict__.get(_SLOT)
-    if slot is None:
+    slots = [(path, m.__dict__[_SLOT]) for path, m in model.named_modules() if _SLOT in m.__dict__]
+    if not slots:
         reason = "not called yet" if _has_builder(model) else f"{type(model).__name__} has no serving plan"
         return PlanReport("none", reason, (), 0, 0, 0, 0)
+    if len(slots) == 1 and slots[0][0] == "":
+        return _one_report(slots[0][1])
+    reports = [(path, _one_report(slot)) for path, slot in slots]
+    plain = next(((path, r) for path, r in reports if r.road == "plain"), None)
+    if plain is not None:
+        road, reason = "plain", _at(plain[0], plain[1].reason)
+    elif any(r.road == "plan" for _, r in reports):
+        road, reason = "plan", f"every block's last call took its plan ({len(reports)} blocks)"
+    else:
+        road, reason = "none", "not called yet"
+    return PlanReport(
+        road,
+        reason,
+        _fused_lines(reports),
+        sum(r.nbytes for _, r in reports),
+        sum(r.builds for _, r in reports),
+        sum(r.planned_calls for _, r in reports),
+        sum(r.plain_calls for _, r in reports),
+    )
+
+
+def _one_report(slot: _Slot) -> PlanReport:
     plan = slot.plan
     fused = tuple(plan.fused) if plan is not None else ()
     nbytes = int(plan.nbytes) if plan is not None else 0
     return PlanReport(slot.road, slot.reason, fused, nbytes, slot.builds, slot.planned_calls, slot.plain_calls)
 
 
+def _at(path: str, reason: str) -> str:
+    """``reason`` of the block at ``path`` in the model's words: a block's builder names its modules by their
+    paths in the block (``mlp.act is ...`` -> ``layers.1.mlp.act is ...``); a reason about the block as a
+    whole (one starting with an article or naming the plans) is prefixed with its path."""
+    if not path:
+        return reason
+    if " registered on " in reason:
+        return reason.replace(" registered on ", f" registered on {path}.", 1)
+    if reason.startswith(("a ", "an ", "the ", "serving plans", "not called")):
+        return f"{path}: {reason}"
+    return f"{path}.{reason}"
+
+
+def _fused_lines(reports: list[tuple[str, PlanReport]]) -> tuple[str, ...]:
+    """One line per distinct fusion, naming the blocks that do it (first, last and how many)."""
+    where: dict[str, list[str]] = {}
+    for path, report in reports:
+        for line in report.fused:
+            where.setdefault(line, []).append(path or "the model")
+    lines = []
+    for line, paths in where.items():
+        blocks = paths[0] if len(paths) == 1 else f"{paths[0]} .. {paths[-1]} ({len(paths)} blocks)"
+        lines.append(f"{blocks}: {line}")
+    return tuple(lines)
+
+
 def _has_builder(model: Module) -> bool:
-    return bool(getattr(type(model), "serves_plans", False))
+    return any(getattr(type(m), "serves_plans", False) for m in model.modules())
 
 
 def owned_copy(param: Parameter | None) -> Any:

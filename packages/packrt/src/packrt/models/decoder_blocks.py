@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
@@ -44,12 +44,12 @@ import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.config_schema import completed
-from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
+from packrt.models.decoder_plan import DecoderBlocks, DecoderLayerPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
 from packrt.models.rotary import RotaryTables, rope_frequencies
-from packrt_base.plan import PlanKernels
+from packrt_core.nn.plan import serve
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
 
@@ -250,7 +250,14 @@ class PreNormLayer(nn.Module):
         if post_norms:
             self.post_mlp_norm = norm(hidden, eps)
 
+    serves_plans: ClassVar[bool] = True  # its fused form: packrt.models.decoder_plan
+
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
+        fused = serve(self, self.attention_norm.weight.device, _fused_layer)
+        if fused is not None:
+            planned: packrt.Tensor | None = fused.run(x, rotary, step, cache)
+            if planned is not None:
+                return planned
         # x may be the wider residual stream (RotaryDecoderLM): the projections read the weights' dtype, and
         # what joins the stream is widened back to it
         half = self.attention_norm.weight.dtype
@@ -274,7 +281,6 @@ class RotaryDecoderLM(CausalLM):
     """
 
     model_type = ""
-    serves_plans = True  # the layers a plan reproduces take it (decoder_plan); others keep the module road
     embed_scale: float | None = None
     logit_softcap: float | None = None
 
@@ -325,9 +331,6 @@ class RotaryDecoderLM(CausalLM):
         out: packrt.Tensor = self.norm(x if wide else x.to(half)).to(half)
         return out
 
-    def _build_plan(self, model: Any, kernels: PlanKernels) -> Any:
-        return DecoderPlan(model, kernels, BLOCKS)
-
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         logits: packrt.Tensor = self.lm_head(hidden)
         if self.logit_softcap is not None:
@@ -342,6 +345,7 @@ class RotaryDecoderLM(CausalLM):
 
 # What the decoder's serving plan reproduces; a family whose layers are other classes keeps the module road.
 BLOCKS = DecoderBlocks(layer=PreNormLayer, attention=RotaryAttention, mlp=GatedMLP, norm=FloatRMSNorm, rotary=True)
+_fused_layer = partial(DecoderLayerPlan, blocks=BLOCKS)
 
 # Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
 # ``layers.{i}.``): a PreNormLayer's two norms, the four attention projections (weight and bias), the per-head

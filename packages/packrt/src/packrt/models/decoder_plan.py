@@ -1,25 +1,27 @@
-"""The serving plan of the causal LMs (the rotary decoders built from :mod:`packrt.models.decoder_blocks`:
-llama, qwen2, mistral, qwen3, phi3; gpt2): one forward step, prompt or decode, as fused steps over the layers'
-packs (the rules are :mod:`packrt_core.nn.plan`'s).
+"""The fused form of a decoder layer: what :class:`~packrt.models.decoder_blocks.PreNormLayer` (llama, qwen2,
+mistral, qwen3, phi3, ministral) and gpt2's layer run when nothing observes their inner modules. The model keeps
+one forward (its embedding, its layer loop, its final norm); each layer asks :func:`packrt_core.nn.plan.serve`
+for its fused form at the start of its own forward, so a hook on one layer's MLP sends that layer (only) down
+its module-by-module road.
 
 Per layer, on 2-D (batch * length, width) arrays, with no module call between the steps::
 
+    h = norm(x)                       the layer's first norm, over a float32 copy of the residual stream
     qkv = [Wq | Wk | Wv] h + b        one GEMM (the three layers' packs become views of its weight)
     q, k = norm(q), norm(k)           qwen3: an RMSNorm over each head
     q, k = rotary(q), rotary(k)       rotary decoders: the heads read in place from the qkv buffer
     ctx = attend(q, k, v, cache)      the family's own cached, grouped, windowed attention
-    x  += Wo ctx;  h = norm(x)        the residual add and the next norm in one pass
+    x  += Wo ctx;  h = norm'(x)       the residual add and the MLP's norm in one pass
     u   = act(W1 h + b1)              gpt2: the activation in the GEMM's epilogue
     u   = act(Wg h) * (Wu h)          rotary decoders: gate and up as one GEMM, then one gated pass
-    x  += W2 u;  h = norm'(x)         the next layer's first norm (or the final norm) in the same pass
+    x  += W2 u                        the layer's output: the residual stream, in the dtype it came in
 
-Which modules it reproduces is the model's to say (:class:`DecoderBlocks`): the plan refuses any module
-whose class is not exactly one of them (a subclass may compute anything), and a block whose options it
-does not reproduce (a scaled embedding, norms of another class), so such a model keeps the module road.
+Which modules it reproduces is the layer's to say (:class:`DecoderBlocks`): the fused form refuses any child
+whose class is not exactly one of them (a subclass may compute anything), and options it does not reproduce
+(norms after the attention and the MLP), so such a layer keeps its module road.
 
-The key/value cache is the model's own :class:`~packrt.models.attention.KVCache`, written through its
-API, so a generation may switch roads between steps (a hook registered halfway) and both read the
-same cache. Logits stay with the model's ``lm_head`` (one call a step).
+The key/value cache is the model's own :class:`~packrt.models.attention.KVCache`, written through its API,
+so a generation may switch roads between steps (a hook registered halfway) and both read the same cache.
 """
 
 from __future__ import annotations
@@ -29,13 +31,11 @@ from typing import Any
 
 import numpy as np
 
-import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.plan_parts import as_float32, exact, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
-from packrt_core.dtypes import float32
 from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serving_pack, share_pack, tensor_like
 from packrt_core.tensor import Tensor
 
@@ -120,182 +120,100 @@ def _into(parts: tuple[Any, ...], h: Any, width: int) -> Any:
     return out
 
 
-@dataclass(frozen=True)
-class _Layer:
-    norm1: _Norm
-    qkv: tuple[Any, ...]
-    o: Any
-    norm2: _Norm
-    up: tuple[Any, ...]  # gpt2: (up,) with its activation; rotary: gate and up (joined, or two)
-    down: Any
-    heads: int
-    kv_heads: int
-    dim: int
-    window: int | None
-    scale: float | None
-    act: str  # rotary: the gate's activation (gpt2's is in the up projection's epilogue)
-    rope_kind: str  # rotary: which of the model's tables the layer reads
-    head_norms: tuple[_Norm, _Norm] | None  # rotary: the norms over each query head and each key head
-
-
-class DecoderPlan:
-    """One step of a decoder made of ``blocks`` as the fused steps of the module docstring."""
+class DecoderLayerPlan:
+    """One decoder layer (of ``blocks``) as the fused steps of the module docstring; ``run`` is its forward."""
 
     nbytes: int
     fused: tuple[str, ...]
 
-    def __init__(self, model: Any, kernels: PlanKernels, blocks: DecoderBlocks) -> None:
-        for name, param in model.named_parameters():
+    def __init__(self, layer: Any, kernels: PlanKernels, blocks: DecoderBlocks) -> None:
+        exact(layer, blocks.layer, "the block", "decoder")
+        for name, param in layer.named_parameters():
             if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
                 raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
-        if getattr(model, "embed_scale", None) is not None:
-            raise PlanUnavailableError("the embedding is scaled (embed_scale), which the decoder's plan does not serve")
-        self.kernels, self.blocks, self.model = kernels, blocks, model
-        self.rotary = blocks.rotary
-        self.embed = serving_pack(_exact(model.embed, nn.Embedding, "embed"))
-        self.vocab = model.embed.num_embeddings
-        self.positions = None
-        if not self.rotary:
-            self.positions = serving_pack(_exact(model.positions, nn.Embedding, "positions"))
-        self.device = model.embed.weight.device
-        self.dtype = model.embed.weight.dtype
+        self.kernels, self.blocks, self.rotary = kernels, blocks, blocks.rotary
+        self.device = layer.attention_norm.weight.device
         self.record = dispatch.kernels_for(self.device)
-        self.nbytes = 0  # grown by each layer's joined weights beyond the layers' packs, then the norms
-        joined, layers = [], []
-        for i, layer in enumerate(model.layers):
-            planned, both = self._layer(layer, f"layers.{i}")
-            layers.append(planned)
-            joined.append(both)
-        self.layers = tuple(layers)
-        self.norm = _Norm.of(model.norm, "norm", blocks.norm)
-        self.nbytes += sum(a.nbytes for n in self._norms() for a in (n.w, n.b) if a is not None)
+        self.nbytes = 0
+        joined = self._plan(layer)
+        self.nbytes += sum(a.nbytes for n in (self.norm1, self.norm2) for a in (n.w, n.b) if a is not None)
         what = "q, k, v" + (" and gate, up" if self.rotary else "")
         self.fused = (
-            f"{len(layers)} layers; {what}: one GEMM each, the layers' packs views of its weight"
-            if joined and all(joined)
-            else f"{len(layers)} layers; projections as the layers' own GEMMs (weights not packed, or not joinable)",
-            "residual add + the next norm in one pass; the activation in the up projection's epilogue"
+            f"{what}: one GEMM each, the layers' packs views of its weight"
+            if joined
+            else "projections as the layers' own GEMMs (weights not packed, or not joinable)",
+            "residual add + the MLP's norm in one pass; the activation in the up projection's epilogue"
             + (" (act(gate) * up in one pass)" if self.rotary else ""),
             "attention: the family's cached, grouped attention over the heads of the qkv buffer",
         )
 
-    def _norms(self) -> list[_Norm]:
-        return [self.norm, *(n for layer in self.layers for n in (layer.norm1, layer.norm2))]
-
     def _linears(self, module: Any, names: tuple[str, ...], path: str) -> list[Any]:
         return [_exact(getattr(module, n), _LINEARS, f"{path}.{n}") for n in names]
 
-    def _layer(self, layer: Any, path: str) -> tuple[_Layer, bool]:
+    def _plan(self, layer: Any) -> bool:
+        """Read ``layer``'s children into this plan; whether its projections were joined."""
         k, blocks = self.kernels, self.blocks
-        layer = exact(layer, blocks.layer, path, "decoder")
-        attention = exact(layer.attention, blocks.attention, f"{path}.attention", "decoder")
-        mlp = exact(layer.mlp, blocks.mlp, f"{path}.mlp", "decoder")
-        act = _activation(mlp.act, f"{path}.mlp.act")
-        head_norms: tuple[_Norm, _Norm] | None = None
+        attention = exact(layer.attention, blocks.attention, "attention", "decoder")
+        mlp = exact(layer.mlp, blocks.mlp, "mlp", "decoder")
+        self.act = _activation(mlp.act, "mlp.act")
+        self.head_norms: tuple[_Norm, _Norm] | None = None
         if self.rotary:
             if layer.post_norms:
                 raise PlanUnavailableError(
-                    f"{path} norms its attention's and MLP's outputs, which the plan does not serve"
+                    "the block norms its attention's and MLP's outputs, which the plan does not serve"
                 )
             if attention.normed:  # qwen3: an RMSNorm over each query head and each key head
-                where = f"{path}.attention"
-                q_norm = _Norm.of(attention.q_norm, f"{where}.q_norm", nn.RMSNorm)
-                head_norms = (q_norm, _Norm.of(attention.k_norm, f"{where}.k_norm", nn.RMSNorm))
+                q_norm = _Norm.of(attention.q_norm, "attention.q_norm", nn.RMSNorm)
+                self.head_norms = (q_norm, _Norm.of(attention.k_norm, "attention.k_norm", nn.RMSNorm))
             fused_qkv = ("qkv_proj",) if attention.fused else ("q_proj", "k_proj", "v_proj")
-            projections = self._linears(attention, fused_qkv, f"{path}.attention")
-            o = _exact(attention.o_proj, _LINEARS, f"{path}.attention.o_proj")
-            gate_up = self._linears(mlp, ("gate_up",) if mlp.fused else ("gate", "up"), f"{path}.mlp")
-            up, up_extra = _joined(k, gate_up)
-            heads, kv_heads = attention.heads, attention.kv_heads
-            window, scale, rope_kind = attention.window, attention.scale, layer.rope_kind
+            projections = self._linears(attention, fused_qkv, "attention")
+            o = _exact(attention.o_proj, _LINEARS, "attention.o_proj")
+            gate_up = self._linears(mlp, ("gate_up",) if mlp.fused else ("gate", "up"), "mlp")
+            self.up, up_extra = _joined(k, gate_up)
+            self.heads, self.kv_heads = attention.heads, attention.kv_heads
+            self.window, self.scale = attention.window, attention.scale
         else:
-            projections = self._linears(attention, ("qkv",), f"{path}.attention")
-            o = _exact(attention.out, _LINEARS, f"{path}.attention.out")
-            up, up_extra = _joined(k, self._linears(mlp, ("up",), f"{path}.mlp"), act)
-            heads = kv_heads = attention.heads
-            window, scale, rope_kind = None, attention.scale, ""
-        qkv, qkv_extra = _joined(k, projections)
-        planned = _Layer(
-            norm1=_Norm.of(layer.attention_norm, f"{path}.attention_norm", blocks.norm),
-            qkv=qkv,
-            o=k.linear([serving_pack(o)]),
-            norm2=_Norm.of(layer.mlp_norm, f"{path}.mlp_norm", blocks.norm),
-            up=up,
-            down=k.linear([serving_pack(_exact(mlp.down, _LINEARS, f"{path}.mlp.down"))]),
-            heads=heads,
-            kv_heads=kv_heads,
-            dim=attention.head_dim,
-            window=window,
-            scale=scale,
-            act=act,
-            rope_kind=rope_kind,
-            head_norms=head_norms,
-        )
+            projections = self._linears(attention, ("qkv",), "attention")
+            o = _exact(attention.out, _LINEARS, "attention.out")
+            self.up, up_extra = _joined(k, self._linears(mlp, ("up",), "mlp"), self.act)
+            self.heads = self.kv_heads = attention.heads
+            self.window, self.scale = None, attention.scale
+        self.index, self.dim = attention.index, attention.head_dim
+        self.qkv, qkv_extra = _joined(k, projections)
+        self.o = k.linear([serving_pack(o)])
+        self.down = k.linear([serving_pack(_exact(mlp.down, _LINEARS, "mlp.down"))])
+        self.norm1 = _Norm.of(layer.attention_norm, "attention_norm", blocks.norm)
+        self.norm2 = _Norm.of(layer.mlp_norm, "mlp_norm", blocks.norm)
         self.nbytes += max(qkv_extra, 0) + max(up_extra, 0)
         # one projection needs no join (phi3's qkv_proj, gpt2's qkv)
-        joined = (qkv_extra >= 0 or len(projections) == 1) and (up_extra >= 0 or len(up) == 1)
-        return planned, joined
+        return (qkv_extra >= 0 or len(projections) == 1) and (up_extra >= 0 or len(self.up) == 1)
 
-    def _embed(self, input_ids: Tensor, step: Step, positions: Tensor | None) -> Any | None:
-        ids = array_of(input_ids)
-        if ids.size and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab):
-            return None  # the plain road names the id
-        x = np.array(self.embed.forward(ids), dtype=np.float32)
-        if self.positions is not None:
-            where = (
-                np.arange(step.offset, step.offset + step.length)[None, :] if positions is None else array_of(positions)
-            )
-            x += self.positions.forward(where)
-        return x.reshape(-1, x.shape[-1])
-
-    def hidden(
-        self, input_ids: Tensor, step: Step, cache: KVCache | None, positions: Tensor | None
-    ) -> packrt.Tensor | None:
-        """The final hidden states (batch, length, hidden) of one step, or None for inputs the plain road
-        must check (it raises its own error)."""
-        if input_ids.device != self.device:
+    def run(self, x: Tensor, rotary: tuple[Tensor, Tensor] | None, step: Step, cache: KVCache | None) -> Tensor | None:
+        """The layer's output (the residual stream after it, ``x``'s shape and dtype), or None for an input the
+        module road must take (on another device)."""
+        if x.device != self.device:
             return None
-        x = self._embed(input_ids, step, positions)
-        if x is None:
-            return None
-        batch, length = (int(s) for s in input_ids.shape)
-        like = tensor_like(input_ids, x)
-        tables = (
-            {kind: rotary(step.offset, step.length, positions, like) for kind, rotary in self.model.rotaries.items()}
-            if self.rotary
-            else {}
-        )
-        h = self._norm(self.layers[0].norm1 if self.layers else self.norm, x, None)
-        for i, layer in enumerate(self.layers):
-            ctx = self._attend(i, layer, h, batch, length, step, cache, tables.get(layer.rope_kind), like)
-            attended = layer.o.forward(ctx)
-            h = self._norm(layer.norm2, x, attended)
-            if self.rotary:
-                both = _into(layer.up, h, _width(layer.up))
-                up = self.kernels.gated(both, layer.act, np.empty((h.shape[0], both.shape[1] // 2), np.float32))
-            else:
-                up = _into(layer.up, h, _width(layer.up))
-            down = layer.down.forward(up)
-            following = self.layers[i + 1].norm1 if i + 1 < len(self.layers) else self.norm
-            h = self._norm(following, x, down)
-        out = h.reshape(batch, length, -1)
-        if self.dtype is not float32:
-            out = out.astype(self.dtype.numpy)
-        return tensor_like(input_ids, out)
+        stream = array_of(x)
+        batch, length, width = (int(s) for s in stream.shape)
+        # the layer's own float32 copy of the stream (summed into in place) and its first norm, in one pass
+        res = np.zeros((batch * length, width), np.float32)
+        h = self._norm(self.norm1, res, stream.reshape(-1, width))
+        ctx = self._attend(h, batch, length, step, cache, rotary, x)
+        h = self._norm(self.norm2, res, self.o.forward(ctx))
+        both = _into(self.up, h, _width(self.up))
+        up = both
+        if self.rotary:
+            up = self.kernels.gated(both, self.act, np.empty((h.shape[0], both.shape[1] // 2), np.float32))
+        res += self.down.forward(up)
+        out = res.reshape(batch, length, width)
+        return tensor_like(x, out if out.dtype == stream.dtype else out.astype(stream.dtype))
 
-    def _norm(self, norm: _Norm, x: Any, add: Any | None) -> Any:
-        """``norm(x + add)`` with ``x += add`` in place (``add`` None: ``norm(x)``, x unchanged)."""
-        out = np.empty_like(x)
-        if add is None:
-            if norm.rms:
-                return self.record.rms_norm(x, x.shape[-1], norm.w, norm.eps)
-            return self.record.layer_norm(x, x.shape[-1], norm.w, norm.b, norm.eps)
-        return self.kernels.residual_norm(add, x, norm.w, norm.b, norm.eps, out, norm.rms)
+    def _norm(self, norm: _Norm, x: Any, add: Any) -> Any:
+        """``norm(x + add)`` with ``x += add`` in place."""
+        return self.kernels.residual_norm(add, x, norm.w, norm.b, norm.eps, np.empty_like(x), norm.rms)
 
     def _attend(
         self,
-        index: int,
-        layer: _Layer,
         h: Any,
         batch: int,
         length: int,
@@ -304,9 +222,9 @@ class DecoderPlan:
         rotary: tuple[Tensor, Tensor] | None,
         like: Tensor,
     ) -> Any:
-        """The attention context (batch * length, heads * head_dim) of layer ``index``."""
-        heads, kv_heads, dim = layer.heads, layer.kv_heads, layer.dim
-        qkv = _into(layer.qkv, h, (heads + 2 * kv_heads) * dim)
+        """The attention context (batch * length, heads * head_dim) of ``h``."""
+        heads, kv_heads, dim = self.heads, self.kv_heads, self.dim
+        qkv = _into(self.qkv, h, (heads + 2 * kv_heads) * dim)
         rows = qkv.reshape(batch, length, -1)
         q = rows[:, :, : heads * dim].reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
         k = (
@@ -315,16 +233,16 @@ class DecoderPlan:
             .transpose(0, 2, 1, 3)
         )
         v = rows[:, :, (heads + kv_heads) * dim :].reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
-        if layer.head_norms is not None:
-            q_norm, k_norm = layer.head_norms
+        if self.head_norms is not None:
+            q_norm, k_norm = self.head_norms
             q = self.record.rms_norm(q, dim, q_norm.w, q_norm.eps)
             k = self.record.rms_norm(k, dim, k_norm.w, k_norm.eps)
-        qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
         if rotary is not None:
-            cos, sin = rotary
-            qt = tensor_like(like, self.record.rotary_embedding(q, array_of(cos), array_of(sin)))
-            kt = tensor_like(like, self.record.rotary_embedding(k, array_of(cos), array_of(sin)))
-        out = attend(qt, kt, vt, step=step, cache=cache, layer=index, window=layer.window, scale=layer.scale)
+            cos, sin = array_of(rotary[0]), array_of(rotary[1])
+            q = self.record.rotary_embedding(q, cos, sin)
+            k = self.record.rotary_embedding(k, cos, sin)
+        qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
+        out = attend(qt, kt, vt, step=step, cache=cache, layer=self.index, window=self.window, scale=self.scale)
         return array_of(out).transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
 
 
@@ -332,4 +250,4 @@ def _width(parts: tuple[Any, ...]) -> int:
     return sum(int(p.out_features) for p in parts)
 
 
-__all__ = ["DecoderBlocks", "DecoderPlan"]
+__all__ = ["DecoderBlocks", "DecoderLayerPlan"]

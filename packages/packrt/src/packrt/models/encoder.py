@@ -19,12 +19,13 @@ with the exact (erf) GELU.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from functools import partial
+from typing import ClassVar
 
 import packrt
 from packrt import nn
 from packrt.errors import ShapeError
-from packrt.models.encoder_plan import EncoderPlan, Kinds
+from packrt.models.encoder_plan import EmbeddingsPlan, EncoderLayerPlan
 from packrt.models.layers import (
     Embedding,
     MultiHeadAttention,
@@ -33,8 +34,7 @@ from packrt.models.layers import (
     check_ids,
     check_positive,
 )
-from packrt_base.plan import PlanKernels
-from packrt_core.nn.plan import array_of, serve
+from packrt_core.nn.plan import serve
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,9 @@ class EncoderConfig:
 class EncoderEmbeddings(nn.Module):
     """Sum of token, token-type and position embeddings (in that order), then LayerNorm."""
 
+    serves_plans: ClassVar[bool] = True  # its fused form: packrt.models.encoder_plan.EmbeddingsPlan
+    owner: ClassVar[str] = "BertEncoder"  # the model its messages name
+
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
         self.word = Embedding(config.vocab, config.hidden)
@@ -72,13 +75,18 @@ class EncoderEmbeddings(nn.Module):
         return packrt.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
 
     def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
+        fused = serve(self, self.word.weight.device, EmbeddingsPlan)
+        if fused is not None:
+            planned: packrt.Tensor | None = fused.run(input_ids, token_type_ids)
+            if planned is not None:
+                return planned
         _, seq = input_ids.shape
         positions = self.position_ids(input_ids)
         if token_type_ids is None:
             token_type_ids = packrt.zeros(1, seq, dtype=packrt.int64, device=input_ids.device)
         elif token_type_ids.shape != input_ids.shape:
             raise ShapeError(
-                f"BertEncoder: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
+                f"{self.owner}: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
                 f"{input_ids.shape}"
             )
         # transformers' order: in half precision each sum rounds, and this order rounds as its runs do
@@ -111,7 +119,14 @@ class EncoderLayer(nn.Module):
         self.mlp = EncoderMLP(config)
         self.mlp_norm = nn.LayerNorm(config.hidden, eps=config.eps)
 
+    serves_plans: ClassVar[bool] = True  # its fused form: packrt.models.encoder_plan.EncoderLayerPlan
+
     def forward(self, x: packrt.Tensor, attn_mask: packrt.Tensor | None = None) -> packrt.Tensor:
+        fused = serve(self, self.attention_norm.weight.device, _fused_layer)
+        if fused is not None:
+            planned: packrt.Tensor | None = fused.run(x, attn_mask)
+            if planned is not None:
+                return planned
         x = self.attention_norm(x + self.attention(x, attn_mask=attn_mask))
         out: packrt.Tensor = self.mlp_norm(x + self.mlp(x))
         return out
@@ -128,13 +143,11 @@ class BertEncoder(nn.Module):
     checkpoint with ``load_state_dict(..., assign=True)`` to allocate the weights only once; the
     load's ``weight_residency`` sets how its layers keep them.
 
-    With no hook on an inner module, a call runs the encoder's serving plan (fused steps over the
-    layers' packs, :mod:`packrt.models.encoder_plan`), which gives the module-by-module road's numbers
-    within the road tolerance; :func:`packrt.nn.plan_report` says which road the last call took.
+    Its forward is one: the embeddings, then the layers. Each of those blocks, while no hook observes its
+    inner modules, runs as its fused form (fused steps over its layers' packs,
+    :mod:`packrt.models.encoder_plan`), which gives the module-by-module road's numbers within the road
+    tolerance; :func:`packrt.nn.plan_report` says which road the blocks' last calls took.
     """
-
-    serves_plans: ClassVar[bool] = True
-    plan_embeddings: ClassVar[tuple[type, ...]] = (EncoderEmbeddings,)  # whose forward the plan reproduces
 
     def __init__(self, config: EncoderConfig) -> None:
         super().__init__()
@@ -154,14 +167,7 @@ class BertEncoder(nn.Module):
             check_attention_mask("BertEncoder", attention_mask, batch, seq)
             # (batch, 1, 1, seq): the same key mask for every head and every query
             mask = (attention_mask != 0).reshape(batch, 1, 1, seq)
-        plan = serve(self, self.embeddings.word.weight.device, self._build_plan)
-        if plan is not None:
-            keys = None if mask is None else array_of(mask.reshape(batch, seq))
-            planned: packrt.Tensor | None = plan.run(
-                input_ids, None if keys is None or keys.all() else keys, token_type_ids
-            )
-            if planned is not None:
-                return planned
+            mask = None if bool(mask.all()) else mask  # every key seen: both roads skip the masking
         x: packrt.Tensor = self.embeddings(input_ids, token_type_ids)
         for layer in self.layers:
             x = layer(x, mask)
@@ -171,12 +177,11 @@ class BertEncoder(nn.Module):
         """(batch, seq) of ``input_ids``, refused when the model cannot place them."""
         return check_ids("BertEncoder", input_ids, self.config.max_positions)
 
-    def _build_plan(self, model: Any, kernels: PlanKernels) -> EncoderPlan:
-        return EncoderPlan(model, kernels, Kinds(self.plan_embeddings, EncoderLayer, EncoderMLP))
-
     def extra_repr(self) -> str:
         c = self.config
         return f"vocab={c.vocab}, hidden={c.hidden}, heads={c.heads}, layers={c.layers}"
 
+
+_fused_layer = partial(EncoderLayerPlan, layer_kind=EncoderLayer, mlp_kind=EncoderMLP)
 
 __all__ = ["BertEncoder", "EncoderConfig", "EncoderEmbeddings", "EncoderLayer", "EncoderMLP"]

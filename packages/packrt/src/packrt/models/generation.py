@@ -23,7 +23,7 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Concatenate, Literal, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypeVar
 
 import numpy as np
 
@@ -34,8 +34,6 @@ from packrt.models.attention import KVCache, Step
 from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
 from packrt.models.layers import check_attention_mask, check_ids
-from packrt_base.plan import PlanKernels
-from packrt_core.nn.plan import PlanUnavailableError, serve
 
 
 class FromModel(enum.Enum):
@@ -210,32 +208,16 @@ class CausalLM(nn.Module):
     model_type: str | None = None  # the config.json's, for a class that serves several families
     # generate's defaults; None: the model's own pad id and transformers' length default
     generation_defaults: GenerationDefaults | None = None
-    serves_plans: ClassVar[bool] = False  # a family with a serving plan sets it and defines _build_plan
 
     def _hidden(
         self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
     ) -> packrt.Tensor:
+        """The final hidden states of one step; each layer fuses itself when nothing observes its inner modules
+        (:mod:`packrt.models.decoder_plan`)."""
         raise NotImplementedError
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         raise NotImplementedError
-
-    def _build_plan(self, model: Any, kernels: PlanKernels) -> Any:
-        """The family's serving plan (:mod:`packrt.models.decoder_plan`); a family without one raises."""
-        raise PlanUnavailableError(f"{type(self).__name__} has no serving plan")
-
-    def _step(
-        self, input_ids: packrt.Tensor, step: Step, cache: KVCache | None, positions: packrt.Tensor | None
-    ) -> packrt.Tensor:
-        """``_hidden`` of one step, through the model's serving plan when a call may take it
-        (:mod:`packrt_core.nn.plan`: no hook on an inner module, the plan matches the weights)."""
-        if self.serves_plans:
-            plan = serve(self, self._device(), self._build_plan)
-            if plan is not None:
-                planned: packrt.Tensor | None = plan.hidden(input_ids, step, cache, positions)
-                if planned is not None:
-                    return planned
-        return self._hidden(input_ids, step, cache, positions)
 
     def _name(self) -> str:
         """How messages name the model: its class, and the config's ``model_type`` when the class serves several."""
@@ -259,7 +241,7 @@ class CausalLM(nn.Module):
         if position_ids is not None:
             check_positions(self._name(), position_ids, self.max_positions)
         step = Step(0, seq, key_mask, input_ids.device)
-        return self._logits(self._step(input_ids, step, None, position_ids))
+        return self._logits(self._hidden(input_ids, step, None, position_ids))
 
     def _device(self) -> packrt.Device:
         """Where the model computes: its parameters' device (the CPU for a model without any)."""
@@ -381,7 +363,7 @@ class CausalLM(nn.Module):
         for t in range(run.max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
-            hidden = self._step(ids, Step(start, length, step_mask, device), cache, step_positions)
+            hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
             scores = host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:

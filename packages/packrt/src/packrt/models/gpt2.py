@@ -16,17 +16,18 @@ Parameter names (``L`` the layer): ``embed.weight``, ``positions.weight``,
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from functools import partial
+from typing import ClassVar, cast
 
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.config_schema import completed
-from packrt.models.decoder_plan import DecoderBlocks, DecoderPlan
+from packrt.models.decoder_plan import DecoderBlocks, DecoderLayerPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt_base.plan import PlanKernels
+from packrt_core.nn.plan import serve
 
 ACTIVATIONS = ("gelu_new", "gelu_pytorch_tanh", "gelu", "relu", "silu")
 
@@ -91,14 +92,22 @@ class GPT2Layer(nn.Module):
         self.mlp_norm = nn.LayerNorm(hidden, eps=eps)
         self.mlp = GPT2MLP(config)
 
+    serves_plans: ClassVar[bool] = True  # its fused form: packrt.models.decoder_plan
+
     def forward(self, x: packrt.Tensor, step: Step, cache: KVCache | None) -> packrt.Tensor:
+        fused = serve(self, self.attention_norm.weight.device, _fused_layer)
+        if fused is not None:
+            planned: packrt.Tensor | None = fused.run(x, None, step, cache)
+            if planned is not None:
+                return planned
         x = x + self.attention(self.attention_norm(x), step, cache)
         out: packrt.Tensor = x + self.mlp(self.mlp_norm(x))
         return out
 
 
-# What the decoder's serving plan reproduces (learned positions, no rotary tables)
+# What the layer's fused form reproduces (learned positions, no rotary tables)
 BLOCKS = DecoderBlocks(layer=GPT2Layer, attention=GPT2Attention, mlp=GPT2MLP, norm=nn.LayerNorm, rotary=False)
+_fused_layer = partial(DecoderLayerPlan, blocks=BLOCKS)
 
 
 class GPT2LMHeadModel(CausalLM):
@@ -107,8 +116,6 @@ class GPT2LMHeadModel(CausalLM):
     Built by :func:`packrt.models.from_pretrained`; see :class:`CausalLM` for ``attention_mask``
     and ``generate``.
     """
-
-    serves_plans = True
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
@@ -136,9 +143,6 @@ class GPT2LMHeadModel(CausalLM):
         for layer in self.layers:
             x = layer(x, step, cache)
         return cast(packrt.Tensor, self.norm(x))
-
-    def _build_plan(self, model: Any, kernels: PlanKernels) -> DecoderPlan:
-        return DecoderPlan(model, kernels, BLOCKS)
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         return cast(packrt.Tensor, self.lm_head(hidden))

@@ -16,6 +16,7 @@ Parameter names are :class:`~packrt.models.BertEncoder`'s; the checkpoint's ``po
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 import packrt
 from packrt import nn
@@ -60,6 +61,8 @@ def roberta_positions(input_ids: packrt.Tensor, padding_idx: int) -> packrt.Tens
 class RobertaEmbeddings(EncoderEmbeddings):
     """Token, token-type and position (numbered as the module docstring says) embeddings, then LayerNorm."""
 
+    owner: ClassVar[str] = "RobertaEncoder"
+
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
         self.padding_idx = config.padding_idx
@@ -67,20 +70,6 @@ class RobertaEmbeddings(EncoderEmbeddings):
     def position_ids(self, input_ids: packrt.Tensor) -> packrt.Tensor:
         """(batch, seq) positions numbered around the pad id (see :func:`roberta_positions`)."""
         return roberta_positions(input_ids, self.padding_idx)
-
-    def forward(self, input_ids: packrt.Tensor, token_type_ids: packrt.Tensor | None = None) -> packrt.Tensor:
-        if token_type_ids is None:
-            token_type_ids = packrt.zeros(*input_ids.shape, dtype=packrt.int64, device=input_ids.device)
-        elif token_type_ids.shape != input_ids.shape:
-            raise ShapeError(
-                f"RobertaEncoder: token_type_ids has shape {token_type_ids.shape}, expected input_ids' shape "
-                f"{input_ids.shape}"
-            )
-        positions = self.position_ids(input_ids)
-        # BERT's order (word, token type, position): each sum rounds in half precision, as transformers' do
-        x = self.word(input_ids) + self.token_type(token_type_ids) + self.position(positions)
-        out: packrt.Tensor = self.norm(x)
-        return out
 
 
 class RobertaEncoder(BertEncoder):
@@ -90,8 +79,6 @@ class RobertaEncoder(BertEncoder):
     pass the tokenizer's ``attention_mask`` for padded batches. Sequences may be at most
     ``max_positions - padding_idx - 1`` tokens long.
     """
-
-    plan_embeddings = (RobertaEmbeddings,)
 
     def __init__(self, config: RobertaConfig) -> None:
         super().__init__(config)
