@@ -34,6 +34,8 @@ from packrt.models.attention import KVCache, Step
 from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
 from packrt.models.layers import check_attention_mask, check_ids
+from packrt_core.publication import reading
+from packrt_io import mapped_files
 
 
 class FromModel(enum.Enum):
@@ -329,8 +331,9 @@ class CausalLM(nn.Module):
         integer prompt ids, prompt, eos and pad ids inside ``[0, vocab)``.
         """
         end = run.prompt
-        for _ in self._decode(run):
-            end += 1
+        with reading():  # one version of the weights for the whole generation: a load lands before or after
+            for _ in self._decode(run):
+                end += 1
         return placed(run.tokens[:, :end].copy(), run.device)
 
     @_prepared_by(_prepare)
@@ -340,7 +343,9 @@ class CausalLM(nn.Module):
 
         The arguments are checked when ``stream`` is called (the same errors as ``generate``); the work
         of each step is done when the next item is asked for, so a caller that stops iterating (a
-        deadline, a stop string, a client gone) stops the computation there.
+        deadline, a stop string, a client gone) stops the computation there. Each step reads one version
+        of the weights (a load lands between two steps, never inside one) and first checks the mapped files
+        the model serves from, as a call of the model does.
         """
         return self._decode(run)
 
@@ -363,8 +368,11 @@ class CausalLM(nn.Module):
         for t in range(run.max_new_tokens):
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
-            hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
-            scores = host(self._logits(hidden[:, -1:]))[:, -1]
+            with reading():  # the step is one call: one version of the weights, its files checked first
+                for mapped in mapped_files(self):
+                    mapped.check()
+                hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
+                scores = host(self._logits(hidden[:, -1:]))[:, -1]
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
                 chosen = np.where(finished, run.filler, chosen)

@@ -26,6 +26,7 @@ from packrt.models.devices import host, model_device, placed
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.kinds import POOLING_MODES, Pipeline
 from packrt.models.pretrained import from_pretrained
+from packrt_core.publication import reading
 
 
 class TextTypeError(PackrtError, TypeError):
@@ -203,16 +204,18 @@ class SentenceEncoder:
         that is not a str (None, a number, bytes) is a :class:`TextTypeError` (a ``TypeError``) naming
         its index and type, raised before any text is encoded. Texts are batched longest first (less
         padding), ``batch_size`` at a time, and returned in the order given. Padding never changes a
-        text's vector: it is masked out of attention and pooling.
+        text's vector: it is masked out of attention and pooling. Every batch of one call reads one version of
+        the weights: a load on another thread lands before the call or after it.
         """
         items = as_texts(texts, "SentenceEncoder.encode")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise BatchSizeError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         out = np.empty((len(items), self.dimension), dtype=np.float32)
-        for begin in range(0, len(order), batch_size):
-            chosen = order[begin : begin + batch_size]
-            out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), normalize)
+        with reading():  # every batch of the call from one version of the weights: a load lands before or after
+            for begin in range(0, len(order), batch_size):
+                chosen = order[begin : begin + batch_size]
+                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), normalize)
         return out
 
 
