@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import packrt
 from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
 from packrt.models import CausalLM, KVCache, from_pretrained
+from packrt.models.generation import GenerationArgumentError, GenerationArgumentTypeError
 
 VOCAB = 50
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -106,6 +107,40 @@ def test_an_argument_generate_does_not_take_is_a_type_error_naming_its_parameter
         getattr(model, method)(ids([1, 2]), 2, beams=4)
     with pytest.raises(TypeError, match=rf"{method}: too many positional arguments; it takes \(input_ids"):
         getattr(model, method)(ids([1, 2]), 2, None)
+
+
+# (keyword, value, the error's class, what its message says): each sampling argument checked for its type
+# and range when generate or stream is called, as a packrt error that is also the builtin a caller expects
+BAD_ARGUMENTS = [
+    ("seed", -1, GenerationArgumentError, "seed must be an int >= 0 or None, got -1"),
+    ("seed", "x", GenerationArgumentTypeError, "seed must be an int >= 0 or None, got str 'x'"),
+    ("seed", 1.5, GenerationArgumentTypeError, "seed must be an int >= 0 or None, got float 1.5"),
+    ("temperature", "1", GenerationArgumentTypeError, "temperature must be a number, got str '1'"),
+    ("temperature", float("nan"), GenerationArgumentError, "temperature must be finite, got nan"),
+    ("temperature", 0.0, GenerationArgumentError, "temperature must be > 0, got 0.0"),
+    ("top_p", "0.5", GenerationArgumentTypeError, "top_p must be a number, got str '0.5'"),
+    ("top_p", 1.5, GenerationArgumentError, r"top_p must be in \(0, 1\] or None, got 1.5"),
+    ("top_k", True, GenerationArgumentTypeError, "top_k must be a positive int or None, got True"),
+    ("top_k", 0, GenerationArgumentError, "top_k must be a positive int or None, got 0"),
+    ("do_sample", "yes", GenerationArgumentTypeError, "do_sample must be a bool, got str"),
+]
+
+
+@pytest.mark.parametrize("method", ["generate", "stream"])
+@pytest.mark.parametrize(("keyword", "value", "error", "message"), BAD_ARGUMENTS)
+def test_each_sampling_argument_is_checked_at_the_call(
+    model: CausalLM, method: str, keyword: str, value: Any, error: type[Exception], message: str
+) -> None:
+    builtin = TypeError if issubclass(error, TypeError) else ValueError
+    with pytest.raises(error, match=message) as raised:
+        getattr(model, method)(ids([1, 2]), 2, **{"do_sample": True, keyword: value})  # stream: at the call
+    assert isinstance(raised.value, PackrtError) and isinstance(raised.value, builtin)
+
+
+@pytest.mark.parametrize(("value", "error"), [("3", GenerationArgumentTypeError), (True, GenerationArgumentTypeError)])
+def test_max_new_tokens_must_be_an_int(model: CausalLM, value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=f"max_new_tokens must be an int >= 0 or None, got {value!r}"):
+        model.generate(ids([1, 2]), value)
 
 
 @pytest.mark.parametrize("positions", [[[-1, 0]], [[0, -5]]])

@@ -287,6 +287,12 @@ def test_completion_bounds_are_400s_or_422s_naming_the_field(plain_llama: Runnin
     _error(_post(base, "/v1/completions", {"prompt": ["a", "b"]}), 400, "prompt")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": 3}), 422, "temperature")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "n": 2}), 422, "n")
+    # each field's JSON type is the one OpenAI documents: a string is not coerced into a number or a bool
+    _error(_post(base, "/v1/completions", {"prompt": "hello", "max_tokens": "5"}), 422, "max_tokens")
+    _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": "1"}), 422, "temperature")
+    _error(_post(base, "/v1/completions", {"prompt": "hello", "stream": "yes"}), 422, "stream")
+    _error(_post(base, "/v1/completions", {"prompt": "hello", "seed": -1}), 422, "seed")  # numpy's error, a 500, before
+    _error(_post(base, "/v1/completions", {"prompt": "hello", "seed": "x"}), 422, "seed")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "stop": [""]}), 400, "stop")
     _error(_post(base, "/v1/embeddings", {"input": "hello"}), 404, None, "wrong_endpoint")
 

@@ -151,12 +151,13 @@ class EncoderLayerPlan:
         batch, seq, hidden = (int(s) for s in stream.shape)
         rows = batch * seq
         keys = None if key_mask is None else array_of(key_mask).reshape(batch, seq)
-        res = np.array(stream, dtype=np.float32).reshape(rows, hidden)  # summed in place by the first norm
+        x2 = np.ascontiguousarray(stream.reshape(rows, hidden), dtype=np.float32)  # x itself when it is float32
         kernels = self.kernels
         ctx, a = _buffer("ctx", rows, hidden), _buffer("a", rows, hidden)
-        kernels.self_attention(self._projections(res, rows), batch, self.heads, keys, None, ctx)
+        kernels.self_attention(self._projections(x2, rows), batch, self.heads, keys, None, ctx)
         h = _buffer("h", rows, hidden)
-        kernels.residual_norm(self.o.forward(ctx, out=a), res, self.norm1.w, self.norm1.b, self.norm1.eps, h)
+        # the attention's output + x (the same sum as x + it), normed: x is read, never written
+        kernels.residual_norm(x2, self.o.forward(ctx, out=a), self.norm1.w, self.norm1.b, self.norm1.eps, h)
         up = self.up.forward(h, out=_buffer("up", rows, self.up.out_features))
         out = np.empty((rows, hidden), np.float32)
         kernels.residual_norm(self.down.forward(up, out=a), h, self.norm2.w, self.norm2.b, self.norm2.eps, out)

@@ -29,7 +29,7 @@ import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.errors import DTypeError, IndexingError, ShapeError
+from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
 from packrt.models.attention import KVCache, Step
 from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
@@ -56,7 +56,9 @@ def _token_ids(values: int | Sequence[int] | None, vocab: int) -> tuple[int, ...
         return ()
     items: list[object] = list(values) if isinstance(values, list | tuple | range | np.ndarray) else [values]
     if not all(_is_token(v, vocab) for v in items):
-        raise ValueError(f"generate: eos_token_id must be a token id in [0, {vocab}) or a list of them, got {values!r}")
+        raise GenerationArgumentError(
+            f"generate: eos_token_id must be a token id in [0, {vocab}) or a list of them, got {values!r}"
+        )
     return tuple(int(v) for v in items if isinstance(v, int | np.integer))
 
 
@@ -86,13 +88,49 @@ def check_positions(model: str, positions: packrt.Tensor, max_positions: int | N
         )
 
 
-def _check_sampling(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not temperature > 0:
-        raise ValueError(f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
-        raise ValueError(f"generate: top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0 < top_p <= 1:
-        raise ValueError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+class GenerationArgumentError(PackrtError, ValueError):
+    """An argument of ``generate`` or ``stream`` outside what it takes (the message names it, its value and
+    the range)."""
+
+
+class GenerationArgumentTypeError(GenerationArgumentError, TypeError):
+    """An argument of ``generate`` or ``stream`` of a type it does not take (a str for a number, a bool for
+    an int)."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int | np.integer) and not isinstance(value, bool)
+
+
+def _number(name: str, value: object) -> float:
+    """``value`` as a finite float, or the error naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise GenerationArgumentTypeError(f"generate: {name} must be a number, got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not np.isfinite(number):
+        raise GenerationArgumentError(f"generate: {name} must be finite, got {value!r}")
+    return number
+
+
+def _check_sampling(do_sample: object, temperature: object, top_k: object, top_p: object, seed: object) -> None:
+    """Every sampling argument of ``generate`` checked for its type and range before any work."""
+    if not isinstance(do_sample, bool | np.bool_):
+        raise GenerationArgumentTypeError(f"generate: do_sample must be a bool, got {type(do_sample).__name__}")
+    if not _number("temperature", temperature) > 0:
+        raise GenerationArgumentError(
+            f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy"
+        )
+    if top_k is not None and (not _is_int(top_k) or int(top_k) <= 0):  # type: ignore[call-overload]
+        error = GenerationArgumentError if _is_int(top_k) else GenerationArgumentTypeError
+        raise error(f"generate: top_k must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not 0 < _number("top_p", top_p) <= 1:
+        raise GenerationArgumentError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
+    if seed is not None and not _is_int(seed):
+        raise GenerationArgumentTypeError(
+            f"generate: seed must be an int >= 0 or None, got {type(seed).__name__} {seed!r}"
+        )
+    if seed is not None and int(seed) < 0:  # type: ignore[call-overload]
+        raise GenerationArgumentError(f"generate: seed must be an int >= 0 or None, got {seed!r}")
 
 
 def sample_next(
@@ -285,17 +323,16 @@ class CausalLM(nn.Module):
         pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
     ) -> _Run:
         """Every check of ``generate``'s arguments (its parameters are these), and the buffers its steps fill."""
-        if max_new_tokens is not None and (
-            isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0
-        ):
-            raise ValueError(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
-        _check_sampling(temperature, top_k, top_p)
+        if max_new_tokens is not None and (not _is_int(max_new_tokens) or max_new_tokens < 0):
+            error = GenerationArgumentError if _is_int(max_new_tokens) else GenerationArgumentTypeError
+            raise error(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
+        _check_sampling(do_sample, temperature, top_k, top_p, seed)
         sampling = _Sampling(do_sample, temperature, top_k, top_p, seed)
         defaults = self._defaults()
         eos = _token_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
         pad = defaults.pad_token_id if pad_token_id is FROM_MODEL else pad_token_id
         if pad is not None and not _is_token(pad, self.vocab):
-            raise ValueError(
+            raise GenerationArgumentError(
                 f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad!r}; it is "
                 "written into the rows that have ended"
             )
@@ -385,4 +422,13 @@ class CausalLM(nn.Module):
             ids = placed(tokens[:, start : start + 1], device)
 
 
-__all__ = ["FROM_MODEL", "CausalLM", "FromModel", "check_positions", "check_token_range", "sample_next"]
+__all__ = [
+    "FROM_MODEL",
+    "CausalLM",
+    "FromModel",
+    "GenerationArgumentError",
+    "GenerationArgumentTypeError",
+    "check_positions",
+    "check_token_range",
+    "sample_next",
+]

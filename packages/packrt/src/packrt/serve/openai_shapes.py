@@ -51,7 +51,9 @@ def error_body(message: str, type_: str, param: str | None = None, code: str | N
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    # strict: a field's JSON type is the one OpenAI documents ("max_tokens": "5" is a 400 naming the field,
+    # not a 5); an integer where a number is asked is a number
+    model_config = ConfigDict(extra="allow", strict=True)
 
     model: str | None = None
 
@@ -69,7 +71,7 @@ class _Sampling(_Request):
     max_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
     top_p: float = Field(default=1.0, gt=0.0, le=1.0)
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None
     stream: bool = False
     n: int = Field(default=1, ge=1, le=1)
@@ -82,7 +84,7 @@ class CompletionRequest(_Sampling):
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
     role: str
     content: str | list[dict[str, Any]] | None = None
