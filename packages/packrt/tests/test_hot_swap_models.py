@@ -144,9 +144,7 @@ def test_encode_batches_see_one_version_while_load_checkpoint_swaps_the_weights(
         (lambda path=path, options=options: io.load_checkpoint(encoder.model, path, progress=False, **options))
         for options, path in zip(LOADS, itertools.cycle((files["B"], files["A"])), strict=False)
     ]
-    seen, swaps = _stress(
-        lambda: bytes(encoder.encode(texts, batch_size=1).tobytes()), references, steps, threads=8
-    )
+    seen, swaps = _stress(lambda: bytes(encoder.encode(texts, batch_size=1).tobytes()), references, steps, threads=8)
     assert seen["mixed"] == 0, f"encode: {dict(seen)} over {swaps} swaps"
 
 
