@@ -373,3 +373,94 @@ def test_a_copy_plans_its_own_weights(model: TwoBlocks) -> None:
     assert (report.road, report.builds) == ("plan", 1)
     twin.first.a.weight.mul_(0.0)  # the copy's weights are its own: the original's plan holds
     np.testing.assert_array_equal(model(x).numpy(), expected)
+
+
+class SelfPlanningBlock(Block):
+    """A block that asks for its own plan at the start of its forward (as packrt.models' layers do)."""
+
+    serves_plans = True
+
+    def forward(self, x: prt.Tensor) -> prt.Tensor:
+        plan = serve(self, self.a.weight.device, _block_plan)
+        if plan is not None:
+            out: prt.Tensor = plan.run(x)
+            return out
+        return super().forward(x)
+
+
+class _OneBlockPlan:
+    fused = ("a, b: two plan linears; residual add + LayerNorm in one pass",)
+
+    def __init__(self, block: SelfPlanningBlock, kernels: PlanKernels) -> None:
+        if type(block.norm) is not nn.LayerNorm:
+            raise PlanUnavailableError(f"norm is a {type(block.norm).__name__}, where the plan serves a LayerNorm")
+        self.kernels = kernels
+        self.a, self.b = kernels.linear([block.a._serving_pack()]), kernels.linear([block.b._serving_pack()])
+        self.w, self.bias, self.eps = owned_copy(block.norm.weight), owned_copy(block.norm.bias), block.norm.eps
+        self.nbytes = self.w.nbytes + self.bias.nbytes
+
+    def run(self, x: prt.Tensor) -> prt.Tensor:
+        h = x._array().copy()
+        out = np.empty_like(h)
+        self.kernels.residual_norm(self.b.forward(self.a.forward(h)), h, self.w, self.bias, self.eps, out)
+        return x._wrap(out)
+
+
+def _block_plan(block: Any, kernels: PlanKernels) -> _OneBlockPlan:
+    return _OneBlockPlan(block, kernels)
+
+
+class PlannedBlocks(nn.Module):
+    """One forward: the blocks in a loop; each block plans itself."""
+
+    def __init__(self, width: int = 8, count: int = 3) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList([SelfPlanningBlock(width) for _ in range(count)])
+
+    def forward(self, x: prt.Tensor) -> prt.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_model_whose_blocks_plan_themselves_is_reported_as_a_whole() -> None:
+    prt.manual_seed(5)
+    model = PlannedBlocks()
+    assert nn.plan_report(model).reason == "not called yet"  # a block of it has a plan builder
+    got = model(_x())
+    with nn.serving_plans(False):
+        assert_same_model_output(got.numpy(), model(_x()).numpy())
+    model(_x())
+    report = nn.plan_report(model)
+    assert (report.road, report.builds, report.planned_calls, report.plain_calls) == ("plan", 3, 6, 3)
+    assert report.reason == "every block's last call took its plan (3 blocks)"
+    assert report.fused == (f"blocks.0 .. blocks.2 (3 blocks): {_OneBlockPlan.fused[0]}",)
+    assert report.nbytes == sum(nn.plan_report(block).nbytes for block in model.blocks) > 0
+
+
+def test_a_hook_inside_one_block_sends_that_block_alone_down_the_plain_road() -> None:
+    prt.manual_seed(6)
+    model = PlannedBlocks()
+    model(_x())
+    seen: list[tuple[int, ...]] = []
+    handle = model.blocks[1].b.register_forward_hook(lambda m, args, out: seen.append(tuple(out.shape)))
+    model(_x())
+    assert seen == [(5, 8)]
+    report = nn.plan_report(model)
+    assert report.road == "plain"
+    assert report.reason == (
+        "a forward hook or pre-hook is registered on blocks.1.b: every inner call runs as a module"
+    )
+    assert [nn.plan_report(block).road for block in model.blocks] == ["plan", "plain", "plan"]
+    handle.remove()
+    model(_x())
+    assert nn.plan_report(model).road == "plan"
+
+
+def test_a_block_its_builder_refuses_is_named_by_its_path_in_the_model() -> None:
+    prt.manual_seed(7)
+    model = PlannedBlocks()
+    model.blocks[2].norm = nn.RMSNorm(8)
+    model(_x())
+    report = nn.plan_report(model)
+    assert (report.road, report.reason) == ("plain", "blocks.2.norm is a RMSNorm, where the plan serves a LayerNorm")
