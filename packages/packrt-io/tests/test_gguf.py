@@ -161,5 +161,5 @@ def test_paths_that_are_not_gguf_files_are_refused_naming_them(tmp_path: Path, v
     cut = tmp_path / "cut.gguf"
     cut.write_bytes(whole.read_bytes()[:40])
     assert packrt_io.is_gguf(cut)
-    with pytest.raises(CheckpointError, match=r"cut\.gguf' cannot be read by the gguf package"):
+    with pytest.raises(CheckpointError, match=r"cut\.gguf': the header gives 2 key/value pairs, .* bytes are left"):
         packrt_io.open_gguf(cut)

@@ -31,6 +31,7 @@ from packrt_core.errors import CheckpointError
 from packrt_core.nn.memory import name_converted_array, name_mapped_file
 from packrt_io._checkpoint import _guard_mapped_files
 from packrt_io._fs import identity
+from packrt_io._gguf_bounds import check_header
 from packrt_io._guard import MappedFile
 from packrt_io._layout import CheckpointInfo, TensorInfo
 
@@ -204,8 +205,10 @@ class GGUFFile:
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """The GGUF file at ``path``, parsed by the ``gguf`` package over a copy-on-write mapping.
 
-    A missing file, a file that is not GGUF, or one the reader rejects (truncated, bad version)
-    raises :class:`~packrt_core.errors.CheckpointError` naming the path.
+    A missing file, a file that is not GGUF, a header that cannot be read within the file (a count, a length
+    or an offset past its end, arrays nested too deep, tensors out of order or overlapping:
+    :mod:`packrt_io._gguf_bounds`), or one the reader rejects raises
+    :class:`~packrt_core.errors.CheckpointError` naming the path and the key or tensor.
     """
     where = Path(os.fspath(path))
     if not where.is_file():
@@ -223,6 +226,8 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     except BaseException:
         os.close(fd)
         raise
+    with _mmap.mmap(fd, 0, access=_mmap.ACCESS_READ) as pages:  # the fd closes with ``mapped``
+        check_header(pages, where)  # every count and offset within the file, before the reader trusts them
     try:
         reader = reader_class(where, "c")  # "c": copy-on-write, a write never reaches the file
     except (ValueError, KeyError, IndexError, OSError) as err:
