@@ -155,3 +155,15 @@ def test_mapped_files_lists_what_the_guard_checks_so_a_health_check_can_ask_with
     with pytest.raises(CheckpointError, match=r"it shrank from \d+ to 100 bytes"):
         files[0].check()
     assert packrt_io.mapped_files(nn.Linear(2, 2)) == ()  # a module that maps no file
+
+
+def test_a_same_size_rewrite_that_puts_the_old_mtime_back_is_still_named(tmp_path: Path) -> None:
+    model, path = _served(tmp_path)
+    before = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(-4, os.SEEK_END)
+        f.write(b"\x00\x00\x80\x7f")
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))  # size and mtime as they were: only ctime moved
+    assert (os.stat(path).st_size, os.stat(path).st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors': the memory-mapped file .* modified in place"):
+        model(prt.ones(2, 16))

@@ -23,20 +23,33 @@ from packrt_core.errors import CheckpointError
 from packrt_io._fs import identity
 
 
+def _change_time(fd: int) -> int | None:
+    """The file's change time (ns) while a name links to it, else None."""
+    info = os.fstat(fd)
+    return info.st_ctime_ns if info.st_nlink > 0 else None
+
+
 class MappedFile:
     """An open descriptor of a mapped checkpoint file and its identity at load time."""
 
-    __slots__ = ("__weakref__", "fd", "identity", "path")
+    __slots__ = ("__weakref__", "changed", "fd", "identity", "path")
 
     def __init__(self, path: str, fd: int, identity: tuple[int, ...]) -> None:
         self.path, self.fd, self.identity = path, fd, identity
+        self.changed = _change_time(fd)
         weakref.finalize(self, os.close, fd)  # closed with the last reference to the guard
 
     def check(self) -> None:
-        """CheckpointError when the mapped file is no longer what was loaded."""
+        """CheckpointError when the mapped file is no longer what was loaded: its identity (device, inode, size,
+        modification time) differs, or, while a name still links to it, its change time moved (a same-size
+        rewrite that put the old modification time back; a chmod or a new hard link moves it too: load again
+        after one). A file renamed over, no longer linked, keeps serving the pages loaded: unlinking it moves
+        its change time and changes nothing else."""
         now = identity(self.fd)
         if now == self.identity:
-            return
+            changed = _change_time(self.fd)
+            if changed is None or changed == self.changed:
+                return
         size_then, size_now = self.identity[2], now[2]
         if size_now < size_then:
             change = f"it shrank from {size_then} to {size_now} bytes (reading its weights now would end the process)"
