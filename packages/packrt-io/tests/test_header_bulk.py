@@ -145,3 +145,22 @@ def test_files_written_by_packrt_and_by_safetensors_take_the_bulk_road(tmp_path:
         assert bulk is not None, f"{path.name}: the header took the general road"
         assert bulk == general(raw[8 : 8 + length])
         assert packrt_io.read_metadata(path)["note"] == "é"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        '"w":{"dtype":"F32","shape":[2],"data_offsets":[0,DIGITS]}',
+        '"w":{"dtype":"F32","shape":[DIGITS],"data_offsets":[0,8]}',
+        '"__metadata__":{"a":DIGITS},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}',
+    ],
+    ids=["offset", "shape", "metadata"],
+)
+def test_an_integer_of_thousands_of_digits_is_a_checkpoint_error_naming_the_file(tmp_path: Path, entry: str) -> None:
+    """Python refuses int() of more than 4300 digits with a builtin ValueError; the bulk parse reads at most
+    20 digits a number (a u64's), so such a header goes to the general parser, which names it."""
+    header = ("{" + entry.replace("DIGITS", "9" * 5000) + "}").encode()
+    path = tmp_path / "digits.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
+    with pytest.raises(CheckpointError, match=r"digits\.safetensors': header holds an integer of more than \d+ digits"):
+        packrt_io.load_file(path)

@@ -390,7 +390,7 @@ def _general(raw: bytes, path: str) -> tuple[list[TensorEntry], dict[str, str]]:
 # entry, and C-level passes over the columns instead of a Python loop. Anything else (an escape, a
 # space, another field order, any defect) falls to the general parser, which gives the same result
 # or names the defect.
-_NUMBER: Final = r"(?:0|[1-9][0-9]*)"
+_NUMBER: Final = r"(?:0|[1-9][0-9]{0,19})"  # a u64 has at most 20 digits; longer goes to the general parser
 _ENTRY: Final = re.compile(
     r'"([^"\\\x00-\x1f]*)":\{"dtype":"([0-9A-Za-z_]+)","shape":\[((?:' + _NUMBER + r"(?:," + _NUMBER + r")*)?)\],"
     r'"data_offsets":\[(' + _NUMBER + r"),(" + _NUMBER + r")\]\}"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Callable
 from typing import Any, Final, NoReturn
 
@@ -152,6 +153,8 @@ def decode(raw: bytes | str, limit: int, fail: Fail) -> tuple[Any, int]:
     except UnicodeDecodeError as err:
         fail(f"is not valid UTF-8 ({err.reason} at byte {err.start})")
     except (ValueError, RecursionError) as err:
+        if "integer string conversion" in str(err):  # Python's own bound on int(str): the text is JSON
+            fail(f"holds an integer of more than {sys.get_int_max_str_digits()} digits; no size or offset is that long")
         fail(f"is not valid JSON ({err})")
     _refuse_surrogates(data, value, fail)
     return value, members
