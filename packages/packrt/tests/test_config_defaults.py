@@ -32,11 +32,12 @@ CONFIG_CLASSES = {
     "gemma3_text": "Gemma3TextConfig",
     "phi3": "Phi3Config",
     "ministral": "MinistralConfig",
+    "smollm3": "SmolLM3Config",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other
 # fields when left out (the schema's None means the same derivation).
-NOT_PLAIN = {"pad_token_id", "bos_token_id", "eos_token_id", "num_key_value_heads", "layer_types"}
+NOT_PLAIN = {"pad_token_id", "bos_token_id", "eos_token_id", "num_key_value_heads", "layer_types", "no_rope_layers"}
 
 
 def _plain_defaults(transformers: ModuleType, model_type: str) -> list[tuple[str, Any, Any]]:

@@ -28,6 +28,7 @@ from packrt.models import (
     Phi3ForCausalLM,
     Qwen3ForCausalLM,
     RobertaEncoder,
+    SmolLM3ForCausalLM,
 )
 
 
@@ -121,6 +122,14 @@ MINISTRAL_FIELDS = {
     "sliding_window": 4,
     "layer_types": ["sliding_attention", "full_attention"],
 }
+SMOLLM3_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "no_rope_layers": [1, 0],  # the second layer attends without rotary positions (NoPE)
+    "use_sliding_window": True,
+    "sliding_window": 4,  # on the NoPE layer, as SmolLM3Config derives layer_types
+    "tie_word_embeddings": False,
+}
 ROBERTA_PAD = 1
 LLAMA = Family(
     "LlamaConfig",
@@ -164,6 +173,11 @@ FAMILIES: dict[str, Family] = {
     "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
     # mistral's decoder, sliding and full layers by layer_types
     "ministral": Family("MinistralConfig", "MinistralForCausalLM", MINISTRAL_FIELDS, MinistralForCausalLM),
+    # llama's decoder with a NoPE layer (no_rope_layers), sliding there; the tied default
+    "smollm3": Family("SmolLM3Config", "SmolLM3ForCausalLM", SMOLLM3_FIELDS, SmolLM3ForCausalLM),
+    "smollm3-tied": Family(
+        "SmolLM3Config", "SmolLM3ForCausalLM", {**SMALL, "num_hidden_layers": 4}, SmolLM3ForCausalLM
+    ),
     # roberta with two token types exercises them; xlm-roberta has one
     "roberta": Family(
         "RobertaConfig",

@@ -10,7 +10,7 @@
 ``packrt serve``, packrt-ray and :func:`from_pretrained` read. :func:`from_pretrained` serves a Hugging
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
-:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`); :func:`load_tokenizer` gives the
+:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -38,6 +38,7 @@ from packrt.models.qwen3 import Qwen3ForCausalLM
 from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeError
+from packrt.models.smollm3 import SmolLM3ForCausalLM
 
 __all__ = [
     "BatchSizeError",
@@ -53,6 +54,7 @@ __all__ = [
     "ModelDescription",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
+    "SmolLM3ForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",
     "TextTypeError",

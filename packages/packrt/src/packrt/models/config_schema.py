@@ -35,7 +35,9 @@ class ConfigError(CheckpointError):
     """A config.json field is missing, of the wrong type, out of range, or disagrees with the weights."""
 
 
-Kind = Literal["size", "count", "eps", "number", "positive", "bool", "choice", "token_ids", "layer_types"]
+Kind = Literal[
+    "size", "count", "eps", "number", "positive", "bool", "choice", "token_ids", "layer_types", "layer_flags"
+]
 REQUIRED: Final = object()
 _FIX: Final = "config.json must describe the checkpoint beside it, as transformers' save_pretrained writes it"
 
@@ -193,6 +195,8 @@ def _check_field(config: HFConfig, field: Field, value: Any, model_type: str) ->
             raise error(config, name, value, "expected a list with one attention type per layer")
         for index, item in enumerate(value):
             _check_choice(config, field, item, model_type, f"{name}[{index}]")
+    elif kind == "layer_flags" and (not isinstance(value, list) or any(item not in (0, 1) for item in value)):
+        raise error(config, name, value, "expected a list with one 0 or 1 per layer", f"write {name} as 0s and 1s")
 
 
 def _check_token_ids(config: HFConfig, name: str, value: Any) -> None:
@@ -279,7 +283,7 @@ def validate(config: HFConfig) -> Schema:
                 raise error(
                     config, field.name, values[field.name], f"outside the vocabulary [0, {vocab}) ({schema.vocab})"
                 )
-        listed = values[field.name] if field.kind == "layer_types" else None
+        listed = values[field.name] if field.kind in ("layer_types", "layer_flags") else None
         if listed is not None and len(listed) != values[schema.layers]:
             raise error(
                 config,
@@ -525,12 +529,14 @@ _GPT2 = Schema(
 )
 
 
-def _decoder(*extra: Field, head_dim: int | None = None, eps: float = 1e-6, positions: int = 2048) -> Schema:
+def _decoder(
+    *extra: Field, head_dim: int | None = None, eps: float = 1e-6, positions: int = 2048, tied: bool = False
+) -> Schema:
     """The llama-like decoders' schema (llama, qwen2, mistral, qwen3, phi3), plus the fields one model type adds.
 
     ``head_dim``: the head width a config without ``head_dim`` means (None: hidden_size // heads); ``eps`` and
-    ``positions``: the ``rms_norm_eps`` and ``max_position_embeddings`` one without them means (each model type's
-    transformers config class's own defaults).
+    ``positions``, ``tied``: the ``rms_norm_eps``, ``max_position_embeddings`` and ``tie_word_embeddings`` one
+    without them means (each model type's transformers config class's own defaults).
     """
     return Schema(
         fields=(
@@ -543,7 +549,7 @@ def _decoder(*extra: Field, head_dim: int | None = None, eps: float = 1e-6, posi
             Field("hidden_act", "choice", "silu", implemented=("silu",), known=HF_ACTIVATIONS),
             Field("attention_bias", "bool", False),
             Field("mlp_bias", "bool", False),
-            Field("tie_word_embeddings", "bool", False),
+            Field("tie_word_embeddings", "bool", tied),
             *_TOKEN_IDS,
             *extra,
         ),
@@ -600,6 +606,18 @@ _GEMMA3 = Schema(
     off=("use_bidirectional_attention",),
 )
 
+# SmolLM3's config: llama's, NoPE layers (``no_rope_layers``: 1 rotates, 0 does not; by default every
+# ``no_rope_layer_interval``-th layer does not), sliding windows on the NoPE layers when asked
+_SMOLLM3 = _decoder(
+    *_QWEN_WINDOWS[:2],
+    _LAYER_TYPES,
+    Field("no_rope_layers", "layer_flags", None, nullable=True),
+    Field("no_rope_layer_interval", "size", 4),
+    Field("rope_theta", "positive", 2_000_000.0),
+    positions=32_768,
+    tied=True,
+)
+
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
     "roberta": _ROBERTA,  # BERT's fields, pad id 1; its position numbering (from pad_token_id + 1) is the family's
@@ -612,6 +630,7 @@ SCHEMAS: dict[str, Schema] = {
     "gemma3_text": _GEMMA3,
     "phi3": _decoder(_WINDOW, eps=1e-5, positions=4096),
     "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),
+    "smollm3": _SMOLLM3,
 }
 
 __all__ = [

@@ -11,7 +11,8 @@ the family's defaults, :func:`~packrt.models.config_schema.completed`) and its k
   the keys, then the values (phi3); ``bias`` puts a bias on all four projections (the configs'
   ``attention_bias``) and ``o_bias`` overrides it for ``o_proj`` (qwen2: q, k, v only); ``scale``
   replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``); ``window`` makes the layer see only
-  the last ``window`` positions.
+  the last ``window`` positions; ``rotates=False`` makes a layer without positions (NoPE: smollm3's every
+  fourth), its queries and keys not rotated.
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
 - :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``; the norm's class, norms
@@ -115,11 +116,12 @@ class RotaryAttention(nn.Module):
         o_bias: bool | None = None,
         scale: float | None = None,
         window: int | None = None,
+        rotates: bool = True,
     ) -> None:
         super().__init__()
         hidden, head_dim = widths.hidden, widths.head_dim
         self.index, self.heads, self.kv_heads, self.head_dim = index, widths.heads, widths.kv_heads, head_dim
-        self.window, self.scale, self.fused = window, scale, fused
+        self.window, self.scale, self.fused, self.rotates = window, scale, fused, rotates
         q_width, kv_width = widths.heads * head_dim, widths.kv_heads * head_dim
         if fused:
             self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=bias)
@@ -154,10 +156,11 @@ class RotaryAttention(nn.Module):
         q, k, v = self._project(x)
         if self.normed:
             q, k = self.q_norm(q), self.k_norm(k)
-        cos, sin = rotary
-        q = nn.functional.rotary_embedding(q.transpose(1, 2), cos, sin)
-        k = nn.functional.rotary_embedding(k.transpose(1, 2), cos, sin)
-        v = v.transpose(1, 2)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if self.rotates:
+            cos, sin = rotary
+            q = nn.functional.rotary_embedding(q, cos, sin)
+            k = nn.functional.rotary_embedding(k, cos, sin)
         out = attend(q, k, v, step=step, cache=cache, layer=self.index, window=self.window, scale=self.scale)
         merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
         return merged

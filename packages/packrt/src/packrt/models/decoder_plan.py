@@ -179,6 +179,7 @@ class DecoderLayerPlan:
             self.heads = self.kv_heads = attention.heads
             self.window, self.scale = None, attention.scale
         self.index, self.dim = attention.index, attention.head_dim
+        self.rotates = self.rotary and attention.rotates  # a NoPE layer (smollm3) reads no table
         self.qkv, qkv_extra = _joined(k, projections)
         self.o = k.linear([serving_pack(o)])
         self.down = k.linear([serving_pack(_exact(mlp.down, _LINEARS, "mlp.down"))])
@@ -198,7 +199,7 @@ class DecoderLayerPlan:
         # the layer's own float32 copy of the stream (summed into in place) and its first norm, in one pass
         res = np.zeros((batch * length, width), np.float32)
         h = self._norm(self.norm1, res, stream.reshape(-1, width))
-        ctx = self._attend(h, batch, length, step, cache, rotary, x)
+        ctx = self._attend(h, batch, length, step, cache, rotary if self.rotates else None, x)
         h = self._norm(self.norm2, res, self.o.forward(ctx))
         both = _into(self.up, h, _width(self.up))
         up = both
