@@ -33,6 +33,7 @@ CONFIG_CLASSES = {
     "phi3": "Phi3Config",
     "ministral": "MinistralConfig",
     "smollm3": "SmolLM3Config",
+    "granite": "GraniteConfig",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

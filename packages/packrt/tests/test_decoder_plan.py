@@ -21,7 +21,7 @@ from packrt_kernels_cpu.tolerance import assert_same_model_output
 
 # every family built from decoder_blocks' PreNormLayer (llama, qwen2's biases and windows, mistral's window,
 # qwen3's per-head norms, phi3's fused projections), and gpt2: the tiny_families rows the plan serves
-PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "smollm3", "gpt2")
+PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "smollm3", "granite", "gpt2")
 # families whose blocks the plan does not reproduce, and the reason plan_report gives
 NOT_PLANNED = {
     "gemma3": "layers.0: the block norms its attention's and MLP's outputs, which the plan does not serve",

@@ -47,6 +47,7 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
     assert set(supported()) == {
         "ministral",
         "smollm3",
+        "granite",
         "bert",
         "roberta",
         "xlm-roberta",

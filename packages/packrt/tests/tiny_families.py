@@ -23,6 +23,7 @@ from packrt.models import (
     CausalLM,
     Gemma3ForCausalLM,
     GPT2LMHeadModel,
+    GraniteForCausalLM,
     LlamaForCausalLM,
     MinistralForCausalLM,
     Phi3ForCausalLM,
@@ -130,6 +131,14 @@ SMOLLM3_FIELDS = {
     "sliding_window": 4,  # on the NoPE layer, as SmolLM3Config derives layer_types
     "tie_word_embeddings": False,
 }
+GRANITE_FIELDS = {  # every multiplier away from 1, so one read wrong or skipped shows
+    **SMALL,
+    "num_key_value_heads": 2,
+    "embedding_multiplier": 12.0,
+    "residual_multiplier": 0.22,
+    "attention_multiplier": 0.0078125,
+    "logits_scaling": 8.0,
+}
 ROBERTA_PAD = 1
 LLAMA = Family(
     "LlamaConfig",
@@ -175,6 +184,8 @@ FAMILIES: dict[str, Family] = {
     "ministral": Family("MinistralConfig", "MinistralForCausalLM", MINISTRAL_FIELDS, MinistralForCausalLM),
     # llama's decoder with a NoPE layer (no_rope_layers), sliding there; the tied default
     "smollm3": Family("SmolLM3Config", "SmolLM3ForCausalLM", SMOLLM3_FIELDS, SmolLM3ForCausalLM),
+    # llama's decoder with granite's four multipliers
+    "granite": Family("GraniteConfig", "GraniteForCausalLM", GRANITE_FIELDS, GraniteForCausalLM),
     "smollm3-tied": Family(
         "SmolLM3Config", "SmolLM3ForCausalLM", {**SMALL, "num_hidden_layers": 4}, SmolLM3ForCausalLM
     ),

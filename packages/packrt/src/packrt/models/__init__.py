@@ -10,7 +10,8 @@
 ``packrt serve``, packrt-ray and :func:`from_pretrained` read. :func:`from_pretrained` serves a Hugging
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
-:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`); :func:`load_tokenizer` gives the
+:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
+:class:`GraniteForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -28,6 +29,7 @@ from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
+from packrt.models.granite import GraniteForCausalLM
 from packrt.models.kinds import ModelDescription, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
@@ -47,6 +49,7 @@ __all__ = [
     "CausalLM",
     "ConfigError",
     "GPT2LMHeadModel",
+    "GraniteForCausalLM",
     "Gemma3ForCausalLM",
     "KVCache",
     "LlamaForCausalLM",

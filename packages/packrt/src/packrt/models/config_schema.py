@@ -618,6 +618,15 @@ _SMOLLM3 = _decoder(
     tied=True,
 )
 
+# Granite's config: llama's, with four multipliers (the embeddings, each residual branch, the attention's scale
+# in place of 1/sqrt(head_dim), and the logits divided)
+_GRANITE = _decoder(
+    Field("embedding_multiplier", "positive", 1.0),
+    Field("residual_multiplier", "positive", 1.0),
+    Field("attention_multiplier", "positive", 1.0),
+    Field("logits_scaling", "positive", 1.0),
+)
+
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
     "roberta": _ROBERTA,  # BERT's fields, pad id 1; its position numbering (from pad_token_id + 1) is the family's
@@ -631,6 +640,7 @@ SCHEMAS: dict[str, Schema] = {
     "phi3": _decoder(_WINDOW, eps=1e-5, positions=4096),
     "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),
     "smollm3": _SMOLLM3,
+    "granite": _GRANITE,
 }
 
 __all__ = [

@@ -19,7 +19,8 @@ the family's defaults, :func:`~packrt.models.config_schema.completed`) and its k
   after the attention and the MLP (gemma3's sandwich) and the rotary table it reads are options.
 - :class:`DecoderWidths`: the sizes every one of these configs gives, read once.
 - :class:`RotaryDecoderLM`: embedding (times ``embed_scale`` when set), the layers, a final norm and
-  the LM head, logits soft-capped as ``cap * tanh(logits / cap)`` when ``logit_softcap`` is set. Each
+  the LM head, logits divided by ``logit_scale`` when set, then soft-capped as ``cap * tanh(logits / cap)``
+  when ``logit_softcap`` is set. Each
   layer names the rotary table it uses (``rope_kind``), so layers of two kinds (gemma3's local and
   global attention) each read their own frequencies. With bfloat16 or float16 weights the residual
   stream between the layers is summed in float32 (:func:`residual_dtype`): each projection still reads
@@ -227,7 +228,8 @@ class PreNormLayer(nn.Module):
     Options: ``norm`` makes each norm (``norm(hidden, eps)``; default :class:`FloatRMSNorm`); ``post_norms``
     adds a norm after the attention and after the MLP, each applied to the block's output before it joins the
     residual stream (``post_attention_norm``, ``post_mlp_norm``: gemma3's sandwich); ``rope_kind`` names the
-    rotary table the layer's attention reads (:class:`RotaryDecoderLM`'s ``rotaries``).
+    rotary table the layer's attention reads (:class:`RotaryDecoderLM`'s ``rotaries``); ``residual_scale``
+    multiplies what the attention and the MLP add to the stream (granite's ``residual_multiplier``).
     """
 
     def __init__(
@@ -240,9 +242,10 @@ class PreNormLayer(nn.Module):
         norm: Callable[[int, float], nn.Module] = FloatRMSNorm,
         post_norms: bool = False,
         rope_kind: str = "default",
+        residual_scale: float | None = None,
     ) -> None:
         super().__init__()
-        self.rope_kind, self.post_norms = rope_kind, post_norms
+        self.rope_kind, self.post_norms, self.residual_scale = rope_kind, post_norms, residual_scale
         # registered in the order a checkpoint lists them (state_dict order)
         self.attention_norm = norm(hidden, eps)
         self.attention = attention
@@ -265,10 +268,14 @@ class PreNormLayer(nn.Module):
         # what joins the stream is widened back to it
         half = self.attention_norm.weight.dtype
         attended = self.attention(self.attention_norm(x).to(half), rotary, step, cache).to(x.dtype)
-        x = x + (self.post_attention_norm(attended) if self.post_norms else attended)
+        x = x + self._joining(self.post_attention_norm(attended) if self.post_norms else attended)
         mixed = self.mlp(self.mlp_norm(x).to(half)).to(x.dtype)
-        out: packrt.Tensor = x + (self.post_mlp_norm(mixed) if self.post_norms else mixed)
+        out: packrt.Tensor = x + self._joining(self.post_mlp_norm(mixed) if self.post_norms else mixed)
         return out
+
+    def _joining(self, branch: packrt.Tensor) -> packrt.Tensor:
+        """What of ``branch`` joins the residual stream: itself, or scaled by ``residual_scale`` (granite)."""
+        return branch if self.residual_scale is None else branch * self.residual_scale
 
 
 class RotaryDecoderLM(CausalLM):
@@ -286,6 +293,7 @@ class RotaryDecoderLM(CausalLM):
     model_type = ""
     embed_scale: float | None = None
     logit_softcap: float | None = None
+    logit_scale: float | None = None  # the logits divided by it (granite's logits_scaling)
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
@@ -336,6 +344,8 @@ class RotaryDecoderLM(CausalLM):
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         logits: packrt.Tensor = self.lm_head(hidden)
+        if self.logit_scale is not None:
+            logits = logits / self.logit_scale
         if self.logit_softcap is not None:
             logits = (logits / self.logit_softcap).tanh() * self.logit_softcap
         return logits

@@ -179,6 +179,7 @@ class DecoderLayerPlan:
             self.heads = self.kv_heads = attention.heads
             self.window, self.scale = None, attention.scale
         self.index, self.dim = attention.index, attention.head_dim
+        self.residual_scale = getattr(layer, "residual_scale", None)  # granite: what joins the stream, scaled
         self.rotates = self.rotary and attention.rotates  # a NoPE layer (smollm3) reads no table
         self.qkv, qkv_extra = _joined(k, projections)
         self.o = k.linear([serving_pack(o)])
@@ -200,12 +201,18 @@ class DecoderLayerPlan:
         res = np.zeros((batch * length, width), np.float32)
         h = self._norm(self.norm1, res, stream.reshape(-1, width))
         ctx = self._attend(h, batch, length, step, cache, rotary if self.rotates else None, x)
-        h = self._norm(self.norm2, res, self.o.forward(ctx))
+        attended = self.o.forward(ctx)
+        if self.residual_scale is not None:
+            attended *= np.float32(self.residual_scale)
+        h = self._norm(self.norm2, res, attended)
         both = _into(self.up, h, _width(self.up))
         up = both
         if self.rotary:
             up = self.kernels.gated(both, self.act, np.empty((h.shape[0], both.shape[1] // 2), np.float32))
-        res += self.down.forward(up)
+        down = self.down.forward(up)
+        if self.residual_scale is not None:
+            down *= np.float32(self.residual_scale)
+        res += down
         out = res.reshape(batch, length, width)
         return tensor_like(x, out if out.dtype == stream.dtype else out.astype(stream.dtype))
 
