@@ -34,6 +34,7 @@ CONFIG_CLASSES = {
     "ministral": "MinistralConfig",
     "smollm3": "SmolLM3Config",
     "granite": "GraniteConfig",
+    "gemma2": "Gemma2Config",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

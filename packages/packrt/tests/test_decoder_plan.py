@@ -1,7 +1,8 @@
-"""The causal LMs' serving plan (packrt.models.decoder_plan) gives the module-by-module road's logits and
+"""The decoder layers' fused form (packrt.models.decoder_plan) gives the module-by-module road's logits and
 tokens (llama with grouped-query attention, qwen2's biases, mistral's sliding window, phi3's fused
-projections, gpt2; fp32, bf16, int8; padded prompts), a hook on an inner module sees every step of a
-generation, and a family whose blocks the plan does not reproduce keeps the module road, saying why."""
+projections, smollm3's NoPE layers, granite's multipliers, gemma2's soft-capped attention, gemma's sandwich
+and offset norms, gpt2; fp32, bf16, int8; padded prompts), a hook on an inner module sees every step of a
+generation, and a layer the fused form does not reproduce keeps its module road, saying why."""
 
 from __future__ import annotations
 
@@ -19,13 +20,8 @@ from packrt.models import from_pretrained
 from packrt.models.decoder_blocks import PreNormLayer
 from packrt_kernels_cpu.tolerance import assert_same_model_output
 
-# every family built from decoder_blocks' PreNormLayer (llama, qwen2's biases and windows, mistral's window,
-# qwen3's per-head norms, phi3's fused projections), and gpt2: the tiny_families rows the plan serves
-PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "smollm3", "granite", "gpt2")
-# families whose blocks the plan does not reproduce, and the reason plan_report gives
-NOT_PLANNED = {
-    "gemma3": "layers.0: the block norms its attention's and MLP's outputs, which the plan does not serve",
-}
+# every family built from decoder_blocks' PreNormLayer, and gpt2: the tiny_families rows the fused form serves
+PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "smollm3", "granite", "gemma2", "gemma3", "gpt2")
 
 
 def _dir(saved: Mapping[str, tuple[Path, Any]], family: str) -> Path:
@@ -113,18 +109,6 @@ def test_token_ids_outside_the_vocabulary_get_the_plain_roads_error(saved: Mappi
     bad[0, 2] = VOCAB + 1
     with pytest.raises(packrt.errors.IndexingError, match=str(VOCAB + 1)):
         model(packrt.from_numpy(bad), mask)
-
-
-@pytest.mark.parametrize("family", list(NOT_PLANNED))
-def test_a_family_whose_blocks_the_plan_does_not_reproduce_keeps_the_module_road(
-    saved: Mapping[str, tuple[Path, Any]], family: str
-) -> None:
-    model = from_pretrained(_dir(saved, family))
-    ids, mask = _prompt()
-    got = model(ids, mask).numpy()
-    report = nn.plan_report(model)
-    assert (report.road, report.reason) == ("plain", NOT_PLANNED[family])
-    np.testing.assert_array_equal(got, _plain(model, lambda: model(ids, mask).numpy()))
 
 
 def test_a_layer_of_a_subclass_keeps_the_module_road(saved: Mapping[str, tuple[Path, Any]]) -> None:

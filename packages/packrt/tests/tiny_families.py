@@ -21,6 +21,7 @@ from peers import SMALL, VOCAB, encoder_fields, padded_batch, perturb_norms, sav
 from packrt.models import (
     BertEncoder,
     CausalLM,
+    Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     GPT2LMHeadModel,
     GraniteForCausalLM,
@@ -139,6 +140,17 @@ GRANITE_FIELDS = {  # every multiplier away from 1, so one read wrong or skipped
     "attention_multiplier": 0.0078125,
     "logits_scaling": 8.0,
 }
+GEMMA2_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "sliding_window": 4,
+    "query_pre_attn_scalar": 24,
+    "attn_logit_softcapping": 0.5,  # small enough that the tanh bends the tiny model's scores
+    "final_logit_softcapping": 3.0,
+    "initializer_range": 0.2,
+    "tie_word_embeddings": False,
+}
 ROBERTA_PAD = 1
 LLAMA = Family(
     "LlamaConfig",
@@ -184,6 +196,8 @@ FAMILIES: dict[str, Family] = {
     "ministral": Family("MinistralConfig", "MinistralForCausalLM", MINISTRAL_FIELDS, MinistralForCausalLM),
     # llama's decoder with a NoPE layer (no_rope_layers), sliding there; the tied default
     "smollm3": Family("SmolLM3Config", "SmolLM3ForCausalLM", SMOLLM3_FIELDS, SmolLM3ForCausalLM),
+    # Gemma 3's text model with soft-capped attention scores, one rotary table, no head norms
+    "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM", GEMMA2_FIELDS, Gemma2ForCausalLM, perturbed=True),
     # llama's decoder with granite's four multipliers
     "granite": Family("GraniteConfig", "GraniteForCausalLM", GRANITE_FIELDS, GraniteForCausalLM),
     "smollm3-tied": Family(

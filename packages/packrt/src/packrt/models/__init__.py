@@ -11,7 +11,7 @@
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
 :class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
-:class:`GraniteForCausalLM`); :func:`load_tokenizer` gives the
+:class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -25,6 +25,7 @@ from packrt.models.attention import KVCache
 from packrt.models.config_schema import ConfigError
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
+from packrt.models.gemma2 import Gemma2ForCausalLM
 from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
@@ -50,6 +51,7 @@ __all__ = [
     "ConfigError",
     "GPT2LMHeadModel",
     "GraniteForCausalLM",
+    "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",
     "KVCache",
     "LlamaForCausalLM",

@@ -17,6 +17,8 @@ a sliding-window layer, and when ``attention_mask[b, j]`` is 1.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 import packrt
@@ -171,11 +173,13 @@ def attend(
     layer: int,
     window: int | None = None,
     scale: float | None = None,
+    softcap: float | None = None,
 ) -> packrt.Tensor:
     """Attention of queries (B, H, T, D) over keys/values (B, KV, T, D) and the cached prefix.
 
     ``H`` must be a multiple of ``KV`` (grouped-query attention; KV == H is plain multi-head).
-    Returns (B, H, T, D).
+    ``softcap``: the scores soft-capped as ``cap * tanh(scores / cap)`` before the mask (gemma2's
+    ``attn_logit_softcapping``), computed as transformers' eager attention does. Returns (B, H, T, D).
     """
     if cache is not None:
         k, v = cache.write(layer, k, v, step.offset)
@@ -187,14 +191,44 @@ def attend(
     if groups == 1:
         if mask is not None:
             mask = mask.unsqueeze(1)  # (B, 1, T, S)
-        return _functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
-    grouped = q.reshape(batch, k.shape[1], groups, length, dim)
-    if mask is not None:
-        mask = mask.unsqueeze(1).unsqueeze(1)  # (B, 1, 1, T, S)
-    out = _functional.scaled_dot_product_attention(
-        grouped, k.unsqueeze(2), v.unsqueeze(2), attn_mask=mask, is_causal=causal, scale=scale
-    )
+    else:
+        q, k, v = q.reshape(batch, k.shape[1], groups, length, dim), k.unsqueeze(2), v.unsqueeze(2)
+        if mask is not None:
+            mask = mask.unsqueeze(1).unsqueeze(1)  # (B, 1, 1, T, S)
+    if softcap is None:
+        out = _functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+    else:
+        out = _softcapped(q, k, v, mask, causal, scale, softcap)
     return out.reshape(batch, heads, length, dim)
+
+
+_HIDDEN: float = (
+    -3.0e38
+)  # a masked score: float32's lowest finite, as transformers masks (a row seeing nothing is uniform)
+
+
+def _softcapped(
+    q: packrt.Tensor,
+    k: packrt.Tensor,
+    v: packrt.Tensor,
+    mask: packrt.Tensor | None,
+    causal: bool,
+    scale: float | None,
+    cap: float,
+) -> packrt.Tensor:
+    """``softmax(cap * tanh(q k^T * scale / cap) + mask) v``, the softmax in float32 and its result in q's dtype,
+    as transformers' eager attention computes a soft-capped one (no fused kernel takes the cap)."""
+    factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ k.transpose(-1, -2)) * factor
+    scores = ((scores / cap).tanh() * cap).to(packrt.float32)
+    if causal:  # top-left aligned, as scaled_dot_product_attention's is_causal
+        length, keys = scores.shape[-2], scores.shape[-1]
+        mask = packrt.from_numpy(np.tril(np.ones((length, keys), dtype=bool))).to(scores.device)
+    if mask is not None:
+        scores = scores + (1.0 - mask.to(packrt.float32)) * _HIDDEN
+    probs = _functional.softmax(scores, dim=-1).to(q.dtype)
+    out: packrt.Tensor = probs @ v
+    return out
 
 
 __all__ = ["KVCache", "Step", "attend"]

@@ -627,6 +627,35 @@ _GRANITE = _decoder(
     Field("logits_scaling", "positive", 1.0),
 )
 
+# Gemma2ForCausalLM's config: Gemma 3's text model's shape with one rotary table, no per-head norms, and the
+# attention's scores soft-capped; local and global layers alternate
+_GEMMA2 = Schema(
+    fields=(
+        *_SIZES,
+        Field("num_key_value_heads", "size", 4),
+        Field("head_dim", "size", 256, held=True),
+        Field("intermediate_size", "size", held=True),
+        Field("max_position_embeddings", "size", 8192),
+        Field("rms_norm_eps", "eps", 1e-6),
+        Field(
+            "hidden_activation", "choice", "gelu_pytorch_tanh", implemented=("gelu_pytorch_tanh",), known=HF_ACTIVATIONS
+        ),
+        Field("attention_bias", "bool", False),
+        Field("tie_word_embeddings", "bool", True),
+        Field("query_pre_attn_scalar", "positive", 256),
+        Field("sliding_window", "size", 4096, nullable=True),
+        _LAYER_TYPES,
+        Field("final_logit_softcapping", "positive", 30.0, nullable=True),
+        Field("attn_logit_softcapping", "positive", 50.0, nullable=True),
+        Field("use_bidirectional_attention", "bool", None, nullable=True),
+        *_TOKEN_IDS,
+    ),
+    divides=_KV_GROUPS,
+    head_dim=_ROTARY_HEAD_DIM,
+    rope=True,
+    off=("use_bidirectional_attention",),
+)
+
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
     "roberta": _ROBERTA,  # BERT's fields, pad id 1; its position numbering (from pad_token_id + 1) is the family's
@@ -641,6 +670,7 @@ SCHEMAS: dict[str, Schema] = {
     "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),
     "smollm3": _SMOLLM3,
     "granite": _GRANITE,
+    "gemma2": _GEMMA2,
 }
 
 __all__ = [

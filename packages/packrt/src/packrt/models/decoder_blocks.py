@@ -12,7 +12,8 @@ the family's defaults, :func:`~packrt.models.config_schema.completed`) and its k
   ``attention_bias``) and ``o_bias`` overrides it for ``o_proj`` (qwen2: q, k, v only); ``scale``
   replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``); ``window`` makes the layer see only
   the last ``window`` positions; ``rotates=False`` makes a layer without positions (NoPE: smollm3's every
-  fourth), its queries and keys not rotated.
+  fourth), its queries and keys not rotated; ``softcap`` soft-caps the scores (gemma2's
+  ``attn_logit_softcapping``).
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
 - :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``; the norm's class, norms
@@ -118,11 +119,12 @@ class RotaryAttention(nn.Module):
         scale: float | None = None,
         window: int | None = None,
         rotates: bool = True,
+        softcap: float | None = None,
     ) -> None:
         super().__init__()
         hidden, head_dim = widths.hidden, widths.head_dim
         self.index, self.heads, self.kv_heads, self.head_dim = index, widths.heads, widths.kv_heads, head_dim
-        self.window, self.scale, self.fused, self.rotates = window, scale, fused, rotates
+        self.window, self.scale, self.fused, self.rotates, self.softcap = window, scale, fused, rotates, softcap
         q_width, kv_width = widths.heads * head_dim, widths.kv_heads * head_dim
         if fused:
             self.qkv_proj = nn.Linear(hidden, q_width + 2 * kv_width, bias=bias)
@@ -162,7 +164,17 @@ class RotaryAttention(nn.Module):
             cos, sin = rotary
             q = nn.functional.rotary_embedding(q, cos, sin)
             k = nn.functional.rotary_embedding(k, cos, sin)
-        out = attend(q, k, v, step=step, cache=cache, layer=self.index, window=self.window, scale=self.scale)
+        out = attend(
+            q,
+            k,
+            v,
+            step=step,
+            cache=cache,
+            layer=self.index,
+            window=self.window,
+            scale=self.scale,
+            softcap=self.softcap,
+        )
         merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
         return merged
 
@@ -210,6 +222,31 @@ class FloatRMSNorm(nn.Module):
             return same
         f32 = packrt.float32
         return nn.functional.rms_norm(x.to(f32), (self.dim,), weight.to(f32), self.eps).to(weight.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, eps={self.eps}"
+
+
+class OffsetRMSNorm(nn.Module):
+    """Gemma's RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * (1 + weight)``.
+
+    Computed in float32 whatever the input's dtype and rounded once to it, as transformers does; the
+    stored ``weight`` is the checkpoint's (zeros: the identity).
+    """
+
+    computes_in_float32: ClassVar[bool] = True  # reads any float dtype: a float32 residual stream as it is
+    weight_offset: ClassVar[float] = 1.0  # what multiplies is 1 + weight (the fused form folds it in)
+
+    def __init__(self, dim: int, eps: float = 1e-6) -> None:
+        super().__init__()
+        self.dim, self.eps = dim, eps
+        self.weight = nn.Parameter(packrt.zeros(dim))
+
+    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
+        wide = x if x.dtype is packrt.float32 else x.to(packrt.float32)
+        weight = self.weight if self.weight.dtype is packrt.float32 else self.weight.to(packrt.float32)
+        out = nn.functional.rms_norm(wide, (self.dim,), None, self.eps) * (weight + 1.0)
+        return out if x.dtype is packrt.float32 else out.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"
@@ -357,7 +394,9 @@ class RotaryDecoderLM(CausalLM):
 
 
 # What the decoder's serving plan reproduces; a family whose layers are other classes keeps the module road.
-BLOCKS = DecoderBlocks(layer=PreNormLayer, attention=RotaryAttention, mlp=GatedMLP, norm=FloatRMSNorm, rotary=True)
+BLOCKS = DecoderBlocks(
+    layer=PreNormLayer, attention=RotaryAttention, mlp=GatedMLP, norm=(FloatRMSNorm, OffsetRMSNorm), rotary=True
+)
 _fused_layer = partial(DecoderLayerPlan, blocks=BLOCKS)
 
 # Per-layer checkpoint rows the families share (transformers' name after ``model.layers.{i}.``, packrt's after
@@ -422,6 +461,7 @@ __all__ = [
     "DecoderWidths",
     "FloatRMSNorm",
     "GatedMLP",
+    "OffsetRMSNorm",
     "PreNormLayer",
     "RotaryAttention",
     "RotaryDecoderLM",

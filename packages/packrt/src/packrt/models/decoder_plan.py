@@ -17,8 +17,9 @@ Per layer, on 2-D (batch * length, width) arrays, with no module call between th
     x  += W2 u                        the layer's output: the residual stream, in the dtype it came in
 
 Which modules it reproduces is the layer's to say (:class:`DecoderBlocks`): the fused form refuses any child
-whose class is not exactly one of them (a subclass may compute anything), and options it does not reproduce
-(norms after the attention and the MLP), so such a layer keeps its module road.
+whose class is not exactly one of them (a subclass may compute anything), so such a layer keeps its module
+road. Gemma's sandwich norms (each branch normed before it joins the stream) and granite's residual scale are
+applied to the branch before its residual add.
 
 The key/value cache is the model's own :class:`~packrt.models.attention.KVCache`, written through its API,
 so a generation may switch roads between steps (a hook registered halfway) and both read the same cache.
@@ -65,13 +66,14 @@ class DecoderBlocks:
     ``rotary``: llama-style blocks (a pre-norm layer of rotary grouped-query attention, with ``q_proj``,
     ``k_proj``, ``v_proj`` or one ``qkv_proj``, and a gated MLP, ``gate`` and ``up`` or one ``gate_up``);
     otherwise gpt2's (one ``qkv`` projection, ``out``, and an ``up``-activation-``down`` MLP) with learned
-    positions. ``norm``: the norm class the layers use besides ``nn.LayerNorm`` / ``nn.RMSNorm``.
+    positions. ``norm``: the norm classes the layers use besides ``nn.LayerNorm`` / ``nn.RMSNorm`` (an RMSNorm
+    whose class says ``weight_offset`` multiplies by ``offset + weight``: Gemma's ``1 + weight``).
     """
 
     layer: type
     attention: type
     mlp: type
-    norm: type
+    norm: tuple[type, ...]
     rotary: bool
 
 
@@ -83,14 +85,16 @@ class _Norm:
     rms: bool
 
     @classmethod
-    def of(cls, norm: Any, path: str, kind: type) -> _Norm:
-        norm = _exact(norm, (nn.LayerNorm, nn.RMSNorm, kind), path)
+    def of(cls, norm: Any, path: str, kinds: tuple[type, ...]) -> _Norm:
+        norm = _exact(norm, (nn.LayerNorm, nn.RMSNorm, *kinds), path)
         if type(norm) in (nn.LayerNorm, nn.RMSNorm) and (len(norm.normalized_shape) != 1 or norm.weight is None):
             raise PlanUnavailableError(f"{path}: the plan serves norms over one trailing dim with a weight")
         rms = type(norm) is not nn.LayerNorm
         eps = float(np.finfo(np.float32).eps) if norm.eps is None else float(norm.eps)
         b = None if rms else owned_copy(norm.bias)
-        return cls(as_float32(owned_copy(norm.weight)), as_float32(b), eps, rms)
+        w = as_float32(owned_copy(norm.weight))
+        offset = getattr(type(norm), "weight_offset", 0.0)  # Gemma's 1 + weight, folded into the copy
+        return cls(w + np.float32(offset) if offset else w, as_float32(b), eps, rms)
 
 
 def _joined(kernels: PlanKernels, layers: list[Any], activation: str | None = None) -> tuple[tuple[Any, ...], int]:
@@ -136,7 +140,8 @@ class DecoderLayerPlan:
         self.record = dispatch.kernels_for(self.device)
         self.nbytes = 0
         joined = self._plan(layer)
-        self.nbytes += sum(a.nbytes for n in (self.norm1, self.norm2) for a in (n.w, n.b) if a is not None)
+        norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
+        self.nbytes += sum(a.nbytes for n in norms for a in (n.w, n.b) if a is not None)
         what = "q, k, v" + (" and gate, up" if self.rotary else "")
         self.fused = (
             f"{what}: one GEMM each, the layers' packs views of its weight"
@@ -157,14 +162,16 @@ class DecoderLayerPlan:
         mlp = exact(layer.mlp, blocks.mlp, "mlp", "decoder")
         self.act = _activation(mlp.act, "mlp.act")
         self.head_norms: tuple[_Norm, _Norm] | None = None
+        self.post_norms: tuple[_Norm, _Norm] | None = None
         if self.rotary:
-            if layer.post_norms:
-                raise PlanUnavailableError(
-                    "the block norms its attention's and MLP's outputs, which the plan does not serve"
+            if layer.post_norms:  # gemma's sandwich: each branch normed before it joins the stream
+                self.post_norms = (
+                    _Norm.of(layer.post_attention_norm, "post_attention_norm", blocks.norm),
+                    _Norm.of(layer.post_mlp_norm, "post_mlp_norm", blocks.norm),
                 )
-            if attention.normed:  # qwen3: an RMSNorm over each query head and each key head
-                q_norm = _Norm.of(attention.q_norm, "attention.q_norm", nn.RMSNorm)
-                self.head_norms = (q_norm, _Norm.of(attention.k_norm, "attention.k_norm", nn.RMSNorm))
+            if attention.normed:  # qwen3, gemma3: an RMSNorm over each query head and each key head
+                q_norm = _Norm.of(attention.q_norm, "attention.q_norm", blocks.norm)
+                self.head_norms = (q_norm, _Norm.of(attention.k_norm, "attention.k_norm", blocks.norm))
             fused_qkv = ("qkv_proj",) if attention.fused else ("q_proj", "k_proj", "v_proj")
             projections = self._linears(attention, fused_qkv, "attention")
             o = _exact(attention.o_proj, _LINEARS, "attention.o_proj")
@@ -181,6 +188,7 @@ class DecoderLayerPlan:
         self.index, self.dim = attention.index, attention.head_dim
         self.residual_scale = getattr(layer, "residual_scale", None)  # granite: what joins the stream, scaled
         self.rotates = self.rotary and attention.rotates  # a NoPE layer (smollm3) reads no table
+        self.softcap = getattr(attention, "softcap", None)  # gemma2: the scores soft-capped
         self.qkv, qkv_extra = _joined(k, projections)
         self.o = k.linear([serving_pack(o)])
         self.down = k.linear([serving_pack(_exact(mlp.down, _LINEARS, "mlp.down"))])
@@ -201,20 +209,24 @@ class DecoderLayerPlan:
         res = np.zeros((batch * length, width), np.float32)
         h = self._norm(self.norm1, res, stream.reshape(-1, width))
         ctx = self._attend(h, batch, length, step, cache, rotary if self.rotates else None, x)
-        attended = self.o.forward(ctx)
-        if self.residual_scale is not None:
-            attended *= np.float32(self.residual_scale)
-        h = self._norm(self.norm2, res, attended)
+        h = self._norm(self.norm2, res, self._branch(self.o.forward(ctx), 0))
         both = _into(self.up, h, _width(self.up))
         up = both
         if self.rotary:
             up = self.kernels.gated(both, self.act, np.empty((h.shape[0], both.shape[1] // 2), np.float32))
-        down = self.down.forward(up)
-        if self.residual_scale is not None:
-            down *= np.float32(self.residual_scale)
-        res += down
+        res += self._branch(self.down.forward(up), 1)
         out = res.reshape(batch, length, width)
         return tensor_like(x, out if out.dtype == stream.dtype else out.astype(stream.dtype))
+
+    def _branch(self, y: Any, which: int) -> Any:
+        """What of the attention's (``which`` 0) or the MLP's (1) output ``y`` joins the stream: normed by its post
+        norm (gemma), scaled by the residual scale (granite), or ``y`` itself."""
+        if self.post_norms is not None:
+            post = self.post_norms[which]
+            y = self.record.rms_norm(y, y.shape[-1], post.w, post.eps)
+        if self.residual_scale is not None:
+            y *= np.float32(self.residual_scale)
+        return y
 
     def _norm(self, norm: _Norm, x: Any, add: Any) -> Any:
         """``norm(x + add)`` with ``x += add`` in place."""
@@ -250,7 +262,17 @@ class DecoderLayerPlan:
             q = self.record.rotary_embedding(q, cos, sin)
             k = self.record.rotary_embedding(k, cos, sin)
         qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
-        out = attend(qt, kt, vt, step=step, cache=cache, layer=self.index, window=self.window, scale=self.scale)
+        out = attend(
+            qt,
+            kt,
+            vt,
+            step=step,
+            cache=cache,
+            layer=self.index,
+            window=self.window,
+            scale=self.scale,
+            softcap=self.softcap,
+        )
         return array_of(out).transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
 
 

@@ -30,11 +30,9 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import ClassVar
 
 import numpy as np
 
-import packrt
 from packrt import nn
 from packrt.models.config_schema import completed, rope_by_layer_type
 from packrt.models.decoder_blocks import (
@@ -43,6 +41,7 @@ from packrt.models.decoder_blocks import (
     HEAD_NORM_ROWS,
     DecoderWidths,
     GatedMLP,
+    OffsetRMSNorm,
     PreNormLayer,
     RotaryAttention,
     RotaryDecoderLM,
@@ -62,30 +61,6 @@ LAYER_ROWS: tuple[tuple[str, str], ...] = (
     *GATED_MLP_ROWS,
 )
 LAYER_KINDS = ("full_attention", "sliding_attention")
-
-
-class OffsetRMSNorm(nn.Module):
-    """Gemma's RMSNorm over the last dim: ``x / sqrt(mean(x**2) + eps) * (1 + weight)``.
-
-    Computed in float32 whatever the input's dtype and rounded once to it, as transformers does; the
-    stored ``weight`` is the checkpoint's (zeros: the identity).
-    """
-
-    computes_in_float32: ClassVar[bool] = True  # reads any float dtype: a float32 residual stream as it is
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.dim, self.eps = dim, eps
-        self.weight = nn.Parameter(packrt.zeros(dim))
-
-    def forward(self, x: packrt.Tensor) -> packrt.Tensor:
-        wide = x if x.dtype is packrt.float32 else x.to(packrt.float32)
-        weight = self.weight if self.weight.dtype is packrt.float32 else self.weight.to(packrt.float32)
-        out = nn.functional.rms_norm(wide, (self.dim,), None, self.eps) * (weight + 1.0)
-        return out if x.dtype is packrt.float32 else out.to(x.dtype)
-
-    def extra_repr(self) -> str:
-        return f"{self.dim}, eps={self.eps}"
 
 
 def layer_kinds(config: HFConfig, layers: int) -> list[str]:

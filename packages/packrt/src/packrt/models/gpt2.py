@@ -106,7 +106,7 @@ class GPT2Layer(nn.Module):
 
 
 # What the layer's fused form reproduces (learned positions, no rotary tables)
-BLOCKS = DecoderBlocks(layer=GPT2Layer, attention=GPT2Attention, mlp=GPT2MLP, norm=nn.LayerNorm, rotary=False)
+BLOCKS = DecoderBlocks(layer=GPT2Layer, attention=GPT2Attention, mlp=GPT2MLP, norm=(nn.LayerNorm,), rotary=False)
 _fused_layer = partial(DecoderLayerPlan, blocks=BLOCKS)
 
 
