@@ -227,7 +227,9 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         os.close(fd)
         raise
     with _mmap.mmap(fd, 0, access=_mmap.ACCESS_READ) as pages:  # the fd closes with ``mapped``
-        check_header(pages, where)  # every count and offset within the file, before the reader trusts them
+        check_header(
+            pages, where, package.GGML_QUANT_SIZES
+        )  # every count and offset within the file, before the reader trusts them
     try:
         reader = reader_class(where, "c")  # "c": copy-on-write, a write never reaches the file
     except (ValueError, KeyError, IndexError, OSError) as err:

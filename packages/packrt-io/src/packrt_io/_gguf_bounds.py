@@ -19,6 +19,7 @@ It walks the header only (no tensor data is read) and allocates nothing in propo
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -121,19 +122,10 @@ class _Walk:
         self.at = at
 
 
-def _block(kind: int, walk: _Walk) -> tuple[int, int]:
-    """(values per block, bytes per block) of GGML type ``kind``, from the ``gguf`` package's table."""
-    import gguf  # the caller has checked that the package is there
-
-    try:
-        return tuple(gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(kind)])  # type: ignore[return-value]
-    except (ValueError, KeyError) as err:
-        raise walk.fail(f"is stored as GGML type {kind}, which the gguf package does not know") from err
-
-
-def check_header(data: Any, path: Path) -> None:
+def check_header(data: Any, path: Path, blocks: Mapping[int, tuple[int, int]]) -> None:
     """CheckpointError unless the GGUF header in ``data`` (the file's bytes, e.g. a mapping) can be read
-    within the file: see the module docstring for every rule."""
+    within the file: see the module docstring for every rule. ``blocks``: GGML type -> (values, bytes) per
+    block, the ``gguf`` package's ``GGML_QUANT_SIZES``."""
     walk = _Walk(data, path)
     walk.take(4, "magic")
     version = walk.u32("version")
@@ -163,7 +155,10 @@ def check_header(data: Any, path: Path) -> None:
         shape = [walk.u64("dimension") for _ in range(dims)]
         if min(shape) < 1:
             raise walk.fail(f"has shape {shape} (GGML order): every dimension must be >= 1")
-        per_block, block_bytes = _block(walk.u32("type"), walk)
+        kind = walk.u32("type")
+        if kind not in blocks:
+            raise walk.fail(f"is stored as GGML type {kind}, which the gguf package does not know")
+        per_block, block_bytes = blocks[kind]
         elements = 1
         for n in shape:
             elements *= n
