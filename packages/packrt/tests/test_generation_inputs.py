@@ -149,6 +149,16 @@ def test_position_ids_must_be_non_negative(model: CausalLM, positions: list[list
         model(ids([1, 2]), position_ids=packrt.from_numpy(np.array(positions)))
 
 
+def test_position_ids_past_the_positions_a_rotary_model_is_configured_for_are_refused_at_once(model: CausalLM) -> None:
+    """A rotary model's table grew to the largest position asked for (10**6: 13 s and 437 MB; 10**8: a
+    MemoryError); a learned table refused them already."""
+    limit = model.max_positions or model.position_limit
+    assert limit is not None
+    with pytest.raises(IndexingError, match=rf"position_ids hold 1000000, beyond the model's {limit} positions"):
+        model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0, 10**6]])))
+    model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0, limit - 1]])))  # the last one is served
+
+
 def test_position_ids_must_be_integers(model: CausalLM) -> None:
     with pytest.raises(DTypeError, match=r"position_ids must be integers, got packrt\.float32"):
         model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0.0, 1.0]], dtype=np.float32)))

@@ -335,6 +335,7 @@ class RotaryDecoderLM(CausalLM):
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
         self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings")
+        self.position_limit = config.optional_int("max_position_embeddings")
         self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
 
     def _declare(

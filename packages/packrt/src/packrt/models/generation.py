@@ -244,6 +244,9 @@ class CausalLM(nn.Module):
     vocab: int
     # The longest sequence the model can place (learned position tables); None when unbounded.
     max_positions: int | None = None
+    # The positions a rotary model is configured for (max_position_embeddings): explicit position_ids past them
+    # are refused, where its rotary table would have grown to the largest (10**8: gigabytes); None: no bound.
+    position_limit: int | None = None
     pad_token_id: int | None = None
     model_type: str | None = None  # the config.json's, for a class that serves several families
     # generate's defaults; None: the model's own pad id and transformers' length default
@@ -279,7 +282,7 @@ class CausalLM(nn.Module):
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
         if position_ids is not None:
-            check_positions(self._name(), position_ids, self.max_positions)
+            check_positions(self._name(), position_ids, self.max_positions or self.position_limit)
         step = Step(0, seq, key_mask, input_ids.device)
         return self._logits(self._hidden(input_ids, step, None, position_ids))
 
