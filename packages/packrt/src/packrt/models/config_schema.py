@@ -575,14 +575,18 @@ _QWEN_WINDOWS = (
     _LAYER_TYPES,
 )
 
-# Gemma3ForCausalLM's config (model_type gemma3_text): its own defaults, sandwich norms and two kinds of layer.
-_GEMMA3 = Schema(
-    fields=(
+
+def _gemma(
+    *extra: Field, positions: int, caps: tuple[float | None, float | None], bidirectional: bool | None
+) -> tuple[Field, ...]:
+    """The fields Gemma 2's and Gemma 3's text configs share, with each one's ``max_position_embeddings``,
+    (final, attention) soft caps and ``use_bidirectional_attention`` defaults, then ``extra``."""
+    return (
         *_SIZES,
         Field("num_key_value_heads", "size", 4),
         Field("head_dim", "size", 256, held=True),
         Field("intermediate_size", "size", held=True),
-        Field("max_position_embeddings", "size", 131_072),
+        Field("max_position_embeddings", "size", positions),
         Field("rms_norm_eps", "eps", 1e-6),
         Field(
             "hidden_activation", "choice", "gelu_pytorch_tanh", implemented=("gelu_pytorch_tanh",), known=HF_ACTIVATIONS
@@ -591,18 +595,37 @@ _GEMMA3 = Schema(
         Field("tie_word_embeddings", "bool", True),
         Field("query_pre_attn_scalar", "positive", 256),
         Field("sliding_window", "size", 4096, nullable=True),
-        Field("sliding_window_pattern", "size", 6),
         _LAYER_TYPES,
-        Field("final_logit_softcapping", "positive", None, nullable=True),
-        Field("attn_logit_softcapping", "positive", None, nullable=True),
-        Field("use_bidirectional_attention", "bool", False, nullable=True),
+        Field("final_logit_softcapping", "positive", caps[0], nullable=True),
+        Field("attn_logit_softcapping", "positive", caps[1], nullable=True),
+        Field("use_bidirectional_attention", "bool", bidirectional, nullable=True),
+        *extra,
+        *_TOKEN_IDS,
+    )
+
+
+# Gemma3ForCausalLM's config (model_type gemma3_text): sandwich norms and two kinds of layer, each with its rope.
+_GEMMA3 = Schema(
+    fields=_gemma(
+        Field("sliding_window_pattern", "size", 6),
         Field("rope_theta", "positive", 1_000_000.0),
         Field("rope_local_base_freq", "positive", 10_000.0),
-        *_TOKEN_IDS,
+        positions=131_072,
+        caps=(None, None),
+        bidirectional=False,
     ),
     divides=_KV_GROUPS,
     head_dim=_ROTARY_HEAD_DIM,
     rope="per_layer_type",
+    off=("use_bidirectional_attention",),
+)
+# Gemma2ForCausalLM's config: Gemma 3's text model's shape with one rotary table, no per-head norms, and the
+# attention's scores soft-capped; local and global layers alternate
+_GEMMA2 = Schema(
+    fields=_gemma(positions=8192, caps=(30.0, 50.0), bidirectional=None),
+    divides=_KV_GROUPS,
+    head_dim=_ROTARY_HEAD_DIM,
+    rope=True,
     off=("use_bidirectional_attention",),
 )
 
@@ -625,35 +648,6 @@ _GRANITE = _decoder(
     Field("residual_multiplier", "positive", 1.0),
     Field("attention_multiplier", "positive", 1.0),
     Field("logits_scaling", "positive", 1.0),
-)
-
-# Gemma2ForCausalLM's config: Gemma 3's text model's shape with one rotary table, no per-head norms, and the
-# attention's scores soft-capped; local and global layers alternate
-_GEMMA2 = Schema(
-    fields=(
-        *_SIZES,
-        Field("num_key_value_heads", "size", 4),
-        Field("head_dim", "size", 256, held=True),
-        Field("intermediate_size", "size", held=True),
-        Field("max_position_embeddings", "size", 8192),
-        Field("rms_norm_eps", "eps", 1e-6),
-        Field(
-            "hidden_activation", "choice", "gelu_pytorch_tanh", implemented=("gelu_pytorch_tanh",), known=HF_ACTIVATIONS
-        ),
-        Field("attention_bias", "bool", False),
-        Field("tie_word_embeddings", "bool", True),
-        Field("query_pre_attn_scalar", "positive", 256),
-        Field("sliding_window", "size", 4096, nullable=True),
-        _LAYER_TYPES,
-        Field("final_logit_softcapping", "positive", 30.0, nullable=True),
-        Field("attn_logit_softcapping", "positive", 50.0, nullable=True),
-        Field("use_bidirectional_attention", "bool", None, nullable=True),
-        *_TOKEN_IDS,
-    ),
-    divides=_KV_GROUPS,
-    head_dim=_ROTARY_HEAD_DIM,
-    rope=True,
-    off=("use_bidirectional_attention",),
 )
 
 SCHEMAS: dict[str, Schema] = {
