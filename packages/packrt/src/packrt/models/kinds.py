@@ -84,6 +84,37 @@ def find_family(config: HFConfig) -> Family:
 
 
 POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
+# sentence-transformers 6's ``pooling_mode`` names -> the legacy ``pooling_mode_*`` names packrt pools by; the
+# modes it has that packrt does not implement yet
+_POOLING_NAMES = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens", **{m: m for m in POOLING_MODES}}
+_POOLING_NOT_YET = ("weightedmean", "lasttoken", "weightedmean_tokens")
+_STEPS = ("Transformer", "Pooling", "Normalize")  # the modules.json steps SentenceEncoder runs
+
+
+def _pooling_modes(config: dict[str, Any], where: Path) -> tuple[str, ...]:
+    """The pooling modes of a Pooling step's config, in its order: sentence-transformers 6's ``pooling_mode``
+    (a name or a list of names) or 5's ``pooling_mode_*`` flags; a mode packrt does not implement is refused
+    by name, never skipped."""
+    given = config.get("pooling_mode")
+    if given is not None:
+        names = [given] if isinstance(given, str) else given
+        if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
+            raise CheckpointError(f"{str(where)!r}: field 'pooling_mode' is {given!r}, expected a mode name or a list")
+    else:
+        flags = {f"pooling_mode_{m}": m for m in (*POOLING_MODES, "weightedmean_tokens", "lasttoken")}
+        names = [mode for key, mode in flags.items() if config.get(key)]
+    unknown = [name for name in names if name not in _POOLING_NAMES]
+    if unknown:
+        implemented = ", ".join(sorted({*_POOLING_NAMES}))
+        later = [name for name in unknown if name in _POOLING_NOT_YET]
+        what = "does not implement yet" if later else "does not know"
+        raise UnsupportedModelError(
+            f"{str(where)!r}: pooling mode {unknown[0]!r} is one packrt {what} (it pools by {implemented}); "
+            "its vectors would differ from sentence-transformers'. Serve the model with sentence-transformers"
+        )
+    if not names:
+        raise CheckpointError(f"{str(where)!r} turns on no pooling mode ({', '.join(sorted(_POOLING_NAMES))})")
+    return tuple(_POOLING_NAMES[name] for name in names)
 
 
 def _json(path: Path, what: str) -> Any:
@@ -108,6 +139,14 @@ class Pipeline:
         if not isinstance(modules, list):
             raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
         by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
+        others = [kind for kind in by_kind if kind not in _STEPS]
+        if others:  # a Dense projection, a LayerNorm...: skipping it would give other vectors
+            step = by_kind[others[0]]
+            raise UnsupportedModelError(
+                f"{str(directory / 'modules.json')!r} lists a {others[0]} step ({step.get('path', '')!r}), which "
+                f"SentenceEncoder does not run (it runs {', '.join(_STEPS)}); skipping it would give other vectors "
+                "than sentence-transformers'. Serve the model with sentence-transformers"
+            )
         if "Transformer" not in by_kind or "Pooling" not in by_kind:
             raise CheckpointError(
                 f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
@@ -117,12 +156,10 @@ class Pipeline:
         pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
         pooling_config = _json(pooling_path, "the pooling step's config")
         if not isinstance(pooling_config, dict):
-            raise CheckpointError(f"{str(pooling_path)!r} must hold a JSON object of pooling_mode_* flags")
-        modes = tuple(mode for mode in POOLING_MODES if pooling_config.get(f"pooling_mode_{mode}"))
-        if not modes:
             raise CheckpointError(
-                f"{str(pooling_path)!r} turns on no pooling mode packrt implements ({', '.join(POOLING_MODES)})"
+                f"{str(pooling_path)!r} must hold a JSON object: pooling_mode or pooling_mode_* flags"
             )
+        modes = _pooling_modes(pooling_config, pooling_path)
         settings = transformer / "sentence_bert_config.json"
         bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
         max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config

@@ -166,13 +166,14 @@ class SentenceEncoder:
         device = model_device(self.model)  # as generate places its ids: a model moved elsewhere reads them there
         return {name: placed(rows, device) for name, rows in fields.items()}
 
-    def embed(self, encodings: Sequence[Encoding], normalize: bool = True) -> np.ndarray:
+    def embed(self, encodings: Sequence[Encoding], normalize: bool | None = None) -> np.ndarray:
         """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
-        model call: what :meth:`encode` gives the same texts. A server tokenizes each text once, counts its
-        tokens from that encoding and batches the encodings of several requests through this call."""
+        model call: what :meth:`encode` gives the same texts (``normalize`` as there). A server tokenizes each
+        text once, counts its tokens from that encoding and batches the encodings of several requests through
+        this call."""
         if not encodings:
             return np.empty((0, self.dimension), dtype=np.float32)
-        return self._embed(self.batch(encodings), normalize)
+        return self._embed(self.batch(encodings), self.pipeline.normalize if normalize is None else normalize)
 
     def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool) -> np.ndarray:
         hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
@@ -197,8 +198,10 @@ class SentenceEncoder:
                 parts.append((hidden * weights).sum(axis=1) / np.sqrt(counts))
         return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
 
-    def encode(self, texts: Iterable[str], batch_size: int = 32, normalize: bool = True) -> np.ndarray:
-        """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``.
+    def encode(self, texts: Iterable[str], batch_size: int = 32, normalize: bool | None = None) -> np.ndarray:
+        """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``; by default
+        (None) when the directory's modules.json has a Normalize step, as sentence-transformers gives them (a
+        plain Hugging Face encoder directory: normalized).
 
         ``texts`` is any iterable of str (a generator is read once); a single str, bytes, or an entry
         that is not a str (None, a number, bytes) is a :class:`TextTypeError` (a ``TypeError``) naming
@@ -211,11 +214,12 @@ class SentenceEncoder:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise BatchSizeError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+        unit = self.pipeline.normalize if normalize is None else normalize
         out = np.empty((len(items), self.dimension), dtype=np.float32)
         with reading():  # every batch of the call from one version of the weights: a load lands before or after
             for begin in range(0, len(order), batch_size):
                 chosen = order[begin : begin + batch_size]
-                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), normalize)
+                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), unit)
         return out
 
 
