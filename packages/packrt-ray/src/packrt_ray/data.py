@@ -101,7 +101,9 @@ class ModelBatchMapper:
             ``model_dir`` is a ModelSource (it carries its own).
         input_column: the column read (default by kind: ``text`` or ``input_ids``).
         output_column: the column added (default by kind: ``embedding``, ``hidden`` or ``logits``).
-        normalize: sentence encoders only: unit-length embeddings (sentence-transformers' default).
+        normalize: sentence encoders only: unit-length embeddings when True, as they come when False; None
+            (the default): as the directory's modules.json says (a Normalize step), as sentence-transformers
+            and ``SentenceEncoder.encode`` give them.
 
     A batch without ``input_column`` raises :class:`~packrt_ray.model.BatchColumnError` naming the
     columns it has; values of the wrong kind raise :class:`~packrt.errors.DTypeError`.
@@ -114,7 +116,7 @@ class ModelBatchMapper:
         weight_residency: str = "borrowed",
         input_column: str | None = None,
         output_column: str | None = None,
-        normalize: bool = True,
+        normalize: bool | None = None,
     ) -> None:
         source = (
             model_dir
@@ -149,7 +151,8 @@ class ModelBatchMapper:
         if self.source.kind == "sentence-encoder":
             texts = _texts(column, self.input_column)
             encoder = self.loaded.sentence_encoder
-            return encoder.encode(texts, batch_size=max(len(texts), 1), normalize=self.normalize)
+            unit = {} if self.normalize is None else {"normalize": self.normalize}  # None: the encoder's own default
+            return encoder.encode(texts, batch_size=max(len(texts), 1), **unit)
         rows = _token_rows(column, self.input_column)
         if not rows:
             return np.zeros((0,), dtype=np.float32)
@@ -178,7 +181,7 @@ def map_model(
     weight_residency: str = "borrowed",
     input_column: str | None = None,
     output_column: str | None = None,
-    normalize: bool = True,
+    normalize: bool | None = None,
     preserve_order: bool = True,
     **map_batches_args: Any,
 ) -> Dataset:
