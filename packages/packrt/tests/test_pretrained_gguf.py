@@ -292,3 +292,18 @@ def test_a_byte_level_bpe_is_built_from_the_metadata(gguf: ModuleType, models: d
         w.add_tensor("token_embd.weight", np.zeros((2, 32), np.float32))
     with pytest.raises(CheckpointError, match=r"tokenizer.ggml.pre 'deepseek-coder' is a split packrt does not know"):
         load_tokenizer(writer_bad)
+
+
+def test_merges_of_tokens_the_list_does_not_hold_are_a_checkpoint_error_naming_the_key(
+    gguf: ModuleType, tmp_path: Path
+) -> None:
+    """The tokenizers library raises a bare Exception there; the file and the key are named instead."""
+    path = tmp_path / "merges.gguf"
+    with gguf_writer(gguf, path, "llama") as writer:
+        writer.add_tokenizer_model("gpt2")
+        writer.add_tokenizer_pre("smollm")
+        writer.add_token_list(["a", "b"])
+        writer.add_token_merges(["a c"])
+        writer.add_tensor("token_embd.weight", np.zeros((2, 32), np.float32))
+    with pytest.raises(CheckpointError, match=r"merges\.gguf': tokenizer.ggml.merges does not fit tokenizer.ggml"):
+        load_tokenizer(path)

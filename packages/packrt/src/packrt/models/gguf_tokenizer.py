@@ -94,10 +94,20 @@ def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
             f"GGUF file {where!r}: tokenizer.ggml.pre {pre!r} is a split packrt does not know (supported: "
             f"{', '.join(SPLITS)}); {fix}"
         )
-    tokens = _spelled([str(t) for t in _list(meta, "tokenizer.ggml.tokens", where)])
+    try:
+        tokens = _spelled([str(t) for t in _list(meta, "tokenizer.ggml.tokens", where)])
+    except UnicodeEncodeError as err:  # a token holding a lone surrogate: no UTF-8 bytes to spell it with
+        raise CheckpointError(
+            f"GGUF file {where!r}: tokenizer.ggml.tokens holds a token that is not valid text ({err.reason}); {fix}"
+        ) from err
     merges = [tuple(str(m).split(" ", 1)) for m in _list(meta, "tokenizer.ggml.merges", where)]
     vocab = {token: index for index, token in enumerate(tokens)}
-    bpe = models.BPE(vocab, [(m[0], m[1]) for m in merges if len(m) == 2], fuse_unk=False)
+    try:
+        bpe = models.BPE(vocab, [(m[0], m[1]) for m in merges if len(m) == 2], fuse_unk=False)
+    except Exception as err:  # tokenizers raises a bare Exception: a merge of a token the list does not hold
+        raise CheckpointError(
+            f"GGUF file {where!r}: tokenizer.ggml.merges does not fit tokenizer.ggml.tokens ({err}); {fix}"
+        ) from err
     tokenizer = Tokenizer(bpe)
     split, prefix = SPLITS[pre], bool(meta.get("tokenizer.ggml.add_space_prefix", False))
     if split is None:
