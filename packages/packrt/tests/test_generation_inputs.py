@@ -159,6 +159,15 @@ def test_position_ids_past_the_positions_a_rotary_model_is_configured_for_are_re
     model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0, limit - 1]])))  # the last one is served
 
 
+def test_a_generation_past_the_models_positions_is_refused_before_anything_is_allocated(model: CausalLM) -> None:
+    limit = model.max_positions or model.position_limit
+    with pytest.raises(
+        ShapeError, match=rf"2 prompt tokens \+ 1000000000 new ones exceed the model's {limit} positions"
+    ):
+        model.generate(ids([1, 2]), 10**9)
+    assert model.generate(ids([1, 2]), limit - 2, eos_token_id=None).shape == (1, limit)  # the last position: served
+
+
 def test_position_ids_must_be_integers(model: CausalLM) -> None:
     with pytest.raises(DTypeError, match=r"position_ids must be integers, got packrt\.float32"):
         model(ids([1, 2]), position_ids=packrt.from_numpy(np.array([[0.0, 1.0]], dtype=np.float32)))

@@ -304,10 +304,13 @@ class CausalLM(nn.Module):
             raise ShapeError(f"{self._name()}.generate needs a prompt of at least one token")
         if max_new_tokens is None:
             max_new_tokens = defaults.new_tokens(prompt)
-        if self.max_positions is not None and prompt + max_new_tokens > self.max_positions:
+        # a rotary model's configured positions bound it too, as vLLM's max_model_len does: the token buffer and
+        # the cache are sized to the whole run (generate(ids, 10**9) allocated gigabytes before its first step)
+        limit = self.max_positions if self.max_positions is not None else self.position_limit
+        if limit is not None and prompt + max_new_tokens > limit:
             raise ShapeError(
                 f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
-                f"{self.max_positions} positions; shorten the prompt or ask for fewer tokens"
+                f"{limit} positions; shorten the prompt or ask for fewer tokens"
             )
         return batch, prompt, max_new_tokens
 
