@@ -164,3 +164,16 @@ def test_an_integer_of_thousands_of_digits_is_a_checkpoint_error_naming_the_file
     path.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 8)
     with pytest.raises(CheckpointError, match=r"digits\.safetensors': header holds an integer of more than \d+ digits"):
         packrt_io.load_file(path)
+
+
+def test_a_header_that_is_mostly_one_long_metadata_string_goes_to_the_general_parser(tmp_path: Path) -> None:
+    """The bulk split scans every byte of the header in Python's regex engine (20 MB of one string: 0.36 s); the
+    general parser's C JSON decoder reads it in 0.08 s. Both give the same tensors and metadata."""
+    long = "x" * 2_000_000
+    path = tmp_path / "meta.safetensors"
+    safetensors.numpy.save_file({"w": np.arange(4, dtype=np.float32)}, str(path), metadata={"notes": long})
+    size = int.from_bytes(path.read_bytes()[:8], "little")
+    assert _header._canonical(path.read_bytes()[8 : 8 + size]) is None
+    loaded = packrt_io.load_file(path)
+    np.testing.assert_array_equal(loaded["w"], np.arange(4, dtype=np.float32))
+    assert packrt_io.read_metadata(path)["notes"] == long

@@ -396,10 +396,17 @@ _ENTRY: Final = re.compile(
     r'"data_offsets":\[(' + _NUMBER + r"),(" + _NUMBER + r")\]\}"
 )
 _FIELDS: Final = 6  # re.split's pieces per entry: the text before it, then its five groups
+# A writer's entry is ~100-400 bytes; a header with far more bytes per entry is mostly __metadata__, which the
+# general parser's C JSON decoder reads 4-5x faster than the split (20 MB of one string: 0.08 s against 0.36 s)
+_BULK_BYTES_PER_ENTRY: Final = 4096
 
 
 def _canonical(raw: bytes) -> tuple[list[TensorEntry], dict[str, str]] | None:
     """The entries and metadata of a header in the writers' form, or None when it is not in it."""
+    if len(raw) > _BULK_BYTES_PER_ENTRY * (raw.count(b'"data_offsets":[') + 1):
+        return (
+            None  # mostly metadata (one long string): the split would scan it byte by byte; JSON's C decoder does not
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
