@@ -35,6 +35,7 @@ CONFIG_CLASSES = {
     "smollm3": "SmolLM3Config",
     "granite": "GraniteConfig",
     "gemma2": "Gemma2Config",
+    "olmo2": "Olmo2Config",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

@@ -21,7 +21,20 @@ from packrt.models.decoder_blocks import PreNormLayer
 from packrt_kernels_cpu.tolerance import assert_same_model_output
 
 # every family built from decoder_blocks' PreNormLayer, and gpt2: the tiny_families rows the fused form serves
-PLANNED = ("llama", "qwen2", "mistral", "qwen3", "phi3", "ministral", "smollm3", "granite", "gemma2", "gemma3", "gpt2")
+PLANNED = (
+    "llama",
+    "qwen2",
+    "mistral",
+    "qwen3",
+    "phi3",
+    "ministral",
+    "smollm3",
+    "granite",
+    "gemma2",
+    "gemma3",
+    "olmo2",
+    "gpt2",
+)
 
 
 def _dir(saved: Mapping[str, tuple[Path, Any]], family: str) -> Path:

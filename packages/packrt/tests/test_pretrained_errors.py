@@ -49,6 +49,7 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
         "smollm3",
         "granite",
         "gemma2",
+        "olmo2",
         "bert",
         "roberta",
         "xlm-roberta",

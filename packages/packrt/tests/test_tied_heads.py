@@ -23,7 +23,7 @@ from packrt.models import from_pretrained
 from packrt.models.pretrained import check_pretrained
 
 # the untied rows of tiny_families: their files hold lm_head.weight with values of its own
-UNTIED = ("llama", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "ministral", "smollm3", "granite", "gemma2")
+UNTIED = ("llama", "qwen2", "mistral", "qwen3", "gemma3", "phi3", "ministral", "smollm3", "granite", "gemma2", "olmo2")
 TIED = ("llama-tied", "qwen3-tied", "phi3-tied", "smollm3-tied")  # saved tied: no lm_head.weight in the file
 
 

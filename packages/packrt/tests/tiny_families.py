@@ -27,6 +27,7 @@ from packrt.models import (
     GraniteForCausalLM,
     LlamaForCausalLM,
     MinistralForCausalLM,
+    Olmo2ForCausalLM,
     Phi3ForCausalLM,
     Qwen3ForCausalLM,
     RobertaEncoder,
@@ -198,6 +199,10 @@ FAMILIES: dict[str, Family] = {
     "smollm3": Family("SmolLM3Config", "SmolLM3ForCausalLM", SMOLLM3_FIELDS, SmolLM3ForCausalLM),
     # Gemma 3's text model with soft-capped attention scores, one rotary table, no head norms
     "gemma2": Family("Gemma2Config", "Gemma2ForCausalLM", GEMMA2_FIELDS, Gemma2ForCausalLM, perturbed=True),
+    # llama's decoder with post-norms only and full-width query and key norms
+    "olmo2": Family(
+        "Olmo2Config", "Olmo2ForCausalLM", {**SMALL, "num_key_value_heads": 2}, Olmo2ForCausalLM, perturbed=True
+    ),
     # llama's decoder with granite's four multipliers
     "granite": Family("GraniteConfig", "GraniteForCausalLM", GRANITE_FIELDS, GraniteForCausalLM),
     "smollm3-tied": Family(

@@ -11,7 +11,8 @@
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
 :class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
-:class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`); :func:`load_tokenizer` gives the
+:class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`,
+:class:`Olmo2ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
@@ -35,6 +36,7 @@ from packrt.models.kinds import ModelDescription, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.ministral import MinistralForCausalLM
+from packrt.models.olmo2 import Olmo2ForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.qwen3 import Qwen3ForCausalLM
@@ -57,6 +59,7 @@ __all__ = [
     "LlamaForCausalLM",
     "MinistralForCausalLM",
     "ModelDescription",
+    "Olmo2ForCausalLM",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
     "SmolLM3ForCausalLM",

@@ -665,6 +665,7 @@ SCHEMAS: dict[str, Schema] = {
     "smollm3": _SMOLLM3,
     "granite": _GRANITE,
     "gemma2": _GEMMA2,
+    "olmo2": _decoder(eps=1e-5),  # llama's fields; its norms' placement is the family's
 }
 
 __all__ = [

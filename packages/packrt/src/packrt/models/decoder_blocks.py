@@ -13,7 +13,8 @@ the family's defaults, :func:`~packrt.models.config_schema.completed`) and its k
   replaces ``1/sqrt(head_dim)`` (gemma3's ``query_pre_attn_scalar``); ``window`` makes the layer see only
   the last ``window`` positions; ``rotates=False`` makes a layer without positions (NoPE: smollm3's every
   fourth), its queries and keys not rotated; ``softcap`` soft-caps the scores (gemma2's
-  ``attn_logit_softcapping``).
+  ``attn_logit_softcapping``); ``full_norms`` makes ``head_norm``'s norms span all the queries and all the keys
+  before they are split into heads (olmo2).
 - :class:`GatedMLP`: ``down(act(gate(x)) * up(x))``, with ``gate`` and ``up`` one fused
   ``gate_up`` Linear (gate rows first) when ``fused`` (phi3).
 - :class:`PreNormLayer`: ``x + attention(norm(x))`` then ``x + mlp(norm(x))``; the norm's class, norms
@@ -120,6 +121,7 @@ class RotaryAttention(nn.Module):
         window: int | None = None,
         rotates: bool = True,
         softcap: float | None = None,
+        full_norms: bool = False,
     ) -> None:
         super().__init__()
         hidden, head_dim = widths.hidden, widths.head_dim
@@ -133,10 +135,10 @@ class RotaryAttention(nn.Module):
             self.k_proj = nn.Linear(hidden, kv_width, bias=bias)
             self.v_proj = nn.Linear(hidden, kv_width, bias=bias)
         self.o_proj = nn.Linear(q_width, hidden, bias=bias if o_bias is None else o_bias)
-        self.normed = head_norm is not None
-        if head_norm is not None:
-            self.q_norm = head_norm(head_dim)
-            self.k_norm = head_norm(head_dim)
+        self.normed, self.full_norms = head_norm is not None, full_norms and head_norm is not None
+        if head_norm is not None:  # over each head, or (full_norms) over all the queries' and the keys' widths
+            self.q_norm = head_norm(q_width if full_norms else head_dim)
+            self.k_norm = head_norm(kv_width if full_norms else head_dim)
 
     def _project(self, x: packrt.Tensor) -> tuple[packrt.Tensor, packrt.Tensor, packrt.Tensor]:
         """Queries, keys and values as (batch, seq, heads, head_dim)."""
@@ -148,6 +150,8 @@ class RotaryAttention(nn.Module):
             q, k, v = qkv[..., :q_end], qkv[..., q_end:k_end], qkv[..., k_end:]
         else:
             q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.full_norms:
+            q, k = self.q_norm(q), self.k_norm(k)
         return (
             q.reshape(batch, seq, self.heads, self.head_dim),
             k.reshape(batch, seq, self.kv_heads, self.head_dim),
@@ -157,7 +161,7 @@ class RotaryAttention(nn.Module):
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
         batch, seq, _ = x.shape
         q, k, v = self._project(x)
-        if self.normed:
+        if self.normed and not self.full_norms:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.rotates:
@@ -264,7 +268,8 @@ class PreNormLayer(nn.Module):
 
     Options: ``norm`` makes each norm (``norm(hidden, eps)``; default :class:`FloatRMSNorm`); ``post_norms``
     adds a norm after the attention and after the MLP, each applied to the block's output before it joins the
-    residual stream (``post_attention_norm``, ``post_mlp_norm``: gemma3's sandwich); ``rope_kind`` names the
+    residual stream (``post_attention_norm``, ``post_mlp_norm``: gemma3's sandwich); ``pre_norms=False`` drops
+    the norms before them (olmo2: post-norms only); ``rope_kind`` names the
     rotary table the layer's attention reads (:class:`RotaryDecoderLM`'s ``rotaries``); ``residual_scale``
     multiplies what the attention and the MLP add to the stream (granite's ``residual_multiplier``).
     """
@@ -280,15 +285,21 @@ class PreNormLayer(nn.Module):
         post_norms: bool = False,
         rope_kind: str = "default",
         residual_scale: float | None = None,
+        pre_norms: bool = True,
     ) -> None:
         super().__init__()
+        if not (pre_norms or post_norms):
+            raise ValueError("PreNormLayer: a layer needs its norms before the branches, after them, or both")
         self.rope_kind, self.post_norms, self.residual_scale = rope_kind, post_norms, residual_scale
+        self.pre_norms = pre_norms
         # registered in the order a checkpoint lists them (state_dict order)
-        self.attention_norm = norm(hidden, eps)
+        if pre_norms:
+            self.attention_norm = norm(hidden, eps)
         self.attention = attention
         if post_norms:
             self.post_attention_norm = norm(hidden, eps)
-        self.mlp_norm = norm(hidden, eps)
+        if pre_norms:
+            self.mlp_norm = norm(hidden, eps)
         self.mlp = mlp
         if post_norms:
             self.post_mlp_norm = norm(hidden, eps)
@@ -296,17 +307,20 @@ class PreNormLayer(nn.Module):
     serves_plans: ClassVar[bool] = True  # its fused form: packrt.models.decoder_plan
 
     def forward(self, x: packrt.Tensor, rotary: Rotary, step: Step, cache: KVCache | None) -> packrt.Tensor:
-        fused = serve(self, self.attention_norm.weight.device, _fused_layer)
+        weight = (self.attention_norm if self.pre_norms else self.post_attention_norm).weight
+        fused = serve(self, weight.device, _fused_layer)
         if fused is not None:
             planned: packrt.Tensor | None = fused.run(x, rotary, step, cache)
             if planned is not None:
                 return planned
         # x may be the wider residual stream (RotaryDecoderLM): the projections read the weights' dtype, and
         # what joins the stream is widened back to it
-        half = self.attention_norm.weight.dtype
-        attended = self.attention(self.attention_norm(x).to(half), rotary, step, cache).to(x.dtype)
+        half = weight.dtype
+        first = self.attention_norm(x) if self.pre_norms else x
+        attended = self.attention(first.to(half), rotary, step, cache).to(x.dtype)
         x = x + self._joining(self.post_attention_norm(attended) if self.post_norms else attended)
-        mixed = self.mlp(self.mlp_norm(x).to(half)).to(x.dtype)
+        second = self.mlp_norm(x) if self.pre_norms else x
+        mixed = self.mlp(second.to(half)).to(x.dtype)
         out: packrt.Tensor = x + self._joining(self.post_mlp_norm(mixed) if self.post_norms else mixed)
         return out
 

@@ -136,12 +136,12 @@ class DecoderLayerPlan:
             if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
                 raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
         self.kernels, self.blocks, self.rotary = kernels, blocks, blocks.rotary
-        self.device = layer.attention_norm.weight.device
+        self.device = next(iter(layer.parameters())).device
         self.record = dispatch.kernels_for(self.device)
         self.nbytes = 0
         joined = self._plan(layer)
         norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
-        self.nbytes += sum(a.nbytes for n in norms for a in (n.w, n.b) if a is not None)
+        self.nbytes += sum(a.nbytes for n in norms if n is not None for a in (n.w, n.b) if a is not None)
         what = "q, k, v" + (" and gate, up" if self.rotary else "")
         self.fused = (
             f"{what}: one GEMM each, the layers' packs views of its weight"
@@ -189,11 +189,13 @@ class DecoderLayerPlan:
         self.residual_scale = getattr(layer, "residual_scale", None)  # granite: what joins the stream, scaled
         self.rotates = self.rotary and attention.rotates  # a NoPE layer (smollm3) reads no table
         self.softcap = getattr(attention, "softcap", None)  # gemma2: the scores soft-capped
+        self.full_norms = bool(getattr(attention, "full_norms", False))  # olmo2: q/k norms over the full width
         self.qkv, qkv_extra = _joined(k, projections)
         self.o = k.linear([serving_pack(o)])
         self.down = k.linear([serving_pack(_exact(mlp.down, _LINEARS, "mlp.down"))])
-        self.norm1 = _Norm.of(layer.attention_norm, "attention_norm", blocks.norm)
-        self.norm2 = _Norm.of(layer.mlp_norm, "mlp_norm", blocks.norm)
+        pre = getattr(layer, "pre_norms", True)  # olmo2: no norm before the attention and the MLP
+        self.norm1 = _Norm.of(layer.attention_norm, "attention_norm", blocks.norm) if pre else None
+        self.norm2 = _Norm.of(layer.mlp_norm, "mlp_norm", blocks.norm) if pre else None
         self.nbytes += max(qkv_extra, 0) + max(up_extra, 0)
         # one projection needs no join (phi3's qkv_proj, gpt2's qkv)
         return (qkv_extra >= 0 or len(projections) == 1) and (up_extra >= 0 or len(self.up) == 1)
@@ -228,8 +230,11 @@ class DecoderLayerPlan:
             y *= np.float32(self.residual_scale)
         return y
 
-    def _norm(self, norm: _Norm, x: Any, add: Any) -> Any:
-        """``norm(x + add)`` with ``x += add`` in place."""
+    def _norm(self, norm: _Norm | None, x: Any, add: Any) -> Any:
+        """``norm(x + add)`` with ``x += add`` in place; no norm (olmo2): ``x`` itself, after the add."""
+        if norm is None:
+            x += add
+            return x
         return self.kernels.residual_norm(add, x, norm.w, norm.b, norm.eps, np.empty_like(x), norm.rms)
 
     def _attend(
@@ -246,14 +251,15 @@ class DecoderLayerPlan:
         heads, kv_heads, dim = self.heads, self.kv_heads, self.dim
         qkv = _into(self.qkv, h, (heads + 2 * kv_heads) * dim)
         rows = qkv.reshape(batch, length, -1)
-        q = rows[:, :, : heads * dim].reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
-        k = (
-            rows[:, :, heads * dim : (heads + kv_heads) * dim]
-            .reshape(batch, length, kv_heads, dim)
-            .transpose(0, 2, 1, 3)
-        )
+        q_rows, k_rows = rows[:, :, : heads * dim], rows[:, :, heads * dim : (heads + kv_heads) * dim]
+        if self.full_norms and self.head_norms is not None:  # olmo2: over all the queries, all the keys
+            q_norm, k_norm = self.head_norms
+            q_rows = self.record.rms_norm(np.ascontiguousarray(q_rows), heads * dim, q_norm.w, q_norm.eps)
+            k_rows = self.record.rms_norm(np.ascontiguousarray(k_rows), kv_heads * dim, k_norm.w, k_norm.eps)
+        q = q_rows.reshape(batch, length, heads, dim).transpose(0, 2, 1, 3)
+        k = k_rows.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
         v = rows[:, :, (heads + kv_heads) * dim :].reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
-        if self.head_norms is not None:
+        if self.head_norms is not None and not self.full_norms:
             q_norm, k_norm = self.head_norms
             q = self.record.rms_norm(q, dim, q_norm.w, q_norm.eps)
             k = self.record.rms_norm(k, dim, k_norm.w, k_norm.eps)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import packrt_io
 from packrt.errors import CheckpointError
-from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, phi3, qwen3, roberta, smollm3
+from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, olmo2, phi3, qwen3, roberta, smollm3
 from packrt.models.gguf_architectures import ARCHITECTURES
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
 from packrt.models.keymap import Family, FamilyKind
@@ -41,6 +41,7 @@ FAMILIES: tuple[Family, ...] = (
     smollm3.FAMILY,
     granite.FAMILY,
     gemma2.FAMILY,
+    olmo2.FAMILY,
 )
 
 
