@@ -247,8 +247,8 @@ def test_an_invalid_config_value_is_refused_naming_file_field_value_and_fix_befo
 UNSUPPORTED = [
     (
         "llama",
-        {**LLAMA, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}},
-        "rope_type 'yarn'",
+        {**LLAMA, "rope_parameters": {"rope_type": "dynamic", "factor": 4.0}},
+        "rope_type 'dynamic'",
         "default, linear",
     ),
     ("llama", {**LLAMA, "rope_scaling": {"type": "dynamic", "factor": 2.0}}, "rope_type 'dynamic'", "llama3"),
@@ -275,7 +275,7 @@ UNSUPPORTED = [
         "partial_rotary_factor 0.75",
         "1.0",
     ),
-    ("qwen3", {**QWEN3, "rope_parameters": {"rope_type": "yarn", "factor": 4.0}}, "rope_type 'yarn'", "linear"),
+    ("qwen3", {**QWEN3, "rope_parameters": {"rope_type": "dynamic", "factor": 4.0}}, "rope_type 'dynamic'", "linear"),
     ("gemma3", {**GEMMA3, "use_bidirectional_attention": True}, "use_bidirectional_attention True", "false"),
     ("gemma3", {**GEMMA3, "hidden_activation": "gelu"}, "hidden_activation 'gelu'", "gelu_pytorch_tanh"),
     (

@@ -87,6 +87,7 @@ ROPE_LLAMA3 = {
     "high_freq_factor": 4.0,
     "original_max_position_embeddings": 16,
 }
+ROPE_YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 16}
 GEMMA = {
     **SMALL,
     "num_key_value_heads": 2,
@@ -185,6 +186,8 @@ FAMILIES: dict[str, Family] = {
     ),
     "llama": LLAMA,
     "llama-tied": LLAMA.variant({**SMALL, "tie_word_embeddings": True}),
+    # YaRN: interpolated long wavelengths, a ramp to the kept short ones, cos and sin scaled by 0.1 ln(4) + 1
+    "llama-yarn": LLAMA.variant({**SMALL, "num_key_value_heads": 2, "rope_parameters": ROPE_YARN}),
     "qwen2": Family("Qwen2Config", "Qwen2ForCausalLM", QWEN2_FIELDS, LlamaForCausalLM),
     "mistral": Family("MistralConfig", "MistralForCausalLM", MISTRAL_FIELDS, LlamaForCausalLM),
     "qwen3": QWEN3,

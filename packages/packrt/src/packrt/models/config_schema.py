@@ -67,7 +67,7 @@ HF_ACTIVATIONS: Final = (
     "xielu",
 )
 HF_ROPE_TYPES: Final = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
-ROPE_TYPES: Final = ("default", "linear", "llama3")
+ROPE_TYPES: Final = ("default", "linear", "llama3", "yarn")
 # Older names transformers still reads for one model type (Phi-3's "su" is longrope).
 LEGACY_ROPE_TYPES: Final[dict[str, tuple[str, ...]]] = {"phi3": ("su",)}
 HF_LAYER_TYPES: Final = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
@@ -404,8 +404,15 @@ def check_rope_params(config: HFConfig, where: str, params: Mapping[str, Any], m
         if _is_number(partial) and 0 < partial < 1:
             raise unsupported(config, "partial_rotary_factor", partial, ("1.0",), model_type)
         raise error(config, f"{where}.partial_rotary_factor", partial, "expected a number in (0, 1]")
-    if kind in ("linear", "llama3"):
+    if kind in ("linear", "llama3") or (kind == "yarn" and params.get("factor") is not None):
         _rope_number(config, where, params, "factor")
+    if kind == "yarn":
+        for name in ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim"):
+            if params.get(name) is not None:
+                _rope_number(config, where, params, name)
+        original = params.get("original_max_position_embeddings", config.get("max_position_embeddings", 8192))
+        if not (_is_int(original) and original > 0):
+            raise error(config, f"{where}.original_max_position_embeddings", original, "expected a positive integer")
     if kind == "llama3":
         low = _rope_number(config, where, params, "low_freq_factor")
         high = _rope_number(config, where, params, "high_freq_factor")

@@ -52,7 +52,7 @@ from packrt.models.decoder_plan import DecoderBlocks, DecoderLayerPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt.models.rotary import RotaryTables, rope_frequencies
+from packrt.models.rotary import RotaryTables, tables_of
 from packrt_core.nn.plan import serve
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
@@ -367,7 +367,7 @@ class RotaryDecoderLM(CausalLM):
         hidden = widths.hidden
         self.num_layers, self.hidden = len(layers), hidden
         if rotaries is None:
-            rotaries = {"default": RotaryTables(rope_frequencies(config, widths.head_dim))}
+            rotaries = {"default": tables_of(config, widths.head_dim)}
         self.rotaries = dict(rotaries)
         # declared in the order state_dict lists them; a tied head is the embedding's Parameter itself
         self.embed = nn.Embedding(self.vocab, hidden)

@@ -48,7 +48,7 @@ from packrt.models.decoder_blocks import (
     decoder_family,
 )
 from packrt.models.hfconfig import HFConfig
-from packrt.models.rotary import RotaryTables, rope_frequencies
+from packrt.models.rotary import tables_of
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
@@ -107,7 +107,7 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         rotaries = {}
         for kind in sorted(set(kinds)):
             one = HFConfig({"rope_parameters": rope[kind], "max_position_embeddings": limit}, config.path)
-            rotaries[kind] = RotaryTables(rope_frequencies(one, w.head_dim))
+            rotaries[kind] = tables_of(one, w.head_dim)
         # transformers keeps sqrt(hidden) as a float32 tensor: the same rounding here
         self.embed_scale = float(np.float32(math.sqrt(w.hidden)))
         cap = config.get("final_logit_softcapping")

@@ -9,6 +9,7 @@ repeated over both halves (the layout Llama checkpoints in the Hugging Face form
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     the type: ``default`` (``theta ** (-2i / head_dim)``), ``linear`` (divided by ``factor``) or
     ``llama3`` (long wavelengths divided by ``factor``, short ones kept, the band between blended).
     """
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params = _rope_params(config)
     theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
@@ -64,6 +65,8 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
     if kind == "linear":
         return (inv_freq / np.float32(params["factor"])).astype(np.float32)
+    if kind == "yarn":
+        return _yarn(config, params, head_dim, theta, inv_freq)
     if kind == "llama3":
         factor = float(params["factor"])
         low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
@@ -77,15 +80,70 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     return inv_freq
 
 
+def _rope_params(config: HFConfig) -> dict[str, Any]:
+    return dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+
+
+def _yarn_factor(config: HFConfig, params: dict[str, Any]) -> float:
+    factor = params.get("factor")
+    original = params.get("original_max_position_embeddings") or config.integer("max_position_embeddings")
+    return float(factor) if factor is not None else config.integer("max_position_embeddings") / original
+
+
+def _yarn(config: HFConfig, params: dict[str, Any], head_dim: int, theta: float, inv_freq: np.ndarray) -> np.ndarray:
+    """YaRN's inverse frequencies, as transformers computes them: the long wavelengths interpolated by
+    ``factor``, the short ones kept, a linear ramp between the dimensions ``beta_fast`` and ``beta_slow``
+    rotations fall on over ``original_max_position_embeddings``."""
+    factor = _yarn_factor(config, params)
+    original = params.get("original_max_position_embeddings") or config.integer("max_position_embeddings")
+    fast, slow = params.get("beta_fast") or 32, params.get("beta_slow") or 1
+
+    def dimension(rotations: float) -> float:
+        return (head_dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(theta))
+
+    low, high = dimension(fast), dimension(slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    high = high + 0.001 if low == high else high
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    kept = (1 - ramp).astype(np.float32)  # the extrapolated (unscaled) share of each frequency
+    interpolated = (inv_freq / np.float32(factor)).astype(np.float32)
+    return (interpolated * (1 - kept) + inv_freq * kept).astype(np.float32)
+
+
+def rope_attention_factor(config: HFConfig) -> float:
+    """What the cos and sin tables are multiplied by: 1, but for YaRN its ``attention_factor`` (given, or
+    ``0.1 * ln(factor) + 1``, with ``mscale`` / ``mscale_all_dim`` as transformers reads them)."""
+    params = _rope_params(config)
+    if params.get("rope_type", params.get("type")) != "yarn":
+        return 1.0
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+    factor = _yarn_factor(config, params)
+
+    def scale(mscale: float = 1.0) -> float:
+        return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+    mscale, all_dim = params.get("mscale"), params.get("mscale_all_dim")
+    return scale(mscale) / scale(all_dim) if mscale and all_dim else scale()
+
+
+def tables_of(config: HFConfig, head_dim: int) -> RotaryTables:
+    """The rotary tables ``config``'s rope settings give: its frequencies, scaled by its attention factor."""
+    return RotaryTables(rope_frequencies(config, head_dim), rope_attention_factor(config))
+
+
 class RotaryTables:
     """cos/sin rows for positions, grown on demand and kept: a decode step only slices them.
 
     A causal LM holds one (built from its inverse frequencies) and asks it for each forward's rows;
-    the tables follow the device of the activations they are asked for.
+    the tables follow the device of the activations they are asked for. ``scale`` multiplies both
+    (YaRN's attention factor; 1 otherwise).
     """
 
-    def __init__(self, inv_freq: np.ndarray) -> None:
-        self.inv_freq = inv_freq
+    def __init__(self, inv_freq: np.ndarray, scale: float = 1.0) -> None:
+        self.inv_freq, self.scale = inv_freq, scale
         self._cos: packrt.Tensor | None = None
         self._sin: packrt.Tensor | None = None
         self._rows = 0
@@ -93,6 +151,8 @@ class RotaryTables:
     def _grow(self, rows: int, device: packrt.Device) -> None:
         size = max(64, 1 << (rows - 1).bit_length())  # powers of two: a long generation regrows a few times
         cos, sin = cos_sin_tables(self.inv_freq, size)
+        if self.scale != 1.0:  # in float32, as transformers multiplies its float32 tables
+            cos, sin = cos * np.float32(self.scale), sin * np.float32(self.scale)
         self._cos = packrt.from_numpy(cos).to(device)
         self._sin = packrt.from_numpy(sin).to(device)
         self._rows = size
@@ -158,7 +218,9 @@ __all__ = [
     "RotaryTables",
     "cos_sin_tables",
     "inverse_frequencies",
+    "rope_attention_factor",
     "rope_frequencies",
     "rotary_tables",
     "rotate_half",
+    "tables_of",
 ]
