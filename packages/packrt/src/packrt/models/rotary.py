@@ -109,7 +109,8 @@ def _yarn(config: HFConfig, params: dict[str, Any], head_dim: int, theta: float,
     ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
     kept = (1 - ramp).astype(np.float32)  # the extrapolated (unscaled) share of each frequency
     interpolated = (inv_freq / np.float32(factor)).astype(np.float32)
-    return (interpolated * (1 - kept) + inv_freq * kept).astype(np.float32)
+    blended: np.ndarray = (interpolated * (1 - kept) + inv_freq * kept).astype(np.float32)
+    return blended
 
 
 def rope_attention_factor(config: HFConfig) -> float:
