@@ -148,7 +148,7 @@ def test_the_valid_file_opens(tmp_path: Path, valid: bytes) -> None:
     assert packrt_io.open_gguf(path).metadata["tokenizer.ggml.tokens"] == ["a", "bc", "def"]
 
 
-@settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=2000, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_mutated_header_opens_or_is_refused_with_a_packrt_error_within_twice_the_files_size(
     tmp_path: Path, valid: bytes, data: st.DataObject

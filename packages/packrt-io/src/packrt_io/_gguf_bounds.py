@@ -34,6 +34,16 @@ _STRING, _ARRAY = 8, 9
 _SMALLEST: Final[dict[int, int]] = {**_SCALARS, _STRING: 8, _ARRAY: 12}  # the least bytes one item takes
 
 
+def _utf8_problem(raw: memoryview) -> str:
+    """Why ``raw`` is not UTF-8, or "" when it is (the slice is released before this returns)."""
+    with raw:
+        try:
+            str(raw, "utf-8")
+        except UnicodeDecodeError as err:
+            return f"{err.reason} at byte {err.start}"
+    return ""
+
+
 class _Walk:
     """A cursor over the header's bytes that never reads past the file."""
 
@@ -87,7 +97,7 @@ class _Walk:
             start = self.take(_SCALARS[kind], "value")
             return struct.unpack_from("<I", self.data, start)[0] if kind == 4 else None
         if kind == _STRING:
-            self.string("string value")
+            self.string("string value")  # decoded: a value that is not UTF-8 is named here
             return None
         if kind != _ARRAY:
             raise self.fail(f"has value type {kind}, which GGUF does not define (0-12)")
@@ -107,18 +117,24 @@ class _Walk:
         return None
 
     def _strings(self, n: int) -> None:
-        """Skip ``n`` strings (a vocabulary: tens of thousands), each length checked, none decoded."""
-        data, at, size, unpack = self.data, self.at, self.size, struct.unpack_from
-        for index in range(n):
-            if at + 8 > size:
-                self.at = at
-                raise self.fail(f"ends inside the length of its string {index} at offset {at}")
-            length = unpack("<Q", data, at)[0]
-            at += 8
-            if length > size - at:
-                self.at = at
-                raise self.fail(f"gives string {index} a length of {length} bytes, but {size - at} bytes are left")
-            at += length
+        """Skip ``n`` strings (a vocabulary: tens of thousands), each length checked and each UTF-8 (the reader
+        decodes them, and a bare UnicodeDecodeError escaped it)."""
+        at, size, unpack = self.at, self.size, struct.unpack_from
+        with memoryview(self.data) as view:  # released before the mapping closes, even on an error
+            for index in range(n):
+                if at + 8 > size:
+                    self.at = at
+                    raise self.fail(f"ends inside the length of its string {index} at offset {at}")
+                length = unpack("<Q", view, at)[0]
+                at += 8
+                if length > size - at:
+                    self.at = at
+                    raise self.fail(f"gives string {index} a length of {length} bytes, but {size - at} bytes are left")
+                problem = _utf8_problem(view[at : at + length])
+                if problem:
+                    self.at = at
+                    raise self.fail(f"holds string {index}, which is not UTF-8 ({problem})")
+                at += length
         self.at = at
 
 
