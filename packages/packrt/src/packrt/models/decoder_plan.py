@@ -34,14 +34,13 @@ import numpy as np
 
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
-from packrt.models.plan_parts import as_float32, exact, require_storage
+from packrt.models.plan_parts import as_float32, exact, require_served_dtypes, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serving_pack, share_pack, tensor_like
 from packrt_core.tensor import Tensor
 
 _LINEARS = (nn.Linear, nn.QuantizedLinear)
-_DTYPES = ("float32", "bfloat16", "float16")
 _ACTIVATIONS: dict[type, str] = {nn.SiLU: "silu", nn.ReLU: "relu"}
 
 
@@ -132,9 +131,7 @@ class DecoderLayerPlan:
 
     def __init__(self, layer: Any, kernels: PlanKernels, blocks: DecoderBlocks) -> None:
         exact(layer, blocks.layer, "the block", "decoder")
-        for name, param in layer.named_parameters():
-            if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
-                raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
+        require_served_dtypes(layer)
         self.kernels, self.blocks, self.rotary = kernels, blocks, blocks.rotary
         self.device = next(iter(layer.parameters())).device
         self.record = dispatch.kernels_for(self.device)

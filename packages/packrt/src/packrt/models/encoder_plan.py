@@ -35,7 +35,7 @@ import numpy as np
 
 from packrt import nn
 from packrt.models.layers import MultiHeadAttention
-from packrt.models.plan_parts import as_float32, exact, require_storage
+from packrt.models.plan_parts import as_float32, exact, require_served_dtypes, require_storage
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.dtypes import float32
@@ -43,7 +43,6 @@ from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serv
 from packrt_core.tensor import Tensor
 
 _LINEARS = (nn.Linear, nn.QuantizedLinear)
-_DTYPES = ("float32", "bfloat16", "float16")  # weights the plan computes in float32 (float64 keeps its road)
 
 
 _ACTIVATION = {"none": "gelu", "tanh": "gelu_tanh"}
@@ -81,12 +80,6 @@ def _buffer(name: str, rows: int, width: int) -> Any:
     return held[:size].reshape(rows, width)
 
 
-def _refuse_wide(module: Any) -> None:
-    for name, param in module.named_parameters():
-        if param.dtype.is_floating_point and param.dtype.name not in _DTYPES:
-            raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
-
-
 def _output(like: Tensor, out: Any, dtype: Any) -> Tensor:
     """``out`` (float32) as a new tensor on ``like``'s device, rounded once to the weights' ``dtype``."""
     return tensor_like(like, out if dtype is float32 else out.astype(dtype.numpy))
@@ -100,7 +93,7 @@ class EncoderLayerPlan:
 
     def __init__(self, layer: Any, kernels: PlanKernels, layer_kind: type, mlp_kind: type) -> None:
         _exact(layer, layer_kind, "the block")
-        _refuse_wide(layer)
+        require_served_dtypes(layer)
         attention = _exact(layer.attention, MultiHeadAttention, "attention")
         mlp = _exact(layer.mlp, mlp_kind, "mlp")
         act = _exact(mlp.act, nn.GELU, "mlp.act")
@@ -188,7 +181,7 @@ class EmbeddingsPlan:
         names = ("word", "position", "token_type")
         for name in names:
             require_storage(_exact(getattr(embeddings, name), nn.Embedding, name), name)
-        _refuse_wide(embeddings)
+        require_served_dtypes(embeddings)
         self.embeddings = embeddings
         self.tables = tuple(serving_pack(getattr(embeddings, n)) for n in names)
         self.vocab = tuple(getattr(embeddings, n).num_embeddings for n in names)

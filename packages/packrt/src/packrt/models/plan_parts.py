@@ -30,9 +30,19 @@ def require_storage(module: nn.Module, path: str) -> None:
             raise PlanUnavailableError(f"{path}.{name} is storage-free (meta init, not loaded yet)")
 
 
+SERVED_DTYPES = ("float32", "bfloat16", "float16")  # weights a fused form computes in float32 (float64: module road)
+
+
+def require_served_dtypes(module: nn.Module) -> None:
+    """Refuse ``module`` while a floating parameter of it has a dtype the fused forms do not compute in."""
+    for name, param in module.named_parameters():
+        if param.dtype.is_floating_point and param.dtype.name not in SERVED_DTYPES:
+            raise PlanUnavailableError(f"{name} is {param.dtype.name}: the plan serves float32, bfloat16, float16")
+
+
 def as_float32(a: Any) -> Any:
     """``a`` as a float32 array (itself when it is one already); None stays None."""
     return None if a is None else a.astype(np.float32) if a.dtype != np.float32 else a
 
 
-__all__ = ["as_float32", "exact", "require_storage"]
+__all__ = ["SERVED_DTYPES", "as_float32", "exact", "require_served_dtypes", "require_storage"]
