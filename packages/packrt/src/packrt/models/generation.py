@@ -247,6 +247,12 @@ class CausalLM(nn.Module):
     # The positions a rotary model is configured for (max_position_embeddings): explicit position_ids past them
     # are refused, where its rotary table would have grown to the largest (10**8: gigabytes); None: no bound.
     position_limit: int | None = None
+
+    @property
+    def positions_bound(self) -> int | None:
+        """The most positions a call or a generation may use: the learned table's, else the rotary limit."""
+        return self.max_positions if self.max_positions is not None else self.position_limit
+
     pad_token_id: int | None = None
     model_type: str | None = None  # the config.json's, for a class that serves several families
     # generate's defaults; None: the model's own pad id and transformers' length default
@@ -282,7 +288,7 @@ class CausalLM(nn.Module):
         if position_ids is not None and tuple(position_ids.shape) not in ((batch, seq), (1, seq)):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
         if position_ids is not None:
-            check_positions(self._name(), position_ids, self.max_positions or self.position_limit)
+            check_positions(self._name(), position_ids, self.positions_bound)
         step = Step(0, seq, key_mask, input_ids.device)
         return self._logits(self._hidden(input_ids, step, None, position_ids))
 
@@ -306,7 +312,7 @@ class CausalLM(nn.Module):
             max_new_tokens = defaults.new_tokens(prompt)
         # a rotary model's configured positions bound it too, as vLLM's max_model_len does: the token buffer and
         # the cache are sized to the whole run (generate(ids, 10**9) allocated gigabytes before its first step)
-        limit = self.max_positions if self.max_positions is not None else self.position_limit
+        limit = self.positions_bound
         if limit is not None and prompt + max_new_tokens > limit:
             raise ShapeError(
                 f"{self._name()}.generate: {prompt} prompt tokens + {max_new_tokens} new ones exceed the model's "
