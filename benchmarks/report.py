@@ -438,6 +438,25 @@ def plot(history: list[tuple[str, dict[str, Any]]], tracked: list[Tracked], path
     plt.close(fig)
 
 
+def standing(data: dict[str, Any], name: str, stat: str = "min") -> str:
+    """Where one run leaves packrt, for a reader rather than a gate: the machine, the peer table, and every
+    tracked ratio with its target (no baseline columns: this is a position, not a change)."""
+    rows = compare(data, None, {key: 0.0 for key in default_tracked(ratios(medians(data, stat)))}, stat)
+    table = ["| case | packrt / reference | target |", "| --- | ---: | --- |"]
+    for row in rows:
+        impl = "" if row["impl"] == "packrt" else f" {row['impl']}"
+        target = row["target"]
+        met = "-" if target is None else f"<= {target}: {'met' if row['ratio'] <= target else 'missed'}"
+        table.append(f"| {row['case']}{impl} / {row['ref']} | {_num(row['ratio'])} | {met} |")
+    parts = [f"From `{name}` (`benchmarks/baselines/`), the newest stored run:", "", *machine_lines(data), ""]
+    peer_rows = peers_table(data, stat)
+    if peer_rows:
+        parts += ["Against the engines people would use instead, on the same machine in the same run:", ""]
+        parts += [*peer_rows, ""]
+    parts += [f"Every tracked ratio ({stat} of the rounds; below 1.00 packrt is faster):", "", *table]
+    return "\n".join(parts) + "\n"
+
+
 def render(
     data: dict[str, Any],
     baseline: dict[str, Any] | None,

@@ -309,3 +309,11 @@ def test_a_peer_ratio_that_worsened_past_its_margin_fails_compare(tmp_path: Path
     run.write_text(json.dumps(worse))
     assert report.main([str(run), "--baseline", str(base), "--margins", str(margins), "--compare"]) == 1
     assert report.main([str(same), "--baseline", str(base), "--margins", str(margins), "--compare"]) == 0
+
+
+def test_the_standing_names_its_run_and_gives_every_tracked_ratio_with_its_target_and_the_peer_table() -> None:
+    text = report.standing(PEER_RUN, "2026-01-01-test.json")
+    assert text.startswith("From `2026-01-01-test.json`")
+    assert "| peer-dec / best-peer | 1.25 | <= 1.0: missed |" in text  # a target missed is said so
+    assert "| peer-enc | ort-int8 | missing: quantize_dynamic failed: boom | | | | |" in text
+    assert "baseline ratio" not in text and "change" not in text  # a position, not a change

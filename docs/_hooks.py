@@ -9,6 +9,13 @@
 - Generated pages: ``reports/conformance.md`` (the clause tables of the latest reports for packrt
   and torch) and ``reports/changelogs.md`` (every package's CHANGELOG.md).
 - ``<!-- packrt-exports -->``: every name ``import packrt`` exposes, linked to where it is documented.
+- ``<!-- benchmarks-standing -->``: the newest stored benchmark run (``benchmarks/baselines/``) as
+  ``benchmarks/report.py`` summarises it: machine, peer table, every tracked ratio and its target.
+- ``<!-- packrt-cli -->``: the ``packrt`` command's help and every subcommand's, printed from the
+  parser the command itself uses (``packrt.cli.build_parser``), so the page cannot fall behind.
+- No raw Sphinx roles: the docstrings' ``:class:`` and ``:func:`` roles become links through
+  ``docs/_griffe_roles.py``; a role left as text anywhere in the built HTML is a warning (so
+  ``--strict`` fails), naming the page and the role.
 - Links out of docs/ to files of the repository: images are copied into the site, other files are
   shown as their repository path (the site has no source browser); a link to a missing file stays
   as it is, and mkdocs reports it.
@@ -72,6 +79,8 @@ _CITATION = re.compile(r"\[`?([A-Za-z_][A-Za-z0-9_]*(?:\.[a-z0-9][a-z0-9-]*)+)`?
 _MARKER = re.compile(r"<!-- clauses: ([A-Za-z_][A-Za-z0-9_]*) -->")
 _FENCE = re.compile(r"(^```.*?^```[ \t]*$)", re.DOTALL | re.MULTILINE)
 _LINK = re.compile(r"(!?)\[([^\]\n]*)\]\(([^)\s]+)\)")
+# A Sphinx role as it reaches the HTML when nothing converted it (Markdown made its backticks <code>).
+_RAW_ROLE = re.compile(r":(?:py:)?[a-z]+:(?:<code>|`)[^<`]*")
 
 _state: dict[str, Any] = {}
 
@@ -218,6 +227,36 @@ def _clause_table(method: str, page_uri: str) -> str:
     return "\n".join(rows)
 
 
+def _benchmarks_standing() -> str:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("packrt_bench_report", ROOT / "benchmarks" / "report.py")
+    assert spec is not None and spec.loader is not None
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    newest = report.newest_baseline()
+    if newest is None:
+        log.warning("benchmarks/baselines/ holds no stored run for the benchmarks page to open with")
+        return ""
+    return str(report.standing(report.load(newest), newest.name))
+
+
+def _cli_help() -> str:
+    import argparse
+
+    from packrt.cli import build_parser
+
+    os.environ["COLUMNS"] = "100"  # argparse wraps to this width: the same help on every machine
+    parser = build_parser()
+    sections = [f"## `packrt`\n\n```text\n{parser.format_help()}```"]
+    # argparse has no public way to list a parser's subcommands: its actions are the only record
+    for action in parser._actions:  # noqa: SLF001
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for name, sub in action.choices.items():
+                sections.append(f"## `packrt {name}`\n\n```text\n{sub.format_help()}```")
+    return "\n\n".join(sections)
+
+
 def _exports_table(page_uri: str) -> str:
     import packrt
 
@@ -281,6 +320,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
         text = _MARKER.sub(lambda m: _clause_table(m.group(1), uri), text)
         if "<!-- packrt-exports -->" in text:
             text = text.replace("<!-- packrt-exports -->", _exports_table(uri))
+        if "<!-- benchmarks-standing -->" in text:
+            text = text.replace("<!-- benchmarks-standing -->", _benchmarks_standing())
+        if "<!-- packrt-cli -->" in text:
+            text = text.replace("<!-- packrt-cli -->", _cli_help())
 
         def cite(match: re.Match[str]) -> str:
             cid = match.group(1)
@@ -299,6 +342,17 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str
 
 
 def on_post_build(config: Any) -> None:
+    for page in sorted(Path(config["site_dir"]).rglob("*.html")):
+        roles = sorted(set(_RAW_ROLE.findall(page.read_text(encoding="utf-8"))))
+        if roles:
+            shown = ", ".join(role.replace("<code>", "`") + "`" for role in roles[:5])
+            log.warning(
+                "%s shows %d raw Sphinx role(s) as text (%s): write the docstring's reference as a role "
+                "docs/_griffe_roles.py reads (:class:, :func:, :meth:, :mod:, ...) or as plain `code`",
+                page.relative_to(config["site_dir"]),
+                len(roles),
+                shown,
+            )
     missing = sorted({c.method for c in _state["registry"].values()} - _state["tabled"])
     if missing:
         log.warning("module.md has no clause table for %s: add <!-- clauses: <method> --> under its rule", missing)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -197,6 +198,17 @@ def test_a_malformed_command_line_exits_2_with_usage(capsys: pytest.CaptureFixtu
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--help"]) == 0
     assert "inspect" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["inspect", "check", "warmup", "serve"])
+def test_every_subcommand_help_is_plain_text_without_rest_markup(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    # A terminal shows ``Retry-After`` and :class:`X` as typed: help text must read without a renderer.
+    assert main([command, "--help"]) == 0
+    shown = capsys.readouterr().out
+    assert f"usage: packrt {command}" in shown
+    assert "``" not in shown and not re.search(r":[a-z]+:`", shown), shown
 
 
 def _inspect_in_a_subprocess(path: Path) -> subprocess.CompletedProcess[str]:

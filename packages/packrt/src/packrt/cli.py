@@ -270,7 +270,9 @@ class _Version(argparse.Action):
         parser.exit()
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``packrt`` command's argument parser, every subcommand included (the site's CLI reference
+    prints each one's help from it, so the page and ``--help`` cannot disagree)."""
     parser = argparse.ArgumentParser(
         prog="packrt",
         description="Inspect safetensors checkpoints, check them against models, warm the kernel cache, serve a model.",
@@ -400,7 +402,7 @@ def _silence_stdout() -> None:
 
 
 def _dispatch(argv: Sequence[str] | None) -> int:
-    parser = _parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse has already printed usage (or --help) itself

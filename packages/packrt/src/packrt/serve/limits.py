@@ -44,7 +44,7 @@ class ServeLimits:
         default=32, metadata={"help": "Nesting of the request's JSON (the API's shapes need 4)."}
     )
     max_queued_requests: int = field(
-        default=64, metadata={"help": "Requests waiting or running at once; more get 429 with ``Retry-After``."}
+        default=64, metadata={"help": "Requests waiting or running at once; more get 429 with a Retry-After header."}
     )
     request_timeout_s: float = field(
         default=60.0,
@@ -61,9 +61,9 @@ class ServeLimits:
         metadata={"help": "How long the embedding worker waits for more requests to join a batch that has room."},
     )
     max_new_tokens: int = field(
-        default=512, metadata={"help": "Most tokens one completion may ask for (``max_tokens``)."}
+        default=512, metadata={"help": "Most tokens one completion may ask for (its max_tokens field)."}
     )
-    retry_after_s: int = field(default=1, metadata={"help": "The ``Retry-After`` header of a 429."})
+    retry_after_s: int = field(default=1, metadata={"help": "Seconds the Retry-After header of a 429 asks a client to wait."})
 
     def __post_init__(self) -> None:
         for each in fields(self):
