@@ -611,7 +611,8 @@ def gpu(session: nox.Session) -> None:
 def docs_snippets(session: nox.Session) -> None:
     """README's and the docs' examples as a newcomer meets them: each page that marks its install steps
     (``<!-- snippet-install -->``) gets a fresh venv built only from those pip commands, packrt's wheels
-    from dist/, and its python blocks run there in order (docs/_run_snippets.py; one venv per distinct install).
+    from dist/, and its python and bash blocks run there in the page's order, a server a bash block starts
+    stopped after it (docs/_run_snippets.py; one venv per distinct install).
     torch and transformers are hard-linked from the run's once-unpacked copies when a page's step asks for them."""
     unpacked = [f"--unpacked={requirement}={_unpacked_once(session, requirement)}" for requirement in SHARED_UNPACKED]
     scratch = f"--scratch={SHARED.parent}"  # beside SHARED: one file system, so hard links work

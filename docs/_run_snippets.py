@@ -2,10 +2,19 @@
 
 A page takes part when it marks its install steps: an HTML comment ``<!-- snippet-install -->`` on the
 line before a ```bash fence. Every line of that block (comments after ``#`` aside) must be a
-``pip install ...`` (or ``python -m pip install ...``) command; anything else is refused, so a page
-cannot make this script run arbitrary shell. The page's ```python blocks then run in order as one
-program (they share names, as a reader running them one after another would), except a block marked
-``<!-- not-run -->`` on the line before its fence (the convention of packages/packrt/tests/test_docs.py).
+``pip install ...`` (or ``python -m pip install ...``) command, or the checkout's build step
+``python3 -m pip install nox && python3 -m nox -s build`` (packrt is not on the package index: its
+wheels come from a checkout), which the ``--dist`` folder stands for: ``nox -s docs_snippets`` requires
+``nox -s build``, the same command. A ``--find-links dist`` in a pip line means that folder. Anything
+else in an install block is refused.
+
+The page's other blocks then run in the page's order: its ```python blocks as one program (they share
+names, as a reader running them one after another would) and its ```bash blocks with ``bash -e -o
+pipefail``, the venv's ``bin`` first on ``PATH`` (``pip``, ``python`` and ``packrt`` are the venv's), in a
+folder where ``dist`` is the wheels' folder. A bash block may start a server in the background: when the
+block ends, everything it started is stopped. A block marked ``<!-- not-run -->`` on the line before its
+fence is skipped (the convention of packages/packrt/tests/test_docs.py): the README's two top commands
+are, since they run this script themselves.
 
 For each page the script creates a venv with ``python -m venv``, runs the page's install commands in
 it with ``--find-links DIST`` added (packrt's own distributions come from the wheels ``nox -s build``
@@ -52,6 +61,12 @@ _PIP_PREFIXES: tuple[tuple[str, ...], ...] = (
     ("python", "-m", "pip", "install"),
     ("python3", "-m", "pip", "install"),
 )
+# The checkout's build step as an install block may write it: the --dist folder is what it makes.
+_BUILD_STEPS = {
+    ("python3", "-m", "pip", "install", "nox", "&&", "python3", "-m", "nox", "-s", "build"),
+    ("python3", "-m", "nox", "-s", "build"),
+    ("nox", "-s", "build"),
+}
 _TIMEOUT_S = 900  # one page's install or run: a hang guard, several times a quiet machine's minute
 
 
@@ -60,9 +75,10 @@ class SnippetError(Exception):
 
 
 class Block(NamedTuple):
-    """One fenced python block: its number on the page (1-based), first code line, and code (the triple the
-    driver program reads back from JSON)."""
+    """One fenced block that runs: its language (``python`` or ``bash``), its number among the page's blocks
+    of that language (1-based), first code line, and code (what the driver program reads back from JSON)."""
 
+    lang: str
     number: int
     line: int
     code: str
@@ -70,7 +86,7 @@ class Block(NamedTuple):
 
 @dataclass(frozen=True)
 class Page:
-    """A page's install commands (pip arguments after ``install``) and its python blocks that run."""
+    """A page's install commands (pip arguments after ``install``) and its python and bash blocks that run."""
 
     path: str
     installs: tuple[tuple[str, ...], ...]
@@ -78,36 +94,45 @@ class Page:
     skipped: int
 
 
-def _pip_arguments(page: str, line_no: int, line: str) -> tuple[str, ...]:
+def _pip_arguments(page: str, line_no: int, line: str) -> tuple[str, ...] | None:
+    """The pip arguments after ``install``; None for the checkout's build step (``--dist`` stands for it)."""
     words = tuple(shlex.split(line, comments=True))
+    if words in _BUILD_STEPS:
+        return None
     for prefix in _PIP_PREFIXES:
         if words[: len(prefix)] == prefix and len(words) > len(prefix):
             return words[len(prefix) :]
     raise SnippetError(
-        f"{page}:{line_no}: {line.strip()!r} in a {INSTALL_MARK} block is not a 'pip install ...' command; "
-        "an install block holds pip install lines only (move other commands to an unmarked block)"
+        f"{page}:{line_no}: {line.strip()!r} in a {INSTALL_MARK} block is not a 'pip install ...' command or "
+        "the build step 'python3 -m pip install nox && python3 -m nox -s build'; an install block holds those "
+        "only (move other commands to an unmarked bash block, which runs in the page's order)"
     )
 
 
 def read_page(path: str) -> Page:
-    """The page's marked install commands and its python blocks (``<!-- not-run -->`` ones counted apart)."""
+    """The page's marked install commands and its python and bash blocks (``<!-- not-run -->`` ones counted
+    apart), in the page's order."""
     text = (ROOT / path).read_text(encoding="utf-8")
     installs: list[tuple[str, ...]] = []
     blocks: list[Block] = []
-    skipped = number = 0
+    skipped = 0
+    numbers = {"python": 0, "bash": 0}
     for match in _FENCE.finditer(text):
         mark = (match.group("mark") or "").strip()
+        lang = match.group("lang")
         first_line = text.count("\n", 0, match.start("code")) + 1
-        if match.group("lang") == "bash" and mark == INSTALL_MARK:
+        if lang == "bash" and mark == INSTALL_MARK:
             for offset, line in enumerate(match.group("code").splitlines()):
                 if line.strip() and not line.lstrip().startswith("#"):
-                    installs.append(_pip_arguments(path, first_line + offset, line))
-        elif match.group("lang") == "python":
-            number += 1
+                    arguments = _pip_arguments(path, first_line + offset, line)
+                    if arguments is not None:
+                        installs.append(arguments)
+        elif lang in numbers:
+            numbers[lang] += 1
             if mark == "<!-- not-run -->":
                 skipped += 1
             else:
-                blocks.append(Block(number, first_line, match.group("code")))
+                blocks.append(Block(lang, numbers[lang], first_line, match.group("code")))
     return Page(path, tuple(installs), tuple(blocks), skipped)
 
 
@@ -118,31 +143,62 @@ def marked_pages() -> list[str]:
     return [page for page in candidates if marked in (ROOT / page).read_text(encoding="utf-8")]
 
 
-# The program a page runs as: each block compiled under the page's name, padded so its line numbers are the
-# page's, run in one namespace; the first failure names the page and block and ends the run with status 1.
+# The program a page runs as. Python blocks: compiled under the page's name, padded so their line numbers
+# are the page's, run in one namespace. Bash blocks: bash -e -o pipefail in a session of their own, which is
+# ended (SIGTERM, then SIGKILL) when the block returns, so a server a block left in the background stops.
+# The first failure names the page and block and ends the run with status 1.
 _DRIVER = """\
-import json, sys, traceback
+import json, os, signal, subprocess, sys, time, traceback
 page, blocks = sys.argv[1], json.loads(open(sys.argv[2], encoding="utf-8").read())
+timeout = float(sys.argv[3])
 namespace = {"__name__": "__main__"}
-for number, line, code in blocks:
+
+def stop(group):
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(group, sig)
+        except ProcessLookupError:
+            return
+        time.sleep(2)
+
+def run_bash(code):
+    sys.stdout.flush()
+    shell = subprocess.Popen(["bash", "-e", "-o", "pipefail", "-c", code], start_new_session=True)
     try:
-        exec(compile("\\n" * (line - 1) + code, page, "exec"), namespace)
+        status = shell.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        status = f"still running after {timeout:.0f} s"
+    finally:
+        stop(shell.pid)
+    if status != 0:
+        raise RuntimeError(f"bash exited {status}")
+
+for lang, number, line, code in blocks:
+    try:
+        if lang == "bash":
+            run_bash(code)
+        else:
+            exec(compile("\\n" * (line - 1) + code, page, "exec"), namespace)
     except BaseException:
         traceback.print_exc()
-        print(f"FAILED: {page} python block {number} (line {line})", file=sys.stderr)
+        print(f"FAILED: {page} {lang} block {number} (line {line})", file=sys.stderr)
         sys.exit(1)
 """
 
 
-def _env() -> dict[str, str]:
+def _env(venv: Path | None = None) -> dict[str, str]:
+    """The environment a step runs in; with ``venv``, the one a reader gets after activating it."""
     env = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if venv is not None:
+        env["VIRTUAL_ENV"] = str(venv)
+        env["PATH"] = os.pathsep.join([str(venv / "bin"), env.get("PATH", os.defpath)])
     return env
 
 
-def _run(command: list[str], what: str, cwd: Path) -> None:
+def _run(command: list[str], what: str, cwd: Path, venv: Path | None = None) -> None:
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=_TIMEOUT_S)
+    done = subprocess.run(command, cwd=cwd, env=_env(venv), capture_output=True, text=True, timeout=_TIMEOUT_S)
     if done.returncode != 0:
         raise SnippetError(f"{what} exited {done.returncode}:\n{done.stdout[-4000:]}{done.stderr[-8000:]}")
     print(f"     {what} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -169,15 +225,19 @@ def _link_or_copy(source: str, target: str) -> None:
         shutil.copy2(source, target)
 
 
-def run_page(page: Page, python: Path, work: Path) -> None:
-    """Run the page's blocks with ``python`` in ``work`` (an empty directory); SnippetError on a failure."""
+def run_page(page: Page, venv: Path, work: Path, dist: Path) -> None:
+    """Run the page's blocks in ``venv`` from ``work/run`` (empty but for ``dist``, the wheels' folder);
+    SnippetError on a failure."""
     program = work / "_blocks.json"
     program.write_text(json.dumps(page.blocks), encoding="utf-8")
     driver = work / "_driver.py"
     driver.write_text(_DRIVER, encoding="utf-8")
     run_dir = work / "run"
     run_dir.mkdir()
-    _run([str(python), str(driver), page.path, str(program)], f"{page.path}'s python blocks", run_dir)
+    (run_dir / "dist").symlink_to(dist, target_is_directory=True)  # `--find-links dist`, as in a checkout
+    command = [str(venv / "bin" / "python"), str(driver), page.path, str(program), str(_TIMEOUT_S)]
+    kinds = " and ".join(sorted({block.lang for block in page.blocks}))
+    _run(command, f"{page.path}'s {kinds} blocks", run_dir, venv)
 
 
 def run_all(paths: list[str], dist: Path, unpacked: dict[str, Path] | None = None, scratch: Path | None = None) -> int:
@@ -185,7 +245,7 @@ def run_all(paths: list[str], dist: Path, unpacked: dict[str, Path] | None = Non
     pages = sorted((read_page(path) for path in paths), key=lambda p: len(p.installs))
     for page in pages:
         if not page.installs or not page.blocks:
-            raise SnippetError(f"{page.path}: marked pages need install steps and at least one python block to run")
+            raise SnippetError(f"{page.path}: marked pages need install steps and at least one block to run")
     shared = unpacked or {}
     failures: list[str] = []
     if scratch is not None:
@@ -207,6 +267,10 @@ def run_all(paths: list[str], dist: Path, unpacked: dict[str, Path] | None = Non
                         if requirement in shared:
                             _link_unpacked(python, shared[requirement])
                             print(f"     {requirement}: hard-linked from {shared[requirement]}")
+                    pip_arguments = [
+                        str(dist) if arguments[i - 1 : i] == ("--find-links",) and word == "dist" else word
+                        for i, word in enumerate(arguments)
+                    ]
                     command = [
                         str(python),
                         "-m",
@@ -216,20 +280,20 @@ def run_all(paths: list[str], dist: Path, unpacked: dict[str, Path] | None = Non
                         "--no-compile",
                         "--find-links",
                         str(dist),
-                        *arguments,
+                        *pip_arguments,
                     ]
                     _run(command, f"{page.path}: pip install {shlex.join(arguments)}", Path(base))
                 venvs.append((page.installs, venv))
                 work = Path(base) / f"page{index}"
                 work.mkdir()
-                run_page(page, python, work)
+                run_page(page, venv, work, dist)
             except (SnippetError, subprocess.TimeoutExpired) as err:
                 failures.append(f"{page.path}: {err}")
                 print(f"FAIL {page.path} ({time.perf_counter() - started:.0f} s)\n{err}", file=sys.stderr)
                 continue
             skipped = f", {page.skipped} marked not-run" if page.skipped else ""
             print(
-                f"ok   {page.path}: {len(page.blocks)} python blocks ran{skipped} after {len(page.installs)} install "
+                f"ok   {page.path}: {len(page.blocks)} blocks ran{skipped} after {len(page.installs)} install "
                 f"steps ({time.perf_counter() - started:.0f} s)"
             )
     print(f"{len(pages) - len(failures)} passed, {len(failures)} failed")
