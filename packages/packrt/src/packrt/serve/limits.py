@@ -63,7 +63,9 @@ class ServeLimits:
     max_new_tokens: int = field(
         default=512, metadata={"help": "Most tokens one completion may ask for (its max_tokens field)."}
     )
-    retry_after_s: int = field(default=1, metadata={"help": "Seconds the Retry-After header of a 429 asks a client to wait."})
+    retry_after_s: int = field(
+        default=1, metadata={"help": "Seconds the Retry-After header of a 429 asks a client to wait."}
+    )
 
     def __post_init__(self) -> None:
         for each in fields(self):
