@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import numpy as np
 import openai
 import pytest
@@ -186,6 +189,55 @@ def test_a_checkpoint_changed_under_the_replica_fails_health_and_serve_replaces_
         pid = body["pid"] if status == 200 else first
     assert pid != first, f"Serve kept the replica whose checkpoint changed for {HANG_GUARD_S} s"
     assert http("GET", f"{base}/health")[0] == 200
+
+
+def _long_llama(directory: Path, transformers: Any) -> Path:
+    """A random llama with room for a long stream (1024 positions, no eos) and a word-level tokenizer."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=128,
+        num_hidden_layers=4,
+        intermediate_size=256,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        eos_token_id=None,
+    )
+    transformers.LlamaForCausalLM(config).save_pretrained(str(directory))
+    tokenizer = Tokenizer(models.WordLevel({f"w{i}": i for i in range(128)}, unk_token="w0"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.save(str(directory / "tokenizer.json"))
+    return directory
+
+
+def test_a_truncation_during_a_streamed_completion_ends_the_stream_cleanly_and_the_replica_lives(
+    deploy: Any, http: Any, transformers: Any, tmp_path: Path
+) -> None:
+    directory = _long_llama(tmp_path / "long-llama", transformers)
+    base = deploy(build_app(directory, ray_actor_options=SMALL, name="leased"), "leased")
+    replica = http("GET", f"{base}/replica")[1]["pid"]
+    weights = directory / "model.safetensors"
+    body = {"model": "long-llama", "prompt": "w5 w9", "max_tokens": 500, "temperature": 0, "stream": True}
+    events: list[str] = []
+    truncation = threading.Thread(target=os.truncate, args=(weights, 100))  # held by the replica's lease
+    with httpx.stream("POST", f"{base}/v1/completions", json=body, timeout=HANG_GUARD_S) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if line:
+                events.append(line)
+                if line.startswith("data: {") and truncation.ident is None:
+                    truncation.start()  # the stream runs on the replica: truncate the file under it now
+    truncation.join(HANG_GUARD_S)
+    assert weights.stat().st_size == 100
+    assert events[-1] == "data: [DONE]"
+    assert json.loads(events[-2][len("data: ") :])["error"]["code"] == "checkpoint_changed", events[-3:]
+    assert 1 < len(events) < 500, len(events)  # it had started, and it stopped at the step after the truncation
+    assert http("GET", f"{base}/replica")[1]["pid"] == replica  # the same process: no SIGBUS ended it
+    assert http("GET", f"{base}/health")[0] == 503
 
 
 def test_the_readmes_serve_config_file_validates_and_its_builder_applies_every_key(tiny_encoder_dir: Path) -> None:

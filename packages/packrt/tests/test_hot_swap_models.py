@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import sys
 import threading
 import time
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from checkpoints import LLAMA, random_weights, write_checkpoint
+from faults import skip_unless_leased, truncate_from_another_process_during
 
 import packrt
 from packrt import io
@@ -178,3 +180,30 @@ def test_a_stream_names_the_file_truncated_between_two_of_its_steps(tmp_path: Pa
     os.truncate(directory / "model.safetensors", 100)
     with pytest.raises(CheckpointError, match=r"model\.safetensors': the memory-mapped file .* shrank from \d+ to 100"):
         next(steps)
+
+
+def test_a_truncation_by_another_process_during_a_streamed_step_ends_the_stream_with_a_checkpoint_error(
+    tmp_path: Path,
+) -> None:
+    directory = write_checkpoint(tmp_path / "model", LLAMA)
+    model = from_pretrained(directory, weight_residency="borrowed")
+    skip_unless_leased(model)
+    writers = truncate_from_another_process_during(model, model.layers[0], directory / "model.safetensors", 3)
+    steps = model.stream(IDS, 16, eos_token_id=None)
+    taken = [next(steps) for _ in range(3)]  # the third step is the one the truncation arrives in
+    with pytest.raises(CheckpointError, match=r"model\.safetensors': the memory-mapped file .* changed"):
+        next(steps)
+    assert len(writers) == 1 and len(taken) == 3  # the step the truncation arrived in finished on the weights loaded
+    assert writers[0].wait(30) == 0 and (directory / "model.safetensors").stat().st_size == 100
+
+
+def test_a_truncation_by_another_process_during_a_batched_encode_is_a_checkpoint_error(
+    tmp_path: Path, encoder_dir: Path
+) -> None:
+    directory = Path(shutil.copytree(encoder_dir, tmp_path / "encoder"))
+    encoder = SentenceEncoder.from_pretrained(directory, weight_residency="borrowed")
+    skip_unless_leased(encoder.model)
+    writers = truncate_from_another_process_during(encoder.model, encoder.model, directory / "model.safetensors", 2)
+    with pytest.raises(CheckpointError, match=r"model\.safetensors': the memory-mapped file .* changed"):
+        encoder.encode(["one", "batch", "at a time"], batch_size=1)
+    assert writers[0].wait(30) == 0

@@ -24,9 +24,11 @@ if os.environ.get("PACKRT_REQUIRE_TORCH") != "1":
     pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
 
 import httpx2 as httpx
+from faults import skip_unless_leased, truncate_from_another_process_during
 from serving import START_S, free_port, running, wait_healthy
 
 from packrt.cli import main
+from packrt.serve import ServedModel, ServeLimits
 
 WAIT_S = 120.0
 
@@ -81,6 +83,40 @@ def test_a_checkpoint_rewritten_in_place_fails_health_and_every_request_with_a_j
                 assert json.loads(events[-2][len("data: ") :])["error"]["code"] == "checkpoint_changed"
             else:
                 _checkpoint_error(completion)
+
+
+def test_a_truncation_during_a_streamed_completion_ends_it_with_an_error_event_and_the_server_lives(
+    llama_dir: Path, tmp_path: Path
+) -> None:
+    llama = _copy(llama_dir, tmp_path)
+    served = ServedModel.load(llama)
+    skip_unless_leased(served.module)
+    writers = truncate_from_another_process_during(
+        served.module, served.module.layers[0], llama / "model.safetensors", 3
+    )
+    body = {"prompt": "hello world the cat", "max_tokens": 32, "temperature": 0, "stream": True}
+    with running(served) as server:
+        completion = httpx.post(f"{server.base}/v1/completions", json=body, timeout=WAIT_S)
+        events = [line for line in completion.text.splitlines() if line]
+        assert completion.status_code == 200 and events[-1] == "data: [DONE]"
+        assert json.loads(events[-2][len("data: ") :])["error"]["code"] == "checkpoint_changed", events
+        assert writers[0].wait(WAIT_S) == 0  # the writer went on once the step in flight had ended
+        assert "shrank from" in _checkpoint_error(httpx.get(f"{server.base}/health", timeout=WAIT_S))
+
+
+def test_a_truncation_during_a_batched_embedding_request_is_a_json_503_and_the_server_lives(
+    encoder_dir: Path, tmp_path: Path
+) -> None:
+    encoder = _copy(encoder_dir, tmp_path)
+    served = ServedModel.load(encoder)
+    skip_unless_leased(served.module)
+    writers = truncate_from_another_process_during(served.module, served.module, encoder / "model.safetensors", 2)
+    texts = ["one text", "a second, longer text than the first", "and a third one, longer again than those"]
+    with running(served, ServeLimits(max_batch_tokens=16)) as server:  # one text per model call
+        answer = httpx.post(f"{server.base}/v1/embeddings", json={"input": texts}, timeout=WAIT_S)
+        assert "the memory-mapped file the model serves from changed" in _checkpoint_error(answer)
+        assert writers[0].wait(WAIT_S) == 0
+        assert httpx.get(f"{server.base}/health", timeout=WAIT_S).status_code == 503
 
 
 @contextmanager
