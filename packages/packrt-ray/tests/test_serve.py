@@ -240,6 +240,26 @@ def test_a_truncation_during_a_streamed_completion_ends_the_stream_cleanly_and_t
     assert http("GET", f"{base}/health")[0] == 503
 
 
+def test_a_truncation_during_a_batched_embedding_request_is_a_json_503_and_the_replica_lives(
+    deploy: Any, http: Any, minilm_dir: Path, tmp_path: Path
+) -> None:
+    directory = Path(shutil.copytree(minilm_dir, tmp_path / "minilm"))
+    limits = {"max_batch_tokens": 128}  # one text per model call: a request of many texts is many calls
+    base = deploy(build_app(directory, limits=limits, ray_actor_options=SMALL, name="leased-minilm"), "leased-minilm")
+    replica = http("GET", f"{base}/replica")[1]["pid"]
+    texts = [" ".join(f"word{i}" for i in range(start, start + 100)) for start in range(256)]
+    answer: list[tuple[int, Any]] = []
+    request = threading.Thread(target=lambda: answer.append(http("POST", f"{base}/v1/embeddings", {"input": texts})))
+    request.start()
+    time.sleep(1.0)  # the replica is a few calls into the request's 256 (about 2.5 s of them)
+    os.truncate(directory / "model.safetensors", 100)  # held by the replica's lease until the call in flight ends
+    request.join(HANG_GUARD_S)
+    status, body = answer[0]
+    assert status == 503, body
+    assert body["error"]["code"] == "checkpoint_changed"
+    assert http("GET", f"{base}/replica")[1]["pid"] == replica  # the same process: no SIGBUS ended it
+
+
 def test_the_readmes_serve_config_file_validates_and_its_builder_applies_every_key(tiny_encoder_dir: Path) -> None:
     # What `serve run config.yaml` / `serve deploy` do with it, short of deploying: Serve's own schema
     # reads the file, its builder call hands `args` to app_builder, whose deployment carries each key.
