@@ -32,7 +32,7 @@ from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
 from packrt.models.granite import GraniteForCausalLM
-from packrt.models.kinds import ModelDescription, describe
+from packrt.models.kinds import ModelDescription, PromptNameError, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
 from packrt.models.ministral import MinistralForCausalLM
@@ -59,6 +59,7 @@ __all__ = [
     "LlamaForCausalLM",
     "MinistralForCausalLM",
     "ModelDescription",
+    "PromptNameError",
     "Olmo2ForCausalLM",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",

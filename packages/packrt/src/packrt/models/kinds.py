@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import packrt_io
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, PackrtError
 from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, olmo2, phi3, qwen3, roberta, smollm3
 from packrt.models.gguf_architectures import ARCHITECTURES
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
@@ -84,17 +84,33 @@ def find_family(config: HFConfig) -> Family:
     return family
 
 
-POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens")  # sentence-transformers' order
-# sentence-transformers 6's ``pooling_mode`` names -> the legacy ``pooling_mode_*`` names packrt pools by; the
-# modes it has that packrt does not implement yet
-_POOLING_NAMES = {"cls": "cls_token", "max": "max_tokens", "mean": "mean_tokens", **{m: m for m in POOLING_MODES}}
-_POOLING_NOT_YET = ("weightedmean", "lasttoken", "weightedmean_tokens")
-_STEPS = ("Transformer", "Pooling", "Normalize")  # the modules.json steps SentenceEncoder runs
+# sentence-transformers' pooling modes, in its order (its 5.x flags are pooling_mode_<name>)
+POOLING_MODES = ("cls_token", "max_tokens", "mean_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+# sentence-transformers 6's ``pooling_mode`` names -> the legacy names packrt pools by
+_POOLING_NAMES = {
+    "cls": "cls_token",
+    "max": "max_tokens",
+    "mean": "mean_tokens",
+    "weightedmean": "weightedmean_tokens",
+    **{m: m for m in POOLING_MODES},
+}
+# the modules.json steps SentenceEncoder runs, in the order it runs them: Dense steps (any number) after the
+# pooling, and Normalize last
+_STEPS = ("Transformer", "Pooling", "Dense", "Normalize")
+# a Dense step's activation_function (torch's class path) -> the name SentenceEncoder applies it by
+DENSE_ACTIVATIONS = {
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Tanh": "tanh",
+    "torch.nn.modules.activation.ReLU": "relu",
+    "torch.nn.modules.activation.GELU": "gelu",
+    "torch.nn.modules.activation.Sigmoid": "sigmoid",
+    "torch.nn.modules.activation.SiLU": "silu",
+}
 
 
 def _pooling_modes(config: dict[str, Any], where: Path) -> tuple[str, ...]:
     """The pooling modes of a Pooling step's config, in its order: sentence-transformers 6's ``pooling_mode``
-    (a name or a list of names) or 5's ``pooling_mode_*`` flags; a mode packrt does not implement is refused
+    (a name or a list of names) or 5's ``pooling_mode_*`` flags; a mode packrt does not know is refused
     by name, never skipped."""
     given = config.get("pooling_mode")
     if given is not None:
@@ -102,20 +118,60 @@ def _pooling_modes(config: dict[str, Any], where: Path) -> tuple[str, ...]:
         if not isinstance(names, list) or not names or not all(isinstance(name, str) for name in names):
             raise CheckpointError(f"{str(where)!r}: field 'pooling_mode' is {given!r}, expected a mode name or a list")
     else:
-        flags = {f"pooling_mode_{m}": m for m in (*POOLING_MODES, "weightedmean_tokens", "lasttoken")}
+        flags = {f"pooling_mode_{m}": m for m in POOLING_MODES}
         names = [mode for key, mode in flags.items() if config.get(key)]
     unknown = [name for name in names if name not in _POOLING_NAMES]
     if unknown:
         implemented = ", ".join(sorted({*_POOLING_NAMES}))
-        later = [name for name in unknown if name in _POOLING_NOT_YET]
-        what = "does not implement yet" if later else "does not know"
         raise UnsupportedModelError(
-            f"{str(where)!r}: pooling mode {unknown[0]!r} is one packrt {what} (it pools by {implemented}); "
+            f"{str(where)!r}: pooling mode {unknown[0]!r} is one packrt does not know (it pools by {implemented}); "
             "its vectors would differ from sentence-transformers'. Serve the model with sentence-transformers"
         )
     if not names:
         raise CheckpointError(f"{str(where)!r} turns on no pooling mode ({', '.join(sorted(_POOLING_NAMES))})")
     return tuple(_POOLING_NAMES[name] for name in names)
+
+
+@dataclass(frozen=True)
+class DenseStep:
+    """A sentence-transformers Dense step: ``activation(x @ weight.T + bias)`` on the pooled vector, read from
+    its folder's config.json (the weights, ``linear.weight`` and ``linear.bias``, are in its model.safetensors)."""
+
+    path: Path
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: str  # a value of DENSE_ACTIVATIONS
+    residual: bool  # sentence-transformers' use_residual: the input added to the output (same width only)
+
+    @classmethod
+    def read(cls, path: Path) -> DenseStep:
+        where = path / "config.json"
+        config = _json(where, "a Dense step's config.json")
+        if not isinstance(config, dict):
+            raise CheckpointError(f"{str(where)!r} must hold a JSON object (in_features, out_features, ...)")
+        sizes = {}
+        for name in ("in_features", "out_features"):
+            value = config.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise CheckpointError(f"{str(where)!r}: field {name!r} is {value!r}, expected a positive integer")
+            sizes[name] = value
+        given = config.get("activation_function", "torch.nn.modules.activation.Tanh")  # its default
+        if given not in DENSE_ACTIVATIONS:
+            raise UnsupportedModelError(
+                f"{str(where)!r}: activation_function {given!r} is not one SentenceEncoder applies "
+                f"({', '.join(sorted(DENSE_ACTIVATIONS))}); its vectors would differ from sentence-transformers'. "
+                "Serve the model with sentence-transformers"
+            )
+        residual = bool(config.get("use_residual", False))
+        if residual and sizes["in_features"] != sizes["out_features"]:
+            raise UnsupportedModelError(
+                f"{str(where)!r}: use_residual with in_features {sizes['in_features']} != out_features "
+                f"{sizes['out_features']} needs a residual projection SentenceEncoder does not run; serve the model "
+                "with sentence-transformers"
+            )
+        bias = config.get("bias", True)
+        return cls(path, sizes["in_features"], sizes["out_features"], bool(bias), DENSE_ACTIVATIONS[given], residual)
 
 
 def _json(path: Path, what: str) -> Any:
@@ -127,40 +183,53 @@ def _json(path: Path, what: str) -> Any:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """What modules.json and its configs say: where the transformer is, how to pool, whether to normalize."""
+    """What modules.json and its configs say: where the transformer is, how to pool, the Dense steps after the
+    pooling, whether to normalize, and config_sentence_transformers.json's prompts."""
 
     transformer: Path
     pooling: tuple[str, ...]
     normalize: bool
     max_seq_length: int | None
+    dense: tuple[DenseStep, ...] = ()
+    include_prompt: bool = True  # the pooling counts the prompt's tokens (False: they are masked out of it)
+    prompts: tuple[tuple[str, str], ...] = ()  # (name, text) in the file's order
+    default_prompt_name: str | None = None  # the prompt encode prepends when none is asked for
 
     @classmethod
     def read(cls, directory: Path) -> Pipeline:
         modules = _json(directory / "modules.json", "modules.json (its list of steps)")
-        if not isinstance(modules, list):
+        if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
             raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
-        by_kind = {str(m.get("type", "")).rsplit(".", 1)[-1]: m for m in modules if isinstance(m, dict)}
-        others = [kind for kind in by_kind if kind not in _STEPS]
-        if others:  # a Dense projection, a LayerNorm...: skipping it would give other vectors
-            step = by_kind[others[0]]
-            raise UnsupportedModelError(
-                f"{str(directory / 'modules.json')!r} lists a {others[0]} step ({step.get('path', '')!r}), which "
-                f"SentenceEncoder does not run (it runs {', '.join(_STEPS)}); skipping it would give other vectors "
-                "than sentence-transformers'. Serve the model with sentence-transformers"
-            )
-        if "Transformer" not in by_kind or "Pooling" not in by_kind:
+        steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+        kinds = [kind for kind, _ in steps]
+        for kind, path in steps:
+            if kind not in _STEPS:  # a LayerNorm, a WordWeights...: skipping it would give other vectors
+                raise UnsupportedModelError(
+                    f"{str(directory / 'modules.json')!r} lists a {kind} step ({path!r}), which SentenceEncoder "
+                    f"does not run (it runs {', '.join(_STEPS)}); skipping it would give other vectors than "
+                    "sentence-transformers'. Serve the model with sentence-transformers"
+                )
+        expected = [
+            "Transformer",
+            "Pooling",
+            *(["Dense"] * kinds.count("Dense")),
+            *(["Normalize"] * ("Normalize" in kinds)),
+        ]
+        if kinds != expected:
             raise CheckpointError(
-                f"{str(directory / 'modules.json')!r} lists {sorted(by_kind)}; SentenceEncoder serves a Transformer "
-                "followed by a Pooling step (and optionally Normalize)"
+                f"{str(directory / 'modules.json')!r} lists the steps {kinds}; SentenceEncoder runs a Transformer, a "
+                "Pooling, any Dense steps and an optional Normalize, in that order"
             )
-        transformer = directory / str(by_kind["Transformer"].get("path", ""))
-        pooling_path = directory / str(by_kind["Pooling"].get("path", "1_Pooling")) / "config.json"
+        paths = dict(steps)
+        transformer = directory / paths["Transformer"]
+        pooling_path = directory / (paths["Pooling"] or "1_Pooling") / "config.json"
         pooling_config = _json(pooling_path, "the pooling step's config")
         if not isinstance(pooling_config, dict):
             raise CheckpointError(
                 f"{str(pooling_path)!r} must hold a JSON object: pooling_mode or pooling_mode_* flags"
             )
         modes = _pooling_modes(pooling_config, pooling_path)
+        dense = tuple(DenseStep.read(directory / path) for kind, path in steps if kind == "Dense")
         settings = transformer / "sentence_bert_config.json"
         bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
         max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
@@ -171,7 +240,47 @@ class Pipeline:
                 f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
                 "(the most tokens a text is truncated to); fix the file"
             )
-        return cls(transformer, modes, "Normalize" in by_kind, max_length)
+        prompts, default = _prompts(directory / "config_sentence_transformers.json")
+        include = pooling_config.get("include_prompt", True)
+        return cls(transformer, modes, "Normalize" in kinds, max_length, dense, bool(include), prompts, default)
+
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each input, as sentence-transformers' ``encode`` picks it: ``prompt`` when given,
+        else the prompt named ``prompt_name``, else the default prompt, else none (an unknown name is a
+        :class:`PromptNameError`)."""
+        if prompt is not None:
+            return prompt
+        named = dict(self.prompts)
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in named:
+            raise PromptNameError(
+                f"prompt_name {name!r} is not among this model's prompts {sorted(named)} "
+                "(config_sentence_transformers.json); pass one of them, or the text itself as prompt="
+            )
+        return named[name]
+
+
+class PromptNameError(PackrtError, ValueError):
+    """A prompt name the sentence-transformers directory does not define."""
+
+
+def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
+    """config_sentence_transformers.json's prompts and default prompt name (none when the file is absent)."""
+    if not path.exists():
+        return (), None
+    config = _json(path, "config_sentence_transformers.json")
+    prompts = config.get("prompts", {}) if isinstance(config, dict) else None
+    if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+        raise CheckpointError(f"{str(path)!r}: field 'prompts' is {prompts!r}, expected an object of name: text")
+    default = config.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise CheckpointError(
+            f"{str(path)!r}: field 'default_prompt_name' is {default!r}, which is not among its prompts "
+            f"{sorted(prompts)}; fix the file"
+        )
+    return tuple(prompts.items()), default
 
 
 # What the served model's output is: a sentence-transformers pipeline's pooled embedding, a plain
@@ -268,12 +377,15 @@ def _describe_gguf(where: Path) -> ModelDescription:
 
 
 __all__ = [
+    "DENSE_ACTIVATIONS",
     "FAMILIES",
     "POOLING_MODES",
+    "DenseStep",
     "Format",
     "Head",
     "ModelDescription",
     "Pipeline",
+    "PromptNameError",
     "describe",
     "encoder_families",
     "find_family",

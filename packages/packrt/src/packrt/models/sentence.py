@@ -3,11 +3,13 @@
 :meth:`SentenceEncoder.from_pretrained` reads the directory the way sentence-transformers does:
 ``modules.json`` lists the steps (a Transformer, a Pooling, optionally a Normalize),
 ``sentence_bert_config.json`` gives ``max_seq_length``, ``1_Pooling/config.json`` the pooling
-modes. Text is tokenized by the ``tokenizers`` library from ``tokenizer.json`` (truncated to
+modes, each ``Dense`` folder a projection, and ``config_sentence_transformers.json`` the prompts.
+Text is tokenized by the ``tokenizers`` library from ``tokenizer.json`` (truncated to
 ``max_seq_length``, padded to the longest text of each batch), and the transformer is loaded by
 :func:`packrt.models.from_pretrained`, so ``weight_residency="borrowed"`` serves it from the
 mapped file. :meth:`SentenceEncoder.encode` then gives the vectors sentence-transformers gives:
-masked mean pooling (or the configured modes, concatenated in its order), L2-normalized.
+the configured pooling modes (concatenated in its order), the Dense steps, and L2 normalization
+where the directory has a Normalize step.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from tokenizers import Encoding, Tokenizer
 
 import packrt
 from packrt import nn
-from packrt.errors import PackrtError
+from packrt.errors import CheckpointError, PackrtError
 from packrt.models.devices import host, model_device, placed
 from packrt.models.gguf_tokenizer import read_tokenizer_json
-from packrt.models.kinds import POOLING_MODES, Pipeline
+from packrt.models.kinds import POOLING_MODES, DenseStep, Pipeline
 from packrt.models.pretrained import from_pretrained
 from packrt_core.publication import reading
+from packrt_io import load_arrays
 
 
 class TextTypeError(PackrtError, TypeError):
@@ -81,10 +84,11 @@ class SentenceEncoder:
     float32 vectors. ``model`` is the packrt encoder, ``tokenizer`` the ``tokenizers.Tokenizer``.
     """
 
-    def __init__(self, model: nn.Module, tokenizer: Tokenizer, pipeline: Pipeline) -> None:
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer, pipeline: Pipeline, dense: Sequence[Dense] = ()) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.pipeline = pipeline
+        self.dense = tuple(dense)  # the pipeline's Dense steps with their weights, in order
 
     @classmethod
     def from_pretrained(
@@ -134,11 +138,13 @@ class SentenceEncoder:
             # the model numbers positions around its own pad id, so padding must use that id
             pad_id, pad_token = int(reserved), tokenizer.id_to_token(int(reserved)) or pad_token
         tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)  # to the longest
-        return cls(model, tokenizer, pipeline)
+        return cls(model, tokenizer, pipeline, [Dense.load(step) for step in pipeline.dense])
 
     @property
     def dimension(self) -> int:
-        """Length of one embedding: hidden size times the number of pooling modes."""
+        """Length of one embedding: the last Dense step's width, else hidden size times the pooling modes."""
+        if self.dense:
+            return self.dense[-1].step.out_features
         hidden = int(getattr(getattr(self.model, "config", None), "hidden", 0))
         return hidden * len(self.pipeline.pooling)
 
@@ -166,42 +172,55 @@ class SentenceEncoder:
         device = model_device(self.model)  # as generate places its ids: a model moved elsewhere reads them there
         return {name: placed(rows, device) for name, rows in fields.items()}
 
-    def embed(self, encodings: Sequence[Encoding], normalize: bool | None = None) -> np.ndarray:
+    def embed(self, encodings: Sequence[Encoding], normalize: bool | None = None, prompt_tokens: int = 0) -> np.ndarray:
         """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
-        model call: what :meth:`encode` gives the same texts (``normalize`` as there). A server tokenizes each
-        text once, counts its tokens from that encoding and batches the encodings of several requests through
-        this call."""
+        model call: what :meth:`encode` gives the same texts (``normalize`` as there; ``prompt_tokens``: how
+        many leading tokens are a prompt, see :meth:`prompt_tokens`). A server tokenizes each text once, counts
+        its tokens from that encoding and batches the encodings of several requests through this call."""
         if not encodings:
             return np.empty((0, self.dimension), dtype=np.float32)
-        return self._embed(self.batch(encodings), self.pipeline.normalize if normalize is None else normalize)
+        unit = self.pipeline.normalize if normalize is None else normalize
+        return self._embed(self.batch(encodings), unit, prompt_tokens)
 
-    def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool) -> np.ndarray:
+    def prompt_tokens(self, prompt: str) -> int:
+        """How many leading tokens ``prompt`` puts before a text, as sentence-transformers counts them for a
+        pooling that leaves the prompt out (``include_prompt`` false): the prompt's tokens with the special
+        ones around it, less a trailing special one. 0 when the pooling counts the prompt, or for no prompt."""
+        if not prompt or self.pipeline.include_prompt:
+            return 0
+        encoding = self.tokenizer.encode(prompt)
+        return len(encoding.ids) - int(bool(encoding.special_tokens_mask[-1]))
+
+    def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool, prompt_tokens: int = 0) -> np.ndarray:
         hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         # pooled on the host: from another device the hidden state comes back with .cpu()
-        pooled = self._pool(np.asarray(host(hidden), dtype=np.float32), host(batch["attention_mask"]))
+        mask = host(batch["attention_mask"])
+        if prompt_tokens:
+            mask = mask.copy()
+            mask[:, :prompt_tokens] = 0  # right-padded rows: the prompt is their first tokens
+        pooled = pool(self.pipeline.pooling, np.asarray(host(hidden), dtype=np.float32), mask)
+        for dense in self.dense:
+            pooled = dense(pooled)
         if normalize:
             pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
         return pooled
 
-    def _pool(self, hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
-        weights = mask[:, :, None].astype(hidden.dtype)
-        counts = np.maximum(weights.sum(axis=1), np.float32(1e-9))
-        parts = []
-        for mode in self.pipeline.pooling:
-            if mode == "cls_token":
-                parts.append(hidden[:, 0])
-            elif mode == "max_tokens":
-                parts.append(np.where(weights > 0, hidden, np.float32(-1e9)).max(axis=1))
-            elif mode == "mean_tokens":
-                parts.append((hidden * weights).sum(axis=1) / counts)
-            else:
-                parts.append((hidden * weights).sum(axis=1) / np.sqrt(counts))
-        return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
-
-    def encode(self, texts: Iterable[str], batch_size: int = 32, normalize: bool | None = None) -> np.ndarray:
+    def encode(
+        self,
+        texts: Iterable[str],
+        batch_size: int = 32,
+        normalize: bool | None = None,
+        *,
+        prompt_name: str | None = None,
+        prompt: str | None = None,
+    ) -> np.ndarray:
         """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``; by default
         (None) when the directory's modules.json has a Normalize step, as sentence-transformers gives them (a
         plain Hugging Face encoder directory: normalized).
+
+        ``prompt`` (a text) or ``prompt_name`` (one of the directory's prompts) is put before every text, as
+        sentence-transformers does; with neither, the directory's ``default_prompt_name`` when it has one
+        (:meth:`Pipeline.prompt`). Where the pooling leaves the prompt out, its tokens are masked out of it.
 
         ``texts`` is any iterable of str (a generator is read once); a single str, bytes, or an entry
         that is not a str (None, a number, bytes) is a :class:`TextTypeError` (a ``TypeError``) naming
@@ -213,14 +232,101 @@ class SentenceEncoder:
         items = as_texts(texts, "SentenceEncoder.encode")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise BatchSizeError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
+        before = self.pipeline.prompt(prompt_name, prompt)
+        skipped = self.prompt_tokens(before)
+        items = [before + item for item in items] if before else items
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         unit = self.pipeline.normalize if normalize is None else normalize
         out = np.empty((len(items), self.dimension), dtype=np.float32)
         with reading():  # every batch of the call from one version of the weights: a load lands before or after
             for begin in range(0, len(order), batch_size):
                 chosen = order[begin : begin + batch_size]
-                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), unit)
+                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), unit, skipped)
         return out
 
 
-__all__ = ["POOLING_MODES", "BatchSizeError", "Pipeline", "SentenceEncoder", "TextTypeError", "as_texts"]
+def pool(modes: Sequence[str], hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """(batch, width * len(modes)) the pooled ``hidden`` (batch, tokens, width) over the tokens ``mask`` keeps,
+    each mode as sentence-transformers' Pooling computes it, concatenated in the order given."""
+    kept = mask[:, :, None].astype(hidden.dtype)
+    counts = np.maximum(kept.sum(axis=1), np.float32(1e-9))
+    first = mask.argmax(axis=1)  # the first token kept: 0 unless the rows are padded on the left
+    rows = np.arange(hidden.shape[0])
+    parts = []
+    for mode in modes:
+        if mode == "cls_token":
+            parts.append(hidden[rows, first])
+        elif mode == "max_tokens":
+            parts.append(np.where(kept > 0, hidden, np.float32(-np.inf)).max(axis=1))
+        elif mode == "mean_tokens":
+            parts.append((hidden * kept).sum(axis=1) / counts)
+        elif mode == "mean_sqrt_len_tokens":
+            parts.append((hidden * kept).sum(axis=1) / np.sqrt(counts))
+        elif mode == "weightedmean_tokens":  # position weights 1, 2, ... from the first token kept
+            positions = np.arange(1, hidden.shape[1] + 1, dtype=hidden.dtype)[None, :] - first[:, None]
+            weights = kept * positions[:, :, None]
+            parts.append((hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), np.float32(1e-9)))
+        else:  # lasttoken: the last token kept (zeros for a row that keeps none)
+            last = hidden.shape[1] - 1 - mask[:, ::-1].argmax(axis=1)
+            parts.append(hidden[rows, last] * kept[rows, last])
+    return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
+
+
+_ACTIVATIONS = {
+    "identity": lambda x: x,
+    "tanh": np.tanh,
+    "relu": lambda x: np.maximum(x, np.float32(0)),
+    "sigmoid": lambda x: np.float32(1) / (np.float32(1) + np.exp(-x)),
+    "silu": lambda x: x / (np.float32(1) + np.exp(-x)),
+    "gelu": lambda x: nn.functional.gelu(packrt.from_numpy(np.ascontiguousarray(x))).numpy(),  # exact, as torch's
+}
+
+
+class Dense:
+    """A Dense step with its weights: ``activation(x @ weight.T + bias)`` (plus ``x`` with ``use_residual``)."""
+
+    def __init__(self, step: DenseStep, weight: np.ndarray, bias: np.ndarray | None) -> None:
+        self.step, self.weight, self.bias = step, weight, bias
+
+    @classmethod
+    def load(cls, step: DenseStep) -> Dense:
+        """The step's weights from its folder's model.safetensors, checked against its config's sizes."""
+        path = step.path / "model.safetensors"
+        if not path.is_file():
+            older = step.path / "pytorch_model.bin"
+            fix = "save it again with sentence-transformers 3 or later" if older.exists() else "the folder lacks it"
+            raise CheckpointError(f"{str(path)!r}: a Dense step's weights are read from model.safetensors; {fix}")
+        arrays, _ = load_arrays(path, mmap=False)
+        shapes = {"linear.weight": (step.out_features, step.in_features)}
+        if step.bias:
+            shapes["linear.bias"] = (step.out_features,)
+        for key, shape in shapes.items():
+            found = arrays.get(key)
+            if found is None or found.shape != shape:
+                actual = "missing" if found is None else f"shape {found.shape}"
+                raise CheckpointError(
+                    f"{str(path)!r}: tensor {key!r} is {actual}, expected shape {shape} from "
+                    f"{str(step.path / 'config.json')!r}"
+                )
+        weight = np.ascontiguousarray(arrays["linear.weight"], dtype=np.float32)
+        bias = np.asarray(arrays["linear.bias"], dtype=np.float32) if step.bias else None
+        return cls(step, weight, bias)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        out = x @ self.weight.T
+        if self.bias is not None:
+            out = out + self.bias
+        out = _ACTIVATIONS[self.step.activation](out)
+        return (out + x if self.step.residual else out).astype(np.float32, copy=False)
+
+
+__all__ = [
+    "POOLING_MODES",
+    "BatchSizeError",
+    "Dense",
+    "Pipeline",
+    "SentenceEncoder",
+    "TextTypeError",
+    "as_texts",
+    "pool",
+]

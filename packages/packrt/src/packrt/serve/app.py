@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -162,8 +163,11 @@ class _App:
             encoder = served.encoder
             if self.bound < served.max_positions:
                 encoder.tokenizer.enable_truncation(max_length=self.bound)
+            # the directory's default prompt is before every text (ServedModel.tokenize), as encode puts it
+            prompt_tokens = encoder.prompt_tokens(encoder.pipeline.prompt())
             self.worker = EmbedWorker(
-                encoder.embed,  # the queued encodings, batched: no text is tokenized again
+                # the queued encodings, batched: no text is tokenized again
+                functools.partial(encoder.embed, prompt_tokens=prompt_tokens),
                 encoder.dimension,
                 capacity,
                 limits.max_batch_tokens,

@@ -151,10 +151,13 @@ class ServedModel:
 
     def tokenize(self, texts: list[str]) -> list[TokenizedText]:
         """Each text tokenized once (as TEI does): the encoding the model reads, and the count the limits and
-        usage read, both from the same pass. ``counter`` splits the text (no truncation, no special tokens);
+        usage read, both from the same pass (a sentence-transformers directory's default prompt put before each
+        text, as ``encode`` puts it). ``counter`` splits the text (no truncation, no special tokens);
         ``tokenizer.post_process`` then truncates it to the server's bound and adds the special tokens, exactly
         as ``tokenizer.encode`` would, without tokenizing it again."""
         specials = self.tokenizer.num_special_tokens_to_add(False)
+        if self.encoder is not None and (prompt := self.encoder.pipeline.prompt()):
+            texts = [prompt + text for text in texts]  # the default prompt, as SentenceEncoder.encode puts it
         return [
             TokenizedText(self.tokenizer.post_process(split), len(split.ids) + specials)
             for split in self.counter.encode_batch(texts, add_special_tokens=False)

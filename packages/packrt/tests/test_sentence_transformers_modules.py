@@ -1,0 +1,200 @@
+"""Directories sentence-transformers saved itself, one per module kind and pooling mode (with and without Dense,
+Normalize and prompts), give its vectors: ``SentenceEncoder.encode`` against ``SentenceTransformer.encode`` on
+the same padded batch, to 1e-5, keyword for keyword (``prompt_name``, ``prompt``, the default prompt).
+
+Each directory is a random 2-layer, 32-wide BERT with all-MiniLM-L6-v2's tokenizer, put together and saved
+by sentence-transformers (``SentenceTransformer(modules=[...]).save``), then loaded back by it for the
+expected vectors, so the files are exactly what it writes.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import shutil
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from packrt.errors import CheckpointError
+from packrt.models import PromptNameError, SentenceEncoder, UnsupportedModelError
+
+TEXTS = ["A man is eating food.", "The sky is blue today.", "", "serving models on small machines, quickly and well"]
+PROMPTS = {"query": "query: ", "document": "passage: "}
+
+
+@pytest.fixture(scope="module")
+def sentence_transformers() -> ModuleType:
+    return pytest.importorskip("sentence_transformers")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
+    """A random 32-wide BERT directory with MiniLM's tokenizer files (what a Transformer module loads)."""
+    import torch
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tiny-bert")
+    config = transformers.BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64
+    )
+    transformers.BertModel(config).save_pretrained(str(directory))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, directory / name)
+    return directory
+
+
+def _saved(st: ModuleType, bert: Path, directory: Path, *steps: str, **options: Any) -> Path:
+    """A sentence-transformers directory saved by sentence-transformers: Transformer, Pooling (``pooling_mode``,
+    ``include_prompt``), then ``steps`` ('tanh' / 'identity' / 'gelu': a Dense step of that activation, 8
+    narrower than its input; 'normalize'), with ``prompts`` / ``default_prompt_name``."""
+    import torch
+
+    torch.manual_seed(1)
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")  # 6.x's home of them
+    width = 32
+    pooling = modules.Pooling(
+        width, pooling_mode=options.get("pooling_mode", "mean"), include_prompt=options.get("include_prompt", True)
+    )
+    chain: list[Any] = [modules.Transformer(str(bert), max_seq_length=64), pooling]
+    width = pooling.get_sentence_embedding_dimension()
+    activations = {"tanh": torch.nn.Tanh(), "identity": torch.nn.Identity(), "gelu": torch.nn.GELU()}
+    for step in steps:
+        if step == "normalize":
+            chain.append(modules.Normalize())
+        else:
+            chain.append(modules.Dense(width, width - 8, activation_function=activations[step]))
+            width -= 8
+    model = st.SentenceTransformer(
+        modules=chain, prompts=options.get("prompts"), default_prompt_name=options.get("default_prompt_name")
+    )
+    model.save(str(directory))
+    return directory
+
+
+def _both(st: ModuleType, directory: Path, **keywords: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(packrt's, sentence-transformers') vectors of TEXTS from ``directory``, with the same encode keywords."""
+    expected = st.SentenceTransformer(str(directory), device="cpu").encode(TEXTS, convert_to_numpy=True, **keywords)
+    got = SentenceEncoder.from_pretrained(directory).encode(TEXTS, batch_size=3, **keywords)  # padded batches
+    return got, np.asarray(expected, dtype=np.float32)
+
+
+@pytest.mark.parametrize(
+    "mode",
+    ["cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken", ["weightedmean", "lasttoken", "cls"]],
+)
+def test_every_pooling_mode_gives_sentence_transformers_vectors(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path, mode: Any
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", pooling_mode=mode)
+    got, expected = _both(sentence_transformers, directory)
+    assert got.shape == expected.shape == (len(TEXTS), 32 * (len(mode) if isinstance(mode, list) else 1))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "steps", [("tanh", "normalize"), ("identity",), ("gelu", "tanh", "normalize")], ids=["tanh", "identity", "two"]
+)
+def test_dense_steps_project_the_pooled_vector_as_sentence_transformers_does(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path, steps: tuple[str, ...]
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", *steps, pooling_mode="weightedmean")
+    got, expected = _both(sentence_transformers, directory)
+    width = 32 - 8 * sum(step != "normalize" for step in steps)
+    assert got.shape == (len(TEXTS), width) and SentenceEncoder.from_pretrained(directory).dimension == width
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    norms = np.linalg.norm(got, axis=-1)
+    assert np.allclose(norms, 1.0, atol=1e-5) == ("normalize" in steps)  # normalized only with the step
+
+
+@pytest.mark.parametrize("include_prompt", [True, False])
+@pytest.mark.parametrize(
+    "keywords", [{}, {"prompt_name": "document"}, {"prompt": "Represent this: "}], ids=["default", "named", "given"]
+)
+def test_prompts_are_put_before_each_text_as_sentence_transformers_puts_them(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path, keywords: dict[str, str], include_prompt: bool
+) -> None:
+    directory = _saved(
+        sentence_transformers,
+        tiny_bert,
+        tmp_path / "st",
+        "normalize",
+        pooling_mode="mean",
+        include_prompt=include_prompt,
+        prompts=PROMPTS,
+        default_prompt_name="query",
+    )
+    got, expected = _both(sentence_transformers, directory, **keywords)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    without = SentenceEncoder.from_pretrained(directory).encode(TEXTS, prompt="")
+    assert not np.allclose(got, without, atol=1e-4)  # the prompt changed the vectors: it was applied
+
+
+def test_a_prompt_name_the_directory_does_not_define_is_refused_with_the_names_it_has(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", prompts=PROMPTS)
+    encoder = SentenceEncoder.from_pretrained(directory)
+    with pytest.raises(PromptNameError, match=r"prompt_name 'search' is not among this model's prompts \['document'"):
+        encoder.encode(TEXTS, prompt_name="search")
+    with pytest.raises(ValueError, match="pass one of them"):  # also the builtin a Python user catches
+        encoder.encode(TEXTS, prompt_name="search")
+
+
+def test_a_dense_activation_packrt_does_not_apply_is_refused_by_name(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", "tanh")
+    config = directory / "2_Dense" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "activation_function": "torch.nn.Softplus"}))
+    with pytest.raises(
+        UnsupportedModelError, match=r"activation_function 'torch.nn.Softplus' is not one SentenceEncoder"
+    ):
+        SentenceEncoder.from_pretrained(directory)
+
+
+def test_dense_weights_that_do_not_fit_its_config_are_refused_naming_the_tensor(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", "tanh")
+    config = directory / "2_Dense" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "out_features": 20}))
+    with pytest.raises(CheckpointError, match=r"tensor 'linear.weight' is shape \(24, 32\), expected shape \(20, 32\)"):
+        SentenceEncoder.from_pretrained(directory)
+
+
+def test_a_dense_step_saved_as_a_pickle_only_is_refused_with_the_fix(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path
+) -> None:
+    directory = _saved(sentence_transformers, tiny_bert, tmp_path / "st", "tanh")
+    (directory / "2_Dense" / "model.safetensors").rename(directory / "2_Dense" / "pytorch_model.bin")
+    with pytest.raises(CheckpointError, match=r"read from model.safetensors; save it again with sentence-transformers"):
+        SentenceEncoder.from_pretrained(directory)
+
+
+def test_packrt_serve_gives_the_default_prompt_and_dense_vectors_sentence_transformers_gives(
+    sentence_transformers: ModuleType, tiny_bert: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
+    import httpx2 as httpx
+    from serving import running
+
+    directory = _saved(
+        sentence_transformers,
+        tiny_bert,
+        tmp_path / "st",
+        "tanh",
+        "normalize",
+        prompts=PROMPTS,
+        default_prompt_name="query",
+    )
+    expected = sentence_transformers.SentenceTransformer(str(directory), device="cpu").encode(TEXTS)
+    with running(directory) as server:
+        answer = httpx.post(f"{server.base}/v1/embeddings", json={"input": TEXTS}, timeout=120)
+    assert answer.status_code == 200, answer.text
+    got = np.asarray([item["embedding"] for item in answer.json()["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
