@@ -15,7 +15,7 @@ where the directory has a Normalize step.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -272,7 +272,7 @@ def pool(modes: Sequence[str], hidden: np.ndarray, mask: np.ndarray) -> np.ndarr
     return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
 
 
-_ACTIVATIONS = {
+_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "identity": lambda x: x,
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, np.float32(0)),
@@ -297,7 +297,7 @@ class Dense:
             fix = "save it again with sentence-transformers 3 or later" if older.exists() else "the folder lacks it"
             raise CheckpointError(f"{str(path)!r}: a Dense step's weights are read from model.safetensors; {fix}")
         arrays, _ = load_arrays(path, mmap=False)
-        shapes = {"linear.weight": (step.out_features, step.in_features)}
+        shapes: dict[str, tuple[int, ...]] = {"linear.weight": (step.out_features, step.in_features)}
         if step.bias:
             shapes["linear.bias"] = (step.out_features,)
         for key, shape in shapes.items():
@@ -317,7 +317,9 @@ class Dense:
         if self.bias is not None:
             out = out + self.bias
         out = _ACTIVATIONS[self.step.activation](out)
-        return (out + x if self.step.residual else out).astype(np.float32, copy=False)
+        if self.step.residual:
+            out = out + x
+        return np.asarray(out, dtype=np.float32)
 
 
 __all__ = [
