@@ -74,12 +74,14 @@ def test_a_causal_lm_has_no_sentence_pipeline(saved: Mapping[str, tuple[Path, An
         described.pipeline()
 
 
-def test_a_sentence_transformers_pipeline_over_a_causal_lm_is_refused_naming_the_step(
+def test_a_sentence_transformers_pipeline_over_a_causal_lm_pools_its_hidden_states(
     saved: Mapping[str, tuple[Path, Any]], minilm_dir: Path, tmp_path: Path
 ) -> None:
+    # as sentence-transformers runs a decoder (Qwen3-Embedding): the Transformer step's last hidden states, pooled
     directory = tmp_path / "pipeline"
     shutil.copytree(saved["gpt2"][0], directory)
     shutil.copy(minilm_dir / "modules.json", directory / "modules.json")
     shutil.copytree(minilm_dir / "1_Pooling", directory / "1_Pooling")
-    with pytest.raises(UnsupportedModelError, match=r"the Transformer step .* is a gpt2 causal LM, but a sentence"):
-        describe(directory)
+    described = describe(directory)
+    assert (described.kind, described.head, described.family.name) == ("causal-lm", "sentence-embedding", "gpt2")
+    assert described.pipeline().pooling == ("mean_tokens",)

@@ -198,3 +198,91 @@ def test_packrt_serve_gives_the_default_prompt_and_dense_vectors_sentence_transf
     assert answer.status_code == 200, answer.text
     got = np.asarray([item["embedding"] for item in answer.json()["data"]], dtype=np.float32)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen3(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
+    """A random 2-layer Qwen3ForCausalLM (tied head, as Qwen3-Embedding-0.6B) with a word-level tokenizer that
+    appends an end token and pads on the left, as Qwen3-Embedding's does."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tiny-qwen3")
+    config = transformers.Qwen3Config(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        tie_word_embeddings=True,
+    )
+    transformers.Qwen3ForCausalLM(config).save_pretrained(str(directory))
+    vocab = {"<pad>": 0, "<end>": 1, **{f"w{i}": i for i in range(2, 128)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(single="$A <end>", special_tokens=[("<end>", 1)])
+    tokenizer.save(str(directory / "tokenizer.json"))
+    settings = {"eos_token": "<end>", "pad_token": "<pad>", "padding_side": "left"}
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(settings | {"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    return directory
+
+
+DECODER_TEXTS = ["w5 w9 w17", "w3", "w20 w21 w22 w23 w24 w25 w26", "w7 w7"]
+
+
+@pytest.mark.parametrize("mode", ["lasttoken", "mean"])
+def test_a_decoder_embedding_model_gives_sentence_transformers_vectors(
+    sentence_transformers: ModuleType, tiny_qwen3: Path, tmp_path: Path, mode: str
+) -> None:
+    """Qwen3-Embedding's shape: a qwen3 base model saved by sentence-transformers (config.json says
+    Qwen3Model, no head), last-token pooling, Normalize, an instruction prompt; its batches padded on the left
+    there, on the right here (rotary attention depends on relative positions only)."""
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+    chain = [modules.Transformer(str(tiny_qwen3)), modules.Pooling(32, pooling_mode=mode), modules.Normalize()]
+    saved = sentence_transformers.SentenceTransformer(modules=chain, prompts={"query": "w40 w41 w42 "})
+    saved.save(str(tmp_path / "st"))
+    assert json.loads((tmp_path / "st" / "config.json").read_text())["architectures"] == ["Qwen3Model"]
+    reference = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    encoder = SentenceEncoder.from_pretrained(tmp_path / "st")
+    for keywords in ({}, {"prompt_name": "query"}):
+        expected = reference.encode(DECODER_TEXTS, convert_to_numpy=True, **keywords)
+        got = encoder.encode(DECODER_TEXTS, batch_size=4, **keywords)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert encoder.dimension == 32
+
+
+def test_a_decoder_base_model_alone_is_refused_as_a_causal_lm(
+    sentence_transformers: ModuleType, tiny_qwen3: Path, tmp_path: Path
+) -> None:
+    from packrt.models import describe
+
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+    chain = [modules.Transformer(str(tiny_qwen3)), modules.Pooling(32, pooling_mode="lasttoken")]
+    sentence_transformers.SentenceTransformer(modules=chain).save(str(tmp_path / "st"))
+    (tmp_path / "st" / "modules.json").unlink()  # the base model's directory, without the pipeline
+    with pytest.raises(UnsupportedModelError, match=r"architecture 'Qwen3Model' is the qwen3 base model, without"):
+        describe(tmp_path / "st")
+
+
+def test_packrt_serve_answers_embeddings_for_a_decoder_embedding_model(
+    sentence_transformers: ModuleType, tiny_qwen3: Path, tmp_path: Path
+) -> None:
+    pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
+    import httpx2 as httpx
+    from serving import running
+
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+    chain = [modules.Transformer(str(tiny_qwen3)), modules.Pooling(32, pooling_mode="lasttoken"), modules.Normalize()]
+    sentence_transformers.SentenceTransformer(modules=chain).save(str(tmp_path / "st"))
+    expected = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(DECODER_TEXTS)
+    with running(tmp_path / "st") as server:
+        answer = httpx.post(f"{server.base}/v1/embeddings", json={"input": DECODER_TEXTS}, timeout=120)
+    assert answer.status_code == 200, answer.text  # an embeddings endpoint, not completions
+    got = np.asarray([item["embedding"] for item in answer.json()["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

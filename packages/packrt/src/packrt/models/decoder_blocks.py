@@ -348,7 +348,7 @@ class RotaryDecoderLM(CausalLM):
 
     def __init__(self, config: HFConfig) -> None:
         super().__init__()
-        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings")
+        self.vocab, self.tied = config.integer("vocab_size"), config.flag("tie_word_embeddings") or headless(config)
         self.position_limit = config.optional_int("max_position_embeddings")
         self.pad_token_id = (config.token_ids("pad_token_id") or (None,))[0]
 
@@ -437,6 +437,20 @@ GATED_MLP_ROWS: tuple[tuple[str, str], ...] = (
 )
 
 
+def headless(config: HFConfig) -> bool:
+    """Whether config.json names the family's base model (``Qwen3Model``, ``LlamaModel``: what
+    sentence-transformers saves under a decoder embedding model), which has no LM head. packrt then ties the
+    head to the embedding so the same class serves it; only its hidden states mean anything."""
+    names = config.get("architectures") or []
+    return isinstance(names, list) and any(base_architecture(str(name)) for name in names)
+
+
+def base_architecture(name: str) -> bool:
+    """Whether ``name`` is a transformers base-model class (``Qwen3Model``, ``Gemma3TextModel``), not a model
+    with a head (``Qwen3ForCausalLM``, ``GPT2LMHeadModel``)."""
+    return name.endswith("Model") and "For" not in name and "Head" not in name
+
+
 def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]]) -> KeyMap:
     """A rotary decoder's key map: its per-layer rows (transformers' name after ``layers.{i}.``, packrt's)
     plus what every such checkpoint holds (``model.embed_tokens``, ``model.norm``, ``lm_head``).
@@ -444,7 +458,8 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]]) -> K
     A tied head stored twice is left unused (the embedding is the one used); rotary ``inv_freq``
     buffers some checkpoints carry are ignored.
     """
-    tied = completed(config).flag("tie_word_embeddings")  # the schema says whether a head is tied by default
+    # the schema says whether a head is tied by default; a base model's file has no head to load
+    tied = completed(config).flag("tie_word_embeddings") or headless(config)
     rules = [Rule("embed_tokens.weight", "embed.weight"), Rule("norm.weight", "norm.weight")]
     if not tied:
         rules.append(Rule("lm_head.weight", "lm_head.weight", prefixed=False))
@@ -481,7 +496,9 @@ __all__ = [
     "RotaryAttention",
     "RotaryDecoderLM",
     "decoder_family",
+    "base_architecture",
     "decoder_keymap",
+    "headless",
     "layer_windows",
     "residual_dtype",
 ]

@@ -278,7 +278,11 @@ class CausalLM(nn.Module):
         input_ids: packrt.Tensor,
         attention_mask: packrt.Tensor | None = None,
         position_ids: packrt.Tensor | None = None,
+        *,
+        hidden: bool = False,
     ) -> packrt.Tensor:
+        """(batch, seq, vocab) logits of every position (``attention_mask``: 0 marks padding); with ``hidden``
+        the (batch, seq, hidden) final hidden states instead (see :meth:`hidden_states`)."""
         batch, seq = check_ids(self._name(), input_ids, self.max_positions)
         key_mask = None
         if attention_mask is not None:
@@ -290,7 +294,21 @@ class CausalLM(nn.Module):
         if position_ids is not None:
             check_positions(self._name(), position_ids, self.positions_bound)
         step = Step(0, seq, key_mask, input_ids.device)
-        return self._logits(self._hidden(input_ids, step, None, position_ids))
+        states = self._hidden(input_ids, step, None, position_ids)
+        return states if hidden else self._logits(states)
+
+    def hidden_states(
+        self,
+        input_ids: packrt.Tensor,
+        attention_mask: packrt.Tensor | None = None,
+        position_ids: packrt.Tensor | None = None,
+    ) -> packrt.Tensor:
+        """(batch, seq, hidden) final hidden states, after the last norm and before the LM head: what
+        transformers' base model (``Qwen3Model``) returns as ``last_hidden_state``, and what a sentence
+        embedding pools. One call of the model (its hooks, its mapped files' check, one version of the
+        weights), with the call's arguments and checks."""
+        states: packrt.Tensor = self(input_ids, attention_mask, position_ids, hidden=True)
+        return states
 
     def _device(self) -> packrt.Device:
         """Where the model computes: its parameters' device (the CPU for a model without any)."""

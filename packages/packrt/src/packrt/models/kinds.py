@@ -24,6 +24,7 @@ from typing import Any, Literal
 import packrt_io
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, olmo2, phi3, qwen3, roberta, smollm3
+from packrt.models.decoder_blocks import base_architecture
 from packrt.models.gguf_architectures import ARCHITECTURES
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
 from packrt.models.keymap import Family, FamilyKind
@@ -75,13 +76,21 @@ def find_family(config: HFConfig) -> Family:
             f"{str(config.path)!r}: field 'architectures' is {architectures!r}, expected a list of class names "
             f"such as [{family.architectures[0]!r}]; fix config.json"
         )
-    unknown = [name for name in architectures if name not in family.architectures]
+    unknown = [name for name in architectures if name not in family.architectures + base_models(family)]
     if unknown:
         raise UnsupportedModelError(
             f"{str(config.path)!r}: architecture {unknown[0]!r} (model_type {model_type!r}) is not one packrt "
             f"builds; for {model_type!r} it builds {', '.join(family.architectures)}; supported: {listed}"
         )
     return family
+
+
+def base_models(family: Family) -> tuple[str, ...]:
+    """The base-model classes of a rotary decoder family (``Qwen3Model``, ``Gemma3TextModel`` for
+    ``Qwen3ForCausalLM``, ``Gemma3ForCausalLM``): what sentence-transformers saves for an embedding model over
+    the decoder. No head: served as the Transformer step of a sentence-transformers directory only."""
+    stems = [name.removesuffix("ForCausalLM") for name in family.architectures if name.endswith("ForCausalLM")]
+    return tuple(name for stem in stems for name in (f"{stem}Model", f"{stem}TextModel"))
 
 
 # sentence-transformers' pooling modes, in its order (its 5.x flags are pooling_mode_<name>)
@@ -319,7 +328,7 @@ class ModelDescription:
         """How an encoder's texts become embeddings: a sentence-transformers directory's own pipeline, or for a
         plain encoder directory what sentence-transformers makes of one (mean pooling; normalized here).
         A causal LM has none: :class:`~packrt.models.UnsupportedModelError`."""
-        if self.kind != "encoder":
+        if self.kind != "encoder" and not self.sentence_transformers:
             raise UnsupportedModelError(
                 f"{str(self.path)!r} is a {self.family.name} causal LM; sentence embeddings need an encoder (a "
                 f"sentence-transformers directory, or a {encoder_families()} directory with tokenizer.json)"
@@ -343,14 +352,15 @@ def describe(path: str | os.PathLike[str]) -> ModelDescription:
     if (where / "modules.json").is_file():
         pipeline = Pipeline.read(where)
         found = _describe_directory(where, pipeline.transformer)
-        if found.kind != "encoder":
-            raise UnsupportedModelError(
-                f"{str(where / 'modules.json')!r}: the Transformer step {str(pipeline.transformer)!r} is a "
-                f"{found.family.name} causal LM, but a sentence-transformers pipeline pools an encoder's hidden "
-                "states; serve the causal LM's own directory instead"
-            )
-        return replace(found, path=where, head="sentence-embedding")
-    return _describe_directory(where, where)
+        return replace(found, path=where, head="sentence-embedding")  # an encoder's or a decoder's hidden states
+    found = _describe_directory(where, where)
+    if found.kind == "causal-lm" and base_architecture(found.architecture):
+        raise UnsupportedModelError(
+            f"{str(where / 'config.json')!r}: architecture {found.architecture!r} is the {found.family.name} base "
+            "model, without the LM head a causal LM needs; packrt serves it as the Transformer step of a "
+            "sentence-transformers directory (modules.json) only. For completions, serve a ForCausalLM checkpoint"
+        )
+    return found
 
 
 def _describe_directory(where: Path, weights: Path) -> ModelDescription:

@@ -25,6 +25,7 @@ import packrt
 from packrt import nn
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models.devices import host, model_device, placed
+from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.kinds import POOLING_MODES, DenseStep, Pipeline
 from packrt.models.pretrained import from_pretrained
@@ -78,7 +79,9 @@ def _fix(item: object) -> str:
 
 
 class SentenceEncoder:
-    """A tokenizer, a BERT-family (bert, roberta, xlm-roberta) encoder and the pooling of a sentence-transformers model.
+    """A tokenizer, a transformer and the pooling of a sentence-transformers model: a BERT-family encoder (bert,
+    roberta, xlm-roberta), or a decoder's last hidden states (Qwen3-Embedding: a qwen3 base model, last-token
+    pooling).
 
     Build it with :meth:`from_pretrained`; ``encode(texts)`` returns (len(texts), dimension)
     float32 vectors. ``model`` is the packrt encoder, ``tokenizer`` the ``tokenizers.Tokenizer``.
@@ -125,7 +128,10 @@ class SentenceEncoder:
             pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
         )
         config = getattr(model, "config", None)
-        positions = int(getattr(config, "max_positions", 512))
+        if isinstance(model, CausalLM):  # a decoder embedding model (Qwen3-Embedding): its configured positions
+            positions = model.positions_bound or pipeline.max_seq_length or 512
+        else:
+            positions = int(getattr(config, "max_positions", 512))
         reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows
         if reserved is not None:
             positions -= int(reserved) + 1
@@ -145,8 +151,8 @@ class SentenceEncoder:
         """Length of one embedding: the last Dense step's width, else hidden size times the pooling modes."""
         if self.dense:
             return self.dense[-1].step.out_features
-        hidden = int(getattr(getattr(self.model, "config", None), "hidden", 0))
-        return hidden * len(self.pipeline.pooling)
+        hidden = getattr(getattr(self.model, "config", None), "hidden", None) or getattr(self.model, "hidden", 0)
+        return int(hidden) * len(self.pipeline.pooling)
 
     def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
         """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``
@@ -192,7 +198,10 @@ class SentenceEncoder:
         return len(encoding.ids) - int(bool(encoding.special_tokens_mask[-1]))
 
     def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool, prompt_tokens: int = 0) -> np.ndarray:
-        hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        if isinstance(self.model, CausalLM):  # a decoder's last hidden states (causal, no token types)
+            hidden = self.model.hidden_states(batch["input_ids"], batch["attention_mask"])
+        else:
+            hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         # pooled on the host: from another device the hidden state comes back with .cpu()
         mask = host(batch["attention_mask"])
         if prompt_tokens:

@@ -30,9 +30,10 @@ Kind = Literal["embeddings", "completions"]
 
 
 def endpoint(described: models.ModelDescription) -> Kind:
-    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: embeddings for an
-    encoder (a sentence-transformers pipeline, or a plain encoder directory), completions for a causal LM."""
-    return "embeddings" if described.kind == "encoder" else "completions"
+    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: embeddings for a
+    sentence-transformers pipeline (over an encoder or a decoder) or a plain encoder directory, completions for
+    a causal LM."""
+    return "embeddings" if described.kind == "encoder" or described.sentence_transformers else "completions"
 
 
 def _chat_template(path: Path) -> str | None:
