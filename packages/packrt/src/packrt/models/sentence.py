@@ -151,7 +151,8 @@ class SentenceEncoder:
         """Length of one embedding: the last Dense step's width, else hidden size times the pooling modes."""
         if self.dense:
             return self.dense[-1].step.out_features
-        hidden = getattr(getattr(self.model, "config", None), "hidden", None) or getattr(self.model, "hidden", 0)
+        config = getattr(self.model, "config", None)  # an encoder's config, or a decoder's own width
+        hidden: int = getattr(config, "hidden", None) or getattr(self.model, "hidden", 0)
         return int(hidden) * len(self.pipeline.pooling)
 
     def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
