@@ -152,8 +152,8 @@ class SentenceEncoder:
         if self.dense:
             return self.dense[-1].step.out_features
         config = getattr(self.model, "config", None)  # an encoder's config, or a decoder's own width
-        hidden: int = getattr(config, "hidden", None) or getattr(self.model, "hidden", 0)
-        return int(hidden) * len(self.pipeline.pooling)
+        hidden = int(getattr(config, "hidden", 0) or getattr(self.model, "hidden", 0))
+        return hidden * len(self.pipeline.pooling)
 
     def tokenize(self, texts: Iterable[str]) -> dict[str, packrt.Tensor]:
         """``input_ids``, ``attention_mask`` and ``token_type_ids`` (batch, longest) int64 for ``texts``
