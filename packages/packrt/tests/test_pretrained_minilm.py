@@ -102,7 +102,6 @@ def test_encode_takes_a_generator_or_a_tuple_as_it_takes_a_list(encoder: Sentenc
 @pytest.mark.parametrize(
     ("texts", "pattern"),
     [
-        ("one text", r"takes a list of texts, got a single str; wrap a single text as \[text\]"),
         (b"raw", r"takes a list of str, got bytes; decode it first"),
         (42, r"takes a list of str, got int 42"),
         ([1, 2], r"texts\[0\] is int 1, not a str; pass every text as a str"),
@@ -110,13 +109,18 @@ def test_encode_takes_a_generator_or_a_tuple_as_it_takes_a_list(encoder: Sentenc
         ([b"bytes"], r"texts\[0\] is bytes b'bytes', not a str; decode bytes first"),
         ((t for t in ["a", "b", 3.5]), r"texts\[2\] is float 3\.5, not a str"),
     ],
-    ids=["str", "bytes", "int", "ints", "none", "bytes-item", "generator"],
+    ids=["bytes", "int", "ints", "none", "bytes-item", "generator"],
 )
 def test_encode_refuses_what_is_not_texts_naming_the_index_and_the_type(
     encoder: SentenceEncoder, texts: object, pattern: str
 ) -> None:
     with pytest.raises(TextTypeError, match=f"^SentenceEncoder.encode.*{pattern}"):
         encoder.encode(texts)  # type: ignore[arg-type]
+
+
+def test_tokenize_refuses_a_single_str_which_encode_takes_as_one_text(encoder: SentenceEncoder) -> None:
+    with pytest.raises(TextTypeError, match=r"takes a list of texts, got a single str; wrap a single text as \[text\]"):
+        encoder.tokenize("one text")  # type: ignore[arg-type]
 
 
 def test_a_refused_text_is_a_packrt_error_and_a_type_error(encoder: SentenceEncoder) -> None:

@@ -14,9 +14,11 @@ where the directory has a Normalize step.
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tokenizers import Encoding, Tokenizer
@@ -25,6 +27,7 @@ import packrt
 from packrt import nn
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models.devices import host, model_device, placed
+from packrt.models.embedding_quantization import PRECISIONS, Precision, quantize_embeddings
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.kinds import POOLING_MODES, DenseStep, Pipeline
@@ -39,6 +42,10 @@ class TextTypeError(PackrtError, TypeError):
 
 class BatchSizeError(PackrtError, ValueError):
     """``batch_size`` for :meth:`SentenceEncoder.encode` is not a positive int."""
+
+
+class EncodeArgumentError(PackrtError, ValueError):
+    """A keyword of :meth:`SentenceEncoder.encode` with a value it does not take (named in the message)."""
 
 
 def as_texts(texts: object, where: str) -> list[str]:
@@ -198,61 +205,149 @@ class SentenceEncoder:
         encoding = self.tokenizer.encode(prompt)
         return len(encoding.ids) - int(bool(encoding.special_tokens_mask[-1]))
 
-    def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool, prompt_tokens: int = 0) -> np.ndarray:
+    def _hidden(self, batch: dict[str, packrt.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+        """The transformer's last hidden states (batch, tokens, width) float32 and the attention mask, on the host."""
         if isinstance(self.model, CausalLM):  # a decoder's last hidden states (causal, no token types)
             hidden = self.model.hidden_states(batch["input_ids"], batch["attention_mask"])
         else:
             hidden = self.model(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
         # pooled on the host: from another device the hidden state comes back with .cpu()
-        mask = host(batch["attention_mask"])
+        return np.asarray(host(hidden), dtype=np.float32), host(batch["attention_mask"])
+
+    def _embed(self, batch: dict[str, packrt.Tensor], normalize: bool, prompt_tokens: int = 0) -> np.ndarray:
+        hidden, mask = self._hidden(batch)
         if prompt_tokens:
             mask = mask.copy()
             mask[:, :prompt_tokens] = 0  # right-padded rows: the prompt is their first tokens
-        pooled = pool(self.pipeline.pooling, np.asarray(host(hidden), dtype=np.float32), mask)
+        pooled = pool(self.pipeline.pooling, hidden, mask)
         for dense in self.dense:
             pooled = dense(pooled)
-        if normalize:
-            pooled = pooled / np.maximum(np.linalg.norm(pooled, axis=-1, keepdims=True), np.float32(1e-12))
-        return pooled
+        return _unit(pooled) if normalize else pooled
 
     def encode(
         self,
-        texts: Iterable[str],
-        batch_size: int = 32,
-        normalize: bool | None = None,
-        *,
+        inputs: str | Iterable[str],
         prompt_name: str | None = None,
         prompt: str | None = None,
-    ) -> np.ndarray:
-        """(len(texts), dimension) float32 embeddings, each of unit L2 norm when ``normalize``; by default
-        (None) when the directory's modules.json has a Normalize step, as sentence-transformers gives them (a
-        plain Hugging Face encoder directory: normalized).
+        batch_size: int = 32,
+        show_progress_bar: bool | None = None,
+        output_value: str = "sentence_embedding",
+        precision: Precision = "float32",
+        convert_to_numpy: bool = True,
+        convert_to_tensor: bool = False,
+        device: str | packrt.Device | None = None,
+        normalize_embeddings: bool = False,
+        truncate_dim: int | None = None,
+        *,
+        normalize: bool | None = None,
+    ) -> Any:
+        """Embeddings of ``inputs``, with sentence-transformers' ``encode`` signature and what each keyword gives
+        there: a (len(inputs), dimension) float32 array, or one (dimension,) vector for a single str.
 
-        ``prompt`` (a text) or ``prompt_name`` (one of the directory's prompts) is put before every text, as
-        sentence-transformers does; with neither, the directory's ``default_prompt_name`` when it has one
-        (:meth:`Pipeline.prompt`). Where the pooling leaves the prompt out, its tokens are masked out of it.
+        - ``prompt`` (a text) or ``prompt_name`` (one of the directory's prompts) is put before every text;
+          with neither, the directory's ``default_prompt_name`` when it has one (:meth:`Pipeline.prompt`).
+          Where the pooling leaves the prompt out, its tokens are masked out of it.
+        - ``output_value="token_embeddings"``: per text, the (tokens, width) hidden states of its tokens
+          (padding dropped), as a list of arrays; ``"sentence_embedding"`` (the default) pools them.
+        - ``precision``: ``"float32"``, or ``"int8"``, ``"uint8"``, ``"binary"``, ``"ubinary"`` as
+          :func:`~packrt.models.embedding_quantization.quantize_embeddings` makes them (int8 ranges come from
+          the call's own embeddings, so it needs two texts or more).
+        - ``convert_to_tensor``: a packrt Tensor; ``convert_to_numpy=False`` (without it): a list of per-text
+          Tensors.
+        - ``truncate_dim``: the first ``truncate_dim`` dimensions (Matryoshka), cut after the directory's own
+          Normalize step and before ``normalize_embeddings``, which makes every vector unit length.
+        - ``normalize`` (packrt's own): True or False overrides the directory's Normalize step (None: as the
+          directory says).
+        - ``device``: where the model is (``model.to(...)`` moves it); another device is refused.
+          ``show_progress_bar``: a tqdm bar over the batches, where tqdm is installed.
 
-        ``texts`` is any iterable of str (a generator is read once); a single str, bytes, or an entry
-        that is not a str (None, a number, bytes) is a :class:`TextTypeError` (a ``TypeError``) naming
-        its index and type, raised before any text is encoded. Texts are batched longest first (less
-        padding), ``batch_size`` at a time, and returned in the order given. Padding never changes a
-        text's vector: it is masked out of attention and pooling. Every batch of one call reads one version of
-        the weights: a load on another thread lands before the call or after it.
+        ``inputs`` is a str or any iterable of str (a generator is read once); bytes, or an entry that is not a
+        str (None, a number), is a :class:`TextTypeError` (a ``TypeError``) naming its index, raised before any
+        text is encoded; a bad keyword value an :class:`EncodeArgumentError` (a ``ValueError``) naming it.
+        Texts are batched longest first (less padding), ``batch_size`` at a time, and returned in the order
+        given. Padding never changes a text's vector: it is masked out of attention and pooling. Every batch of
+        one call reads one version of the weights: a load on another thread lands before the call or after it.
         """
-        items = as_texts(texts, "SentenceEncoder.encode")
+        single = isinstance(inputs, str)
+        items = as_texts([inputs] if isinstance(inputs, str) else inputs, "SentenceEncoder.encode")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise BatchSizeError(f"SentenceEncoder.encode: batch_size must be a positive int, got {batch_size!r}")
+        self._check_keywords(output_value, precision, device, truncate_dim)
         before = self.pipeline.prompt(prompt_name, prompt)
         skipped = self.prompt_tokens(before)
         items = [before + item for item in items] if before else items
         order = sorted(range(len(items)), key=lambda i: -len(items[i]))
         unit = self.pipeline.normalize if normalize is None else normalize
-        out = np.empty((len(items), self.dimension), dtype=np.float32)
+        pooled = output_value == "sentence_embedding"
+        width = min(self.dimension, truncate_dim or self.dimension)
+        vectors = np.empty((len(items), width), dtype=np.float32)
+        tokens: list[np.ndarray] = [np.empty((0, 0), dtype=np.float32)] * len(items)
+        starts = range(0, len(order), batch_size)
         with reading():  # every batch of the call from one version of the weights: a load lands before or after
-            for begin in range(0, len(order), batch_size):
+            for begin in _progress(starts, show_progress_bar):
                 chosen = order[begin : begin + batch_size]
-                out[chosen] = self._embed(self.tokenize([items[i] for i in chosen]), unit, skipped)
-        return out
+                batch = self.tokenize([items[i] for i in chosen])
+                if pooled:
+                    found = self._embed(batch, unit, skipped)[:, :width]
+                    vectors[chosen] = _unit(found) if normalize_embeddings else found
+                else:
+                    hidden, mask = self._hidden(batch)
+                    for row, index in enumerate(chosen):
+                        tokens[index] = hidden[row][mask[row] != 0]
+        if not pooled:
+            return tokens if precision == "float32" else quantize_embeddings(tokens, precision)
+        result = vectors if precision == "float32" or not items else quantize_embeddings(vectors, precision)
+        if convert_to_tensor:
+            shaped: Any = packrt.from_numpy(np.ascontiguousarray(result))
+        elif convert_to_numpy:
+            shaped = result
+        else:
+            shaped = [packrt.from_numpy(np.ascontiguousarray(row)) for row in result]
+        return shaped[0] if single else shaped
+
+    def _check_keywords(
+        self, output_value: str, precision: str, device: str | packrt.Device | None, truncate_dim: int | None
+    ) -> None:
+        if output_value not in ("sentence_embedding", "token_embeddings"):
+            raise EncodeArgumentError(
+                f"SentenceEncoder.encode: output_value {output_value!r} is not one packrt gives; pass "
+                "'sentence_embedding' (pooled vectors) or 'token_embeddings' (each text's token states)"
+            )
+        if precision not in PRECISIONS:
+            raise EncodeArgumentError(
+                f"SentenceEncoder.encode: precision {precision!r} is not one of {', '.join(PRECISIONS)}"
+            )
+        if truncate_dim is not None and (
+            isinstance(truncate_dim, bool) or not isinstance(truncate_dim, int) or truncate_dim <= 0
+        ):
+            raise EncodeArgumentError(
+                f"SentenceEncoder.encode: truncate_dim must be a positive int or None, got {truncate_dim!r}"
+            )
+        if device is not None:
+            here = model_device(self.model)
+            if packrt.Device(device) != here:
+                raise EncodeArgumentError(
+                    f"SentenceEncoder.encode: device {str(device)!r}, but the model is on {here}; move it first "
+                    f"(encoder.model.to({str(device)!r})) or leave device=None"
+                )
+
+
+def _unit(rows: np.ndarray) -> np.ndarray:
+    """Each row scaled to unit L2 norm (a zero row stays zero)."""
+    scaled: np.ndarray = rows / np.maximum(np.linalg.norm(rows, axis=-1, keepdims=True), np.float32(1e-12))
+    return scaled
+
+
+def _progress(starts: range, show: bool | None) -> Iterable[int]:
+    """The batches' starts, behind a tqdm bar when asked and tqdm is installed (packrt's progress extra)."""
+    if not show:
+        return starts
+    try:
+        tqdm_module = importlib.import_module("tqdm")
+    except ImportError:
+        return starts
+    bar: Iterable[int] = tqdm_module.tqdm(starts, desc="Batches")
+    return bar
 
 
 def pool(modes: Sequence[str], hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -336,6 +431,7 @@ __all__ = [
     "POOLING_MODES",
     "BatchSizeError",
     "Dense",
+    "EncodeArgumentError",
     "Pipeline",
     "SentenceEncoder",
     "TextTypeError",
