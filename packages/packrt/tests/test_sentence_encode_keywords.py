@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,8 +20,7 @@ TEXTS = ["A man is eating food.", "Someone is having a meal.", "The sky is blue 
 
 
 @pytest.fixture(scope="module")
-def st_model(minilm_dir: Path) -> Any:
-    sentence_transformers = pytest.importorskip("sentence_transformers")
+def st_model(minilm_dir: Path, sentence_transformers: ModuleType) -> Any:
     return sentence_transformers.SentenceTransformer(str(minilm_dir), device="cpu")
 
 

@@ -25,11 +25,6 @@ from packrt.models import SentenceEncoder, UnsupportedModelError
 TEXTS = ["A man is eating food.", "The sky is blue today.", "", "serving models on small machines"]
 
 
-@pytest.fixture(scope="module")
-def sentence_transformers() -> ModuleType:
-    return pytest.importorskip("sentence_transformers")
-
-
 def _copy(minilm_dir: Path, tmp_path: Path, modules: list[dict[str, Any]] | None = None) -> Path:
     directory = tmp_path / "model"
     shutil.copytree(minilm_dir, directory)

@@ -27,11 +27,6 @@ PROMPTS = {"query": "query: ", "document": "passage: "}
 
 
 @pytest.fixture(scope="module")
-def sentence_transformers() -> ModuleType:
-    return pytest.importorskip("sentence_transformers")
-
-
-@pytest.fixture(scope="module")
 def tiny_bert(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, minilm_dir: Path) -> Path:
     """A random 32-wide BERT directory with MiniLM's tokenizer files (what a Transformer module loads)."""
     import torch
