@@ -72,7 +72,7 @@ def test_token_embeddings_are_each_texts_token_states_without_padding(encoder: S
 def test_each_precision_quantizes_as_sentence_transformers_does(
     encoder: SentenceEncoder, st_model: Any, precision: str
 ) -> None:
-    from sentence_transformers.quantization import quantize_embeddings as theirs
+    from sentence_transformers.util.quantization import quantize_embeddings as theirs
 
     floats = st_model.encode(TEXTS)
     np.testing.assert_array_equal(quantize_embeddings(floats, precision), theirs(floats, precision=precision))  # type: ignore[arg-type]

@@ -56,7 +56,7 @@ def _saved(st: ModuleType, bert: Path, directory: Path, *steps: str, **options: 
         width, pooling_mode=options.get("pooling_mode", "mean"), include_prompt=options.get("include_prompt", True)
     )
     chain: list[Any] = [modules.Transformer(str(bert), max_seq_length=64), pooling]
-    width = pooling.get_sentence_embedding_dimension()
+    width = pooling.get_embedding_dimension()
     activations = {"tanh": torch.nn.Tanh(), "identity": torch.nn.Identity(), "gelu": torch.nn.GELU()}
     for step in steps:
         if step == "normalize":
