@@ -90,7 +90,9 @@ def base_models(family: Family) -> tuple[str, ...]:
     ``Qwen3ForCausalLM``, ``Gemma3ForCausalLM``): what sentence-transformers saves for an embedding model over
     the decoder. No head: served as the Transformer step of a sentence-transformers directory only."""
     stems = [name.removesuffix("ForCausalLM") for name in family.architectures if name.endswith("ForCausalLM")]
-    return tuple(name for stem in stems for name in (f"{stem}Model", f"{stem}TextModel"))
+    # a text-only model_type of a multimodal family (gemma3_text) names its base model ...TextModel
+    suffix = "TextModel" if any(kind.endswith("_text") for kind in family.model_types) else "Model"
+    return tuple(stem + suffix for stem in stems)
 
 
 # sentence-transformers' pooling modes, in its order (its 5.x flags are pooling_mode_<name>)
@@ -105,7 +107,7 @@ _POOLING_NAMES = {
 }
 # the modules.json steps SentenceEncoder runs, in the order it runs them: Dense steps (any number) after the
 # pooling, and Normalize last
-_STEPS = ("Transformer", "Pooling", "Dense", "Normalize")
+STEPS = ("Transformer", "Pooling", "Dense", "Normalize")
 # a Dense step's activation_function (torch's class path) -> the name SentenceEncoder applies it by
 DENSE_ACTIVATIONS = {
     "torch.nn.modules.linear.Identity": "identity",
@@ -212,10 +214,10 @@ class Pipeline:
         steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
         kinds = [kind for kind, _ in steps]
         for kind, path in steps:
-            if kind not in _STEPS:  # a LayerNorm, a WordWeights...: skipping it would give other vectors
+            if kind not in STEPS:  # a LayerNorm, a WordWeights...: skipping it would give other vectors
                 raise UnsupportedModelError(
                     f"{str(directory / 'modules.json')!r} lists a {kind} step ({path!r}), which SentenceEncoder "
-                    f"does not run (it runs {', '.join(_STEPS)}); skipping it would give other vectors than "
+                    f"does not run (it runs {', '.join(STEPS)}); skipping it would give other vectors than "
                     "sentence-transformers'. Serve the model with sentence-transformers"
                 )
         expected = [
@@ -396,6 +398,8 @@ __all__ = [
     "ModelDescription",
     "Pipeline",
     "PromptNameError",
+    "STEPS",
+    "base_models",
     "describe",
     "encoder_families",
     "find_family",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import packrt_io
 from packrt.models import generation_defaults, gguf, gguf_tokenizer
 from packrt.models.config_schema import ROPE_TYPES, SCHEMAS
-from packrt.models.kinds import FAMILIES
+from packrt.models.kinds import DENSE_ACTIVATIONS, FAMILIES, POOLING_MODES, STEPS, base_models
 
 BEGIN, END = "<!-- support-table:begin -->", "<!-- support-table:end -->"
 
@@ -41,7 +41,28 @@ def support_rows() -> list[tuple[str, str, str]]:
         for family in FAMILIES
         for kind in family.model_types
     ]
+    bases = [name for family in FAMILIES for name in base_models(family)]
+    rows.append(
+        (
+            "config.json `architectures` (a base model, no head)",
+            _code(bases),
+            "the Transformer step of a sentence-transformers directory only (its last hidden states, pooled)",
+        )
+    )
     rows += _settings()
+    rows += [
+        (
+            "sentence-transformers `modules.json` steps",
+            _code(STEPS),
+            "run in that order (any number of Dense steps, Normalize last); any other step refused by name",
+        ),
+        ("sentence-transformers Pooling mode", _code(POOLING_MODES), "pooled as sentence-transformers pools"),
+        (
+            "sentence-transformers Dense `activation_function`",
+            _code(list(DENSE_ACTIVATIONS)),
+            "applied after the projection; other values refused",
+        ),
+    ]
     rows += [
         (
             "config.json `rope_type` (every rotary family; gemma3 per layer type)",
