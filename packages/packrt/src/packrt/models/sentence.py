@@ -1,7 +1,7 @@
 """Sentence embeddings from a sentence-transformers directory (all-MiniLM-L6-v2 and its kind).
 
 :meth:`SentenceEncoder.from_pretrained` reads the directory the way sentence-transformers does:
-``modules.json`` lists the steps (a Transformer, a Pooling, optionally a Normalize),
+``modules.json`` lists the steps (a Transformer, a Pooling, any Dense steps, optionally a Normalize),
 ``sentence_bert_config.json`` gives ``max_seq_length``, ``1_Pooling/config.json`` the pooling
 modes, each ``Dense`` folder a projection, and ``config_sentence_transformers.json`` the prompts.
 Text is tokenized by the ``tokenizers`` library from ``tokenizer.json`` (truncated to
