@@ -408,7 +408,8 @@ def summary_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def plot(history: list[tuple[str, dict[str, Any]]], tracked: list[Tracked], path: Path, stat: str = "min") -> None:
-    """A PNG of each tracked ratio across the runs in ``history`` (label, run), oldest first; two panels."""
+    """A PNG of each tracked ratio across the runs in ``history`` (label, run), oldest first; two panels. The
+    runs should be of one kind of CPU (:func:`same_kind_history`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -628,9 +629,15 @@ def _write_outputs(args: argparse.Namespace, data: dict[str, Any], text: str, tr
         args.markdown.parent.mkdir(parents=True, exist_ok=True)
         args.markdown.write_text(text)
     if args.plot:
-        history = [(p.stem, load(p)) for p in stored_baselines()]
-        history.append(("this run", data))
-        plot(history, tracked, args.plot, args.stat)
+        plot(same_kind_history(data), tracked, args.plot, args.stat)
+
+
+def same_kind_history(data: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The stored runs made on the kind of CPU ``data`` ran on, oldest first, then ``data`` ("this run"): what
+    one line of the plot may join (a ratio moves with the CPU kind, so runs of two kinds are not one series)."""
+    kind = cpu_kind(data)
+    history = [(path.stem, run) for path in stored_baselines() if cpu_kind(run := load(path)) == kind]
+    return [*history, ("this run", data)]
 
 
 def _write_margins(results: list[Path], target: Path, stat: str) -> int:

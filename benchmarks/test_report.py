@@ -224,6 +224,17 @@ def test_the_default_baseline_is_the_newest_run_on_the_same_kind_of_cpu(
     assert report.newest_baseline() == tmp_path / "xeon.json"
 
 
+def test_the_plot_joins_only_runs_made_on_the_kind_of_cpu_this_run_was_made_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "zen4-old.json").write_text(json.dumps(_on(ZEN4, RUN, "2026-01-01T00:00:00")))
+    (tmp_path / "xeon.json").write_text(json.dumps(_on(XEON, RUN, "2026-02-01T00:00:00")))
+    (tmp_path / "zen4-new.json").write_text(json.dumps(_on(ZEN4, RUN, "2026-03-01T00:00:00")))
+    monkeypatch.setattr(report, "BASELINES", tmp_path)
+    now = _on(ZEN4, RUN, "2026-04-01T00:00:00")
+    assert [label for label, _ in report.same_kind_history(now)] == ["zen4-old", "zen4-new", "this run"]
+
+
 def test_compare_never_judges_a_run_against_a_baseline_from_another_kind_of_cpu_and_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
