@@ -151,8 +151,11 @@ class ModelBatchMapper:
         if self.source.kind == "sentence-encoder":
             texts = _texts(column, self.input_column)
             encoder = self.loaded.sentence_encoder
-            unit = {} if self.normalize is None else {"normalize": self.normalize}  # None: the encoder's own default
-            return encoder.encode(texts, batch_size=max(len(texts), 1), **unit)
+            # normalize None: the encoder's own default (the directory's Normalize step)
+            vectors: np.ndarray[Any, Any] = encoder.encode(
+                texts, batch_size=max(len(texts), 1), normalize=self.normalize
+            )
+            return vectors
         rows = _token_rows(column, self.input_column)
         if not rows:
             return np.zeros((0,), dtype=np.float32)
