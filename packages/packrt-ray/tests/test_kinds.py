@@ -53,3 +53,16 @@ def test_a_sentence_transformers_directory_is_a_sentence_encoder_for_ray_and_emb
 
     assert ModelSource.resolve(minilm_dir).kind == "sentence-encoder"
     assert endpoint(describe(minilm_dir)) == "embeddings"
+
+
+def test_a_cross_encoder_is_refused_in_the_driver_naming_where_it_is_served(
+    transformers: ModuleType, tmp_path: Path
+) -> None:
+    from packrt.models import UnsupportedModelError
+
+    config = transformers.BertConfig(
+        vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32, num_labels=1
+    )
+    transformers.BertForSequenceClassification(config).save_pretrained(str(tmp_path))
+    with pytest.raises(UnsupportedModelError, match=r"a cross-encoder reranker\); packrt-ray serves embeddings"):
+        ModelSource.resolve(tmp_path)

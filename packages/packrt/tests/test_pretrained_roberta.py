@@ -32,8 +32,8 @@ def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def test_roberta_and_xlm_roberta_are_listed_as_supported() -> None:
     table = supported()
-    assert table["roberta"] == ("RobertaModel",)
-    assert table["xlm-roberta"] == ("XLMRobertaModel",)
+    assert table["roberta"] == ("RobertaModel", "RobertaForSequenceClassification")
+    assert table["xlm-roberta"] == ("XLMRobertaModel", "XLMRobertaForSequenceClassification")
 
 
 def test_positions_start_after_the_pad_id_and_skip_pads(transformers: ModuleType, torch: ModuleType) -> None:

@@ -64,6 +64,12 @@ def kind_of(directory: str | os.PathLike[str]) -> ModelKind:
     """The kind of model ``directory`` holds (see the module docstring), as :func:`packrt.models.describe`
     decides it for every packrt entry point; packrt's errors (CheckpointError, UnsupportedModelError) otherwise."""
     described = packrt.models.describe(directory)
+    if described.head == "sequence-classification":  # its output is scores, not the hidden state "encoder" gives
+        raise packrt.models.UnsupportedModelError(
+            f"{str(described.path)!r} is a {described.architecture} (a cross-encoder reranker); packrt-ray serves "
+            "embeddings and generation only. Serve it with packrt serve (POST /rerank) or load it with "
+            "packrt.models.CrossEncoder in your own deployment"
+        )
     return "sentence-encoder" if described.sentence_transformers else described.kind
 
 

@@ -3,6 +3,8 @@
 - :class:`BertEncoder` / :class:`EncoderConfig`: a BERT-style post-LN encoder (token,
   position and token-type embeddings; multi-head attention with a padding mask; GELU MLP).
 - :class:`RobertaEncoder`: the same encoder with RoBERTa's position numbering (padding offset).
+- :class:`SequenceClassifier`: an encoder under a sequence classification head (cross-encoder rerankers),
+  scoring pairs through :class:`CrossEncoder` (``predict``, ``rank``).
 - :class:`CausalDecoder` / :class:`DecoderConfig`: a small Llama-like decoder (RMSNorm,
   rotary causal attention, SiLU-gated MLP, LM head optionally tied to the embedding).
 
@@ -23,7 +25,9 @@ plain torch module tree built the same way, so ``state_dict`` keys carry over on
 """
 
 from packrt.models.attention import KVCache
+from packrt.models.classifier import SequenceClassifier
 from packrt.models.config_schema import ConfigError
+from packrt.models.cross_encoder import CrossEncoder, RankError
 from packrt.models.decoder import CausalDecoder, DecoderConfig
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.gemma2 import Gemma2ForCausalLM
@@ -51,6 +55,7 @@ __all__ = [
     "CausalDecoder",
     "CausalLM",
     "ConfigError",
+    "CrossEncoder",
     "GPT2LMHeadModel",
     "GraniteForCausalLM",
     "Gemma2ForCausalLM",
@@ -60,12 +65,14 @@ __all__ = [
     "MinistralForCausalLM",
     "ModelDescription",
     "PromptNameError",
+    "RankError",
     "Olmo2ForCausalLM",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
     "SmolLM3ForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",
+    "SequenceClassifier",
     "TextTypeError",
     "UnsupportedModelError",
     "describe",

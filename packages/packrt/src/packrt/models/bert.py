@@ -5,12 +5,15 @@ types and ``attention_mask`` (1 for tokens, 0 for padding), as ``BertModel(...).
 The pooler (``pooler.dense``, a tanh layer over the first token) is not part of that output, so its
 tensors and the ``embeddings.position_ids`` buffer are expected in a checkpoint and left unused.
 Sentence-transformers models such as all-MiniLM-L6-v2 are this family plus a pooling step
-(:class:`packrt.models.SentenceEncoder`).
+(:class:`packrt.models.SentenceEncoder`). ``BertForSequenceClassification`` (cross-encoder rerankers such as
+ms-marco MiniLM) is the same encoder under a :class:`~packrt.models.classifier.SequenceClassifier`, whose
+head reads the pooler and the classifier.
 """
 
 from __future__ import annotations
 
 from packrt import nn
+from packrt.models.classifier import SequenceClassifier, classifier_keymap, is_classifier, num_labels
 from packrt.models.config_schema import completed
 from packrt.models.encoder import BertEncoder, EncoderConfig
 from packrt.models.hfconfig import HFConfig
@@ -60,15 +63,24 @@ def bert_keymap(config: HFConfig) -> KeyMap:
         for kind in ("weight", "bias")
     ]
     ignored = frozenset({"embeddings.position_ids", "pooler.dense.weight", "pooler.dense.bias"})
-    return KeyMap(tuple(rules), ignored, prefixes=("bert.",))
+    table = KeyMap(tuple(rules), ignored, prefixes=("bert.",))
+    if is_classifier(config):  # the pooler is the head's first Linear; the classifier, stored unprefixed, its last
+        return classifier_keymap(table, (("pooler.dense", "dense", True), ("classifier", "out_proj", False)))
+    return table
 
 
 def _build(config: HFConfig) -> nn.Module:
-    return BertEncoder(encoder_config(config))
+    encoder = BertEncoder(encoder_config(config))
+    return SequenceClassifier(encoder, num_labels(config)) if is_classifier(config) else encoder
 
 
 FAMILY = Family(
-    name="bert", model_types=("bert",), architectures=("BertModel",), build=_build, keymap=bert_keymap, kind="encoder"
+    name="bert",
+    model_types=("bert",),
+    architectures=("BertModel", "BertForSequenceClassification"),
+    build=_build,
+    keymap=bert_keymap,
+    kind="encoder",
 )
 
 __all__ = ["FAMILY", "bert_keymap", "encoder_config"]

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import packrt_io
 from packrt.errors import CheckpointError, PackrtError
 from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, olmo2, phi3, qwen3, roberta, smollm3
+from packrt.models.classifier import classifies
 from packrt.models.decoder_blocks import base_architecture
 from packrt.models.gguf_architectures import ARCHITECTURES
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config, read_json
@@ -241,36 +242,113 @@ class Pipeline:
             )
         modes = _pooling_modes(pooling_config, pooling_path)
         dense = tuple(DenseStep.read(directory / path) for kind, path in steps if kind == "Dense")
-        settings = transformer / "sentence_bert_config.json"
-        bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
-        max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
-        if max_length is not None and (
-            isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0
-        ):
-            raise CheckpointError(
-                f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
-                "(the most tokens a text is truncated to); fix the file"
-            )
+        max_length = _max_seq_length(transformer)
         prompts, default = _prompts(directory / "config_sentence_transformers.json")
         include = pooling_config.get("include_prompt", True)
         return cls(transformer, modes, "Normalize" in kinds, max_length, dense, bool(include), prompts, default)
 
     def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
-        """The text put before each input, as sentence-transformers' ``encode`` picks it: ``prompt`` when given,
-        else the prompt named ``prompt_name``, else the default prompt, else none (an unknown name is a
-        :class:`PromptNameError`)."""
-        if prompt is not None:
-            return prompt
-        named = dict(self.prompts)
-        name = prompt_name if prompt_name is not None else self.default_prompt_name
-        if name is None:
-            return ""
-        if name not in named:
-            raise PromptNameError(
-                f"prompt_name {name!r} is not among this model's prompts {sorted(named)} "
-                "(config_sentence_transformers.json); pass one of them, or the text itself as prompt="
-            )
-        return named[name]
+        """The text put before each input, as sentence-transformers' ``encode`` picks it (:func:`choose_prompt`)."""
+        return choose_prompt(self.prompts, self.default_prompt_name, prompt_name, prompt)
+
+
+def choose_prompt(
+    prompts: tuple[tuple[str, str], ...], default_name: str | None, prompt_name: str | None, prompt: str | None
+) -> str:
+    """The text put before each input, as sentence-transformers picks it: ``prompt`` when given, else the prompt
+    named ``prompt_name``, else the default prompt, else none (an unknown name is a :class:`PromptNameError`)."""
+    if prompt is not None:
+        return prompt
+    named = dict(prompts)
+    name = prompt_name if prompt_name is not None else default_name
+    if name is None:
+        return ""
+    if name not in named:
+        raise PromptNameError(
+            f"prompt_name {name!r} is not among this model's prompts {sorted(named)} "
+            "(config_sentence_transformers.json); pass one of them, or the text itself as prompt="
+        )
+    return named[name]
+
+
+def _max_seq_length(transformer: Path) -> int | None:
+    """sentence_bert_config.json's ``max_seq_length`` in a Transformer step's folder (None: absent or null)."""
+    settings = transformer / "sentence_bert_config.json"
+    bert_config = _json(settings, "sentence_bert_config.json") if settings.exists() else {}
+    max_length = bert_config.get("max_seq_length") if isinstance(bert_config, dict) else bert_config
+    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length <= 0):
+        raise CheckpointError(
+            f"{str(settings)!r}: field 'max_seq_length' is {max_length!r}, expected a positive integer or null "
+            "(the most tokens a text is truncated to); fix the file"
+        )
+    return max_length
+
+
+def is_cross_encoder(directory: Path) -> bool:
+    """Whether a directory with modules.json is a sentence-transformers CrossEncoder (its
+    config_sentence_transformers.json says ``"model_type": "CrossEncoder"``) rather than an embedding model."""
+    path = directory / "config_sentence_transformers.json"
+    config = _json(path, "config_sentence_transformers.json") if path.is_file() else {}
+    return isinstance(config, dict) and config.get("model_type") == "CrossEncoder"
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a cross-encoder (reranker) directory says beside its sequence classifier: where the classifier is,
+    the activation put on its logits, the most tokens of a pair, and its prompts.
+
+    A sentence-transformers 4-6 CrossEncoder directory keeps these in modules.json (one Transformer step),
+    config_sentence_transformers.json (``activation_fn``, ``prompts``) and sentence_bert_config.json; an older
+    one or a plain Hugging Face classifier directory in config.json (``sentence_transformers.activation_fn``,
+    or ``sbert_ce_default_activation_function``) or nowhere. ``activation`` None is sentence-transformers'
+    default: sigmoid for one label, none for more.
+    """
+
+    transformer: Path
+    activation: str | None
+    max_seq_length: int | None
+    prompts: tuple[tuple[str, str], ...] = ()
+    default_prompt_name: str | None = None
+
+    @classmethod
+    def read(cls, directory: Path) -> Scoring:
+        transformer = directory
+        if (directory / "modules.json").is_file():
+            modules = _json(directory / "modules.json", "modules.json (its list of steps)")
+            steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules or []]
+            if [kind for kind, _ in steps] != ["Transformer"]:
+                raise UnsupportedModelError(
+                    f"{str(directory / 'modules.json')!r} lists the CrossEncoder steps {[kind for kind, _ in steps]}; "
+                    "packrt's CrossEncoder runs one Transformer step over a sequence classifier (a LogitScore "
+                    "over a causal LM is not served yet). Serve the model with sentence-transformers"
+                )
+            transformer = directory / steps[0][1]
+        own = directory / "config_sentence_transformers.json"
+        settings = _json(own, "config_sentence_transformers.json") if own.is_file() else {}
+        config = read_config(transformer)
+        legacy = config.get("sentence_transformers")
+        # sentence-transformers' order: its own file, then config.json's entry, then the entry of before 4.0
+        candidates = (
+            (own, settings.get("activation_fn") if isinstance(settings, dict) else None),
+            (config.path, legacy.get("activation_fn") if isinstance(legacy, dict) else None),
+            (config.path, config.get("sbert_ce_default_activation_function")),
+        )
+        where, path = next(((w, p) for w, p in candidates if p is not None), (own, None))
+        activation = None
+        if isinstance(path, str) and path.startswith("torch."):  # others: not imported, the default (as its loader)
+            activation = DENSE_ACTIVATIONS.get(path)
+            if activation is None:
+                raise UnsupportedModelError(
+                    f"{str(where)!r}: activation_fn {path!r} is not one packrt's CrossEncoder applies "
+                    f"({', '.join(sorted(DENSE_ACTIVATIONS))}); its scores would differ from sentence-transformers'. "
+                    "Serve the model with sentence-transformers, or pass activation_fn= to predict"
+                )
+        prompts, default = _prompts(own)
+        return cls(transformer, activation, _max_seq_length(transformer), prompts, default)
+
+    def prompt(self, prompt_name: str | None = None, prompt: str | None = None) -> str:
+        """The text put before each pair's first text, as sentence-transformers picks it (:func:`choose_prompt`)."""
+        return choose_prompt(self.prompts, self.default_prompt_name, prompt_name, prompt)
 
 
 class PromptNameError(PackrtError, ValueError):
@@ -296,8 +374,9 @@ def _prompts(path: Path) -> tuple[tuple[tuple[str, str], ...], str | None]:
 
 # What the served model's output is: a sentence-transformers pipeline's pooled embedding, a plain
 # encoder's last hidden state (``packrt serve`` pools it by the mean, as sentence-transformers would),
-# or a causal LM's logits over the vocabulary.
-Head = Literal["sentence-embedding", "hidden-state", "lm"]
+# a sequence classifier's logits (a cross-encoder: one score per label for a pair of texts), or a causal
+# LM's logits over the vocabulary.
+Head = Literal["sentence-embedding", "hidden-state", "sequence-classification", "lm"]
 Format = Literal["huggingface", "gguf"]
 
 
@@ -330,6 +409,11 @@ class ModelDescription:
         """How an encoder's texts become embeddings: a sentence-transformers directory's own pipeline, or for a
         plain encoder directory what sentence-transformers makes of one (mean pooling; normalized here).
         A causal LM has none: :class:`~packrt.models.UnsupportedModelError`."""
+        if self.head == "sequence-classification":
+            raise UnsupportedModelError(
+                f"{str(self.path)!r} is a {self.architecture} (a cross-encoder: it scores pairs of texts, it gives no "
+                "sentence embeddings); load it with packrt.models.CrossEncoder, or serve it for POST /rerank"
+            )
         if self.kind != "encoder" and not self.sentence_transformers:
             raise UnsupportedModelError(
                 f"{str(self.path)!r} is a {self.family.name} causal LM; sentence embeddings need an encoder (a "
@@ -338,6 +422,16 @@ class ModelDescription:
         if self.sentence_transformers:
             return Pipeline.read(self.path)
         return Pipeline(self.weights, ("mean_tokens",), True, None)
+
+    def scoring(self) -> Scoring:
+        """What a cross-encoder's directory says beside its classifier (:class:`Scoring`); a path that holds no
+        sequence classifier is an :class:`~packrt.models.UnsupportedModelError`."""
+        if self.head != "sequence-classification":
+            raise UnsupportedModelError(
+                f"{str(self.path)!r} holds a {self.architecture}, not a sequence classifier; a cross-encoder "
+                f"(reranker) is a {encoder_families()} ...ForSequenceClassification directory"
+            )
+        return Scoring.read(self.path)
 
 
 def describe(path: str | os.PathLike[str]) -> ModelDescription:
@@ -351,6 +445,14 @@ def describe(path: str | os.PathLike[str]) -> ModelDescription:
     where = Path(os.fspath(path))
     if packrt_io.is_gguf(where):
         return _describe_gguf(where)
+    if (where / "modules.json").is_file() and is_cross_encoder(where):
+        found = _describe_directory(where, Scoring.read(where).transformer)
+        if found.head != "sequence-classification":
+            raise UnsupportedModelError(
+                f"{str(where)!r} is a sentence-transformers CrossEncoder over a {found.architecture}; packrt scores "
+                f"pairs with a sequence classifier ({encoder_families()} ...ForSequenceClassification) only"
+            )
+        return replace(found, path=where)
     if (where / "modules.json").is_file():
         pipeline = Pipeline.read(where)
         found = _describe_directory(where, pipeline.transformer)
@@ -370,6 +472,8 @@ def _describe_directory(where: Path, weights: Path) -> ModelDescription:
     family = find_family(config)  # UnsupportedModelError: a model type or architecture packrt does not build
     architectures = config.get("architectures") or [family.architectures[0]]
     head: Head = "hidden-state" if family.kind == "encoder" else "lm"
+    if classifies(architectures[0]):
+        head = "sequence-classification"
     model_type = str(config.get("model_type"))
     return ModelDescription(where, weights, "huggingface", family.kind, family, model_type, architectures[0], head)
 
@@ -399,6 +503,9 @@ __all__ = [
     "Pipeline",
     "PromptNameError",
     "STEPS",
+    "Scoring",
+    "choose_prompt",
+    "is_cross_encoder",
     "base_models",
     "describe",
     "encoder_families",

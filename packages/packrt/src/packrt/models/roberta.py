@@ -10,7 +10,10 @@ positions it would have alone. The longest sequence is ``max_position_embeddings
 tokens (512 for the usual 514-row table).
 
 Parameter names are :class:`~packrt.models.BertEncoder`'s; the checkpoint's ``pooler`` and
-``embeddings.position_ids`` / ``token_type_ids`` buffers are left unused.
+``embeddings.position_ids`` / ``token_type_ids`` buffers are left unused. The ``...ForSequenceClassification``
+architectures (bge-reranker and its kind) put the encoder under a
+:class:`~packrt.models.classifier.SequenceClassifier`, whose head reads ``classifier.dense`` and
+``classifier.out_proj``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import packrt
 from packrt import nn
 from packrt.errors import ShapeError
 from packrt.models.bert import bert_keymap, encoder_config
+from packrt.models.classifier import SequenceClassifier, classifier_keymap, is_classifier, num_labels
 from packrt.models.config_schema import completed
 from packrt.models.encoder import BertEncoder, EncoderConfig, EncoderEmbeddings
 from packrt.models.hfconfig import HFConfig
@@ -114,23 +118,34 @@ def roberta_config(config: HFConfig) -> RobertaConfig:
 
 def roberta_keymap(config: HFConfig) -> KeyMap:
     """BERT's table with RoBERTa's prefix, also ignoring the non-persistent ``token_type_ids`` buffer."""
-    table = bert_keymap(config)
-    return KeyMap(table.rules, table.ignored | {"embeddings.token_type_ids"}, prefixes=("roberta.",))
+    base = bert_keymap(config.with_values({"architectures": []}))  # the encoder's rows; the head is RoBERTa's own
+    table = KeyMap(base.rules, base.ignored | {"embeddings.token_type_ids"}, prefixes=("roberta.",))
+    if is_classifier(config):  # RoBERTa's classification head, stored unprefixed (no pooler)
+        return classifier_keymap(
+            table, (("classifier.dense", "dense", False), ("classifier.out_proj", "out_proj", False))
+        )
+    return table
 
 
 def _build(config: HFConfig) -> nn.Module:
-    return RobertaEncoder(roberta_config(config))
+    encoder = RobertaEncoder(roberta_config(config))
+    return SequenceClassifier(encoder, num_labels(config)) if is_classifier(config) else encoder
 
 
 FAMILY = Family(
     name="roberta",
     model_types=("roberta",),
-    architectures=("RobertaModel",),
+    architectures=("RobertaModel", "RobertaForSequenceClassification"),
     build=_build,
     keymap=roberta_keymap,
     kind="encoder",
 )
-XLM_FAMILY = replace(FAMILY, name="xlm-roberta", model_types=("xlm-roberta",), architectures=("XLMRobertaModel",))
+XLM_FAMILY = replace(
+    FAMILY,
+    name="xlm-roberta",
+    model_types=("xlm-roberta",),
+    architectures=("XLMRobertaModel", "XLMRobertaForSequenceClassification"),
+)
 
 __all__ = [
     "FAMILY",

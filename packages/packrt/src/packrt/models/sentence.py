@@ -30,6 +30,7 @@ from packrt.models.devices import host, model_device, placed
 from packrt.models.embedding_quantization import PRECISIONS, Precision, quantize_embeddings
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import read_tokenizer_json
+from packrt.models.hfconfig import read_json
 from packrt.models.kinds import POOLING_MODES, DenseStep, Pipeline
 from packrt.models.pretrained import from_pretrained
 from packrt_core.publication import reading
@@ -130,27 +131,10 @@ class SentenceEncoder:
         """The encoder ``pipeline`` describes, loaded as :meth:`from_pretrained` loads it: for a plain Hugging
         Face encoder directory (no modules.json), ``Pipeline(directory, ("mean_tokens",), True, None)``
         gives what sentence-transformers gives such a directory (mean pooling; normalized here)."""
-        tokenizer = read_tokenizer_json(pipeline.transformer / "tokenizer.json")
         model = from_pretrained(
             pipeline.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
         )
-        config = getattr(model, "config", None)
-        if isinstance(model, CausalLM):  # a decoder embedding model (Qwen3-Embedding): its configured positions
-            positions = model.positions_bound or pipeline.max_seq_length or 512
-        else:
-            positions = int(getattr(config, "max_positions", 512))
-        reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows
-        if reserved is not None:
-            positions -= int(reserved) + 1
-        limit = min(pipeline.max_seq_length or positions, positions)
-        tokenizer.enable_truncation(max_length=limit)
-        padding = tokenizer.padding or {}
-        pad_token = str(padding.get("pad_token", "[PAD]"))
-        pad_id = tokenizer.token_to_id(pad_token)
-        if reserved is not None and (pad_id is None or "pad_token" not in padding):
-            # the model numbers positions around its own pad id, so padding must use that id
-            pad_id, pad_token = int(reserved), tokenizer.id_to_token(int(reserved)) or pad_token
-        tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)  # to the longest
+        tokenizer = fitted_tokenizer(pipeline.transformer, model, pipeline.max_seq_length)
         return cls(model, tokenizer, pipeline, [Dense.load(step) for step in pipeline.dense])
 
     @property
@@ -172,19 +156,7 @@ class SentenceEncoder:
         """:meth:`tokenize`'s tensors for texts ``tokenizer`` has already tokenized (``encode``, or ``post_process``
         of an encoding without special tokens): each row padded on the right to the longest with the
         tokenizer's pad id and pad type id, masked out of attention and pooling; on the model's device."""
-        padding = self.tokenizer.padding or {}
-        pad_id, pad_type = int(padding.get("pad_id", 0)), int(padding.get("pad_type_id", 0))
-        longest = max((len(e.ids) for e in encodings), default=0)
-        ids = np.full((len(encodings), longest), pad_id, dtype=np.int64)
-        types = np.full((len(encodings), longest), pad_type, dtype=np.int64)
-        mask = np.zeros((len(encodings), longest), dtype=np.int64)
-        for row, encoding in enumerate(encodings):
-            width = len(encoding.ids)
-            ids[row, :width], types[row, :width] = encoding.ids, encoding.type_ids
-            mask[row, :width] = encoding.attention_mask
-        fields = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-        device = model_device(self.model)  # as generate places its ids: a model moved elsewhere reads them there
-        return {name: placed(rows, device) for name, rows in fields.items()}
+        return padded(encodings, self.tokenizer, self.model)
 
     def embed(self, encodings: Sequence[Encoding], normalize: bool | None = None, prompt_tokens: int = 0) -> np.ndarray:
         """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
@@ -284,7 +256,7 @@ class SentenceEncoder:
         tokens: list[np.ndarray] = [np.empty((0, 0), dtype=np.float32)] * len(items)
         starts = range(0, len(order), batch_size)
         with reading():  # every batch of the call from one version of the weights: a load lands before or after
-            for begin in _progress(starts, show_progress_bar):
+            for begin in with_progress(starts, show_progress_bar):
                 chosen = order[begin : begin + batch_size]
                 batch = self.tokenize([items[i] for i in chosen])
                 if pooled:
@@ -323,13 +295,78 @@ class SentenceEncoder:
             raise EncodeArgumentError(
                 f"SentenceEncoder.encode: truncate_dim must be a positive int or None, got {truncate_dim!r}"
             )
-        if device is not None:
-            here = model_device(self.model)
-            if packrt.Device(device) != here:
-                raise EncodeArgumentError(
-                    f"SentenceEncoder.encode: device {str(device)!r}, but the model is on {here}; move it first "
-                    f"(encoder.model.to({str(device)!r})) or leave device=None"
-                )
+        check_device(self.model, device, "SentenceEncoder.encode")
+
+
+def check_device(model: nn.Module, device: str | packrt.Device | None, where: str) -> None:
+    """An :class:`EncodeArgumentError` when ``device`` is given and is not where ``model`` is: a call runs the
+    model where it is, and moving it is the caller's step (``model.to(...)``)."""
+    if device is None:
+        return
+    here = model_device(model)
+    if packrt.Device(device) != here:
+        raise EncodeArgumentError(
+            f"{where}: device {str(device)!r}, but the model is on {here}; move it first "
+            f"(.model.to({str(device)!r})) or leave device=None"
+        )
+
+
+def padded(encodings: Sequence[Encoding], tokenizer: Tokenizer, model: nn.Module) -> dict[str, packrt.Tensor]:
+    """``input_ids``, ``attention_mask``, ``token_type_ids`` (len(encodings), longest) int64 of encodings already
+    made (a text, or a pair as one input): each row padded on the right to the longest with ``tokenizer``'s pad
+    id and pad type id, masked out; on ``model``'s device (a model moved elsewhere reads them there)."""
+    padding = tokenizer.padding or {}
+    pad_id, pad_type = int(padding.get("pad_id", 0)), int(padding.get("pad_type_id", 0))
+    longest = max((len(e.ids) for e in encodings), default=0)
+    ids = np.full((len(encodings), longest), pad_id, dtype=np.int64)
+    types = np.full((len(encodings), longest), pad_type, dtype=np.int64)
+    mask = np.zeros((len(encodings), longest), dtype=np.int64)
+    for row, encoding in enumerate(encodings):
+        width = len(encoding.ids)
+        ids[row, :width], types[row, :width] = encoding.ids, encoding.type_ids
+        mask[row, :width] = encoding.attention_mask
+    fields = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    device = model_device(model)
+    return {name: placed(rows, device) for name, rows in fields.items()}
+
+
+def fitted_tokenizer(directory: Path, model: nn.Module, max_seq_length: int | None) -> Tokenizer:
+    """``directory``'s tokenizer.json set up for ``model``: truncated to ``max_seq_length`` (else to
+    tokenizer_config.json's ``model_max_length``, where sentence-transformers 6 saves a CrossEncoder's) and to
+    the positions the model holds (a RoBERTa table less its reserved rows; a decoder's configured bound);
+    padded to the longest input of a batch with the model's pad id (a RoBERTa model numbers positions
+    around it)."""
+    tokenizer = read_tokenizer_json(directory / "tokenizer.json")
+    config = getattr(model, "config", None)
+    if isinstance(model, CausalLM):  # a decoder embedding model (Qwen3-Embedding): its configured positions
+        positions = model.positions_bound or max_seq_length or 512
+    else:
+        positions = int(getattr(config, "max_positions", 512))
+    reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows
+    if reserved is not None:
+        positions -= int(reserved) + 1
+    bound = max_seq_length or _model_max_length(directory) or positions
+    tokenizer.enable_truncation(max_length=int(min(bound, positions)))  # a pair: the longer text cut first
+    padding = tokenizer.padding or {}
+    pad_token = str(padding.get("pad_token", "[PAD]"))
+    pad_id = tokenizer.token_to_id(pad_token)
+    if reserved is not None and (pad_id is None or "pad_token" not in padding):
+        # the model numbers positions around its own pad id, so padding must use that id
+        pad_id, pad_token = int(reserved), tokenizer.id_to_token(int(reserved)) or pad_token
+    tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token=pad_token)  # to the longest
+    return tokenizer
+
+
+def _model_max_length(directory: Path) -> int | None:
+    """tokenizer_config.json's ``model_max_length`` (None: no file, no field, or not a positive number)."""
+    try:
+        config = read_json(directory / "tokenizer_config.json")
+    except FileNotFoundError:
+        return None
+    value = config.get("model_max_length") if isinstance(config, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 1:
+        return None
+    return int(min(value, 1 << 40))  # transformers writes 1e30 for "no bound"
 
 
 def _unit(rows: np.ndarray) -> np.ndarray:
@@ -338,7 +375,7 @@ def _unit(rows: np.ndarray) -> np.ndarray:
     return scaled
 
 
-def _progress(starts: range, show: bool | None) -> Iterable[int]:
+def with_progress(starts: range, show: bool | None) -> Iterable[int]:
     """The batches' starts, behind a tqdm bar when asked and tqdm is installed (packrt's progress extra)."""
     if not show:
         return starts
@@ -377,7 +414,7 @@ def pool(modes: Sequence[str], hidden: np.ndarray, mask: np.ndarray) -> np.ndarr
     return np.concatenate(parts, axis=-1) if len(parts) > 1 else parts[0]
 
 
-_ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+ACTIVATIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "identity": lambda x: x,
     "tanh": np.tanh,
     "relu": lambda x: np.maximum(x, np.float32(0)),
@@ -421,7 +458,7 @@ class Dense:
         out = x @ self.weight.T
         if self.bias is not None:
             out = out + self.bias
-        out = _ACTIVATIONS[self.step.activation](out)
+        out = ACTIVATIONS[self.step.activation](out)
         if self.step.residual:
             out = out + x
         return np.asarray(out, dtype=np.float32)
@@ -435,6 +472,11 @@ __all__ = [
     "Pipeline",
     "SentenceEncoder",
     "TextTypeError",
+    "ACTIVATIONS",
     "as_texts",
+    "check_device",
+    "fitted_tokenizer",
+    "padded",
     "pool",
+    "with_progress",
 ]

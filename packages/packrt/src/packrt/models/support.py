@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import packrt_io
 from packrt.models import generation_defaults, gguf, gguf_tokenizer
+from packrt.models.classifier import classifies
 from packrt.models.config_schema import ROPE_TYPES, SCHEMAS
 from packrt.models.kinds import DENSE_ACTIVATIONS, FAMILIES, POOLING_MODES, STEPS, base_models
 
@@ -49,6 +50,14 @@ def support_rows() -> list[tuple[str, str, str]]:
             "the Transformer step of a sentence-transformers directory only (its last hidden states, pooled)",
         )
     )
+    classifiers = [name for family in FAMILIES for name in family.architectures if classifies(name)]
+    rows.append(
+        (
+            "config.json `architectures` (a sequence classifier: a cross-encoder reranker)",
+            _code(classifiers),
+            "pairs scored by `CrossEncoder` (`predict`, `rank`) and `packrt serve`'s `POST /rerank`",
+        )
+    )
     rows += _settings()
     rows += [
         (
@@ -61,6 +70,11 @@ def support_rows() -> list[tuple[str, str, str]]:
             "sentence-transformers Dense `activation_function`",
             _code(list(DENSE_ACTIVATIONS)),
             "applied after the projection; other values refused",
+        ),
+        (
+            "sentence-transformers CrossEncoder `activation_fn`",
+            _code(list(DENSE_ACTIVATIONS)),
+            "applied to the logits (none given: sigmoid for one label); other torch values refused",
         ),
     ]
     rows += [

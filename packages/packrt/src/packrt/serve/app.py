@@ -20,6 +20,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
+import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
@@ -37,13 +38,15 @@ from packrt.serve.openai_shapes import (
     ChatRequest,
     CompletionRequest,
     EmbeddingsRequest,
+    RerankRequest,
     ServeError,
     completion_chunk,
     completion_response,
     embeddings_response,
     new_id,
+    rerank_response,
 )
-from packrt.serve.served import ServedModel, dumps
+from packrt.serve.served import ServedModel, TokenizedText, dumps
 from packrt_io import json_depth  # the one JSON depth scan: safetensors headers and request bodies alike
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -120,19 +123,26 @@ async def parse(request: Request, limits: ServeLimits, shape: type[Body]) -> Bod
 
 def _texts(request: EmbeddingsRequest, limits: ServeLimits) -> list[str]:
     """The request's texts, each checked alone: a bad one is a 400 naming ``input[i]``, before any joins a batch."""
-    texts = [request.input] if isinstance(request.input, str) else request.input
+    if isinstance(request.input, str):
+        return _checked([request.input], "input", limits, single=True)
+    return _checked(request.input, "input", limits)
+
+
+def _checked(texts: list[Any], param: str, limits: ServeLimits, single: bool = False) -> list[str]:
+    """``texts`` (the body's field ``param``), each checked alone: a bad one is a 400 naming ``param[i]``
+    (``param`` itself for a ``single`` text), an empty or too long list a 400 naming ``param``."""
     if not texts:
-        raise ServeError(400, "input is an empty list; give at least one text", param="input")
+        raise ServeError(400, f"{param} is an empty list; give at least one text", param=param)
     if len(texts) > limits.max_texts_per_request:
         raise ServeError(
             400,
-            f"input holds {len(texts)} texts, more than this server's {limits.max_texts_per_request} per "
+            f"{param} holds {len(texts)} texts, more than this server's {limits.max_texts_per_request} per "
             "request; split them over several requests",
-            param="input",
+            param=param,
             code="too_many_inputs",
         )
     for index, text in enumerate(texts):
-        where = "input" if isinstance(request.input, str) else f"input[{index}]"
+        where = param if single else f"{param}[{index}]"
         if not isinstance(text, str):
             raise ServeError(
                 400,
@@ -149,6 +159,20 @@ def _texts(request: EmbeddingsRequest, limits: ServeLimits) -> list[str]:
                 code="invalid_text",
             ) from None
     return texts
+
+
+def _within_bound(tokenized: list[TokenizedText], bound: int, truncate: bool, param: str, single: bool) -> None:
+    """A 400 naming the first text (or pair) over ``bound`` tokens, unless the request asked to ``truncate``."""
+    over = next((i for i, text in enumerate(tokenized) if text.count > bound), None)
+    if over is not None and not truncate:
+        where = param if single else f"{param}[{over}]"
+        raise ServeError(
+            400,
+            f"{where} has {tokenized[over].count} tokens, more than this server's {bound}; shorten it or send "
+            "truncate: true",
+            param=where,
+            code="context_length_exceeded",
+        )
 
 
 class _App:
@@ -173,6 +197,14 @@ class _App:
                 limits.max_batch_tokens,
                 limits.batch_wait_s,
                 self._batched,
+            )
+        elif served.cross_encoder is not None:
+            scorer = served.cross_encoder
+            if self.bound < served.max_positions:
+                scorer.tokenizer.enable_truncation(max_length=self.bound)  # a pair: the longer text cut first
+            # the queued pairs, batched as embeddings are: each pair one encoding, tokenized once
+            self.worker = EmbedWorker(
+                scorer.logits, scorer.num_labels, capacity, limits.max_batch_tokens, limits.batch_wait_s, self._batched
             )
         else:
             self.worker = CallWorker(capacity, "packrt-serve-generation")
@@ -217,17 +249,33 @@ class _App:
         self.require("embeddings", "/v1/embeddings", request.model)
         texts = _texts(request, self.limits)
         tokenized = await run_in_threadpool(self.served.tokenize, texts)  # the only time these texts are tokenized
-        over = next((i for i, text in enumerate(tokenized) if text.count > self.bound), None)
-        if over is not None and not request.truncate:
-            where = "input" if isinstance(request.input, str) else f"input[{over}]"
+        _within_bound(tokenized, self.bound, request.truncate, "input", isinstance(request.input, str))
+        vectors, tokens = await self._batched_call(tokenized)
+        return embeddings_response(vectors, request.encoding_format, self.served.name, tokens)
+
+    async def rerank(self, request: RerankRequest) -> dict[str, Any]:
+        self.require("rerank", "/v1/rerank", request.model)
+        scorer = self.served.cross_encoder
+        assert scorer is not None
+        if scorer.num_labels != 1:
             raise ServeError(
                 400,
-                f"{where} has {tokenized[over].count} tokens, more than this server's {self.bound}; shorten "
-                "it or send truncate: true",
-                param=where,
-                code="context_length_exceeded",
+                f"model {self.served.name!r} gives {scorer.num_labels} scores per pair and ranking needs one; it "
+                "is a classifier, not a reranker",
+                code="not_a_reranker",
             )
-        # what the model computes: each text cut to the bound (min(count, bound) tokens)
+        query = _checked([request.query], "query", self.limits, single=True)[0]
+        documents = _checked(request.documents, "documents", self.limits)
+        tokenized = await run_in_threadpool(self.served.tokenize_pairs, query, documents)  # each pair once
+        _within_bound(tokenized, self.bound, request.truncate, "documents", False)
+        logits, tokens = await self._batched_call(tokenized)
+        scores = logits if request.raw_scores else scorer.activate(logits)
+        shown = documents if request.return_documents else None
+        return rerank_response(new_id("rerank"), scores[:, 0], shown, request.top_n, self.served.name, tokens)
+
+    async def _batched_call(self, tokenized: list[TokenizedText]) -> tuple[np.ndarray, int]:
+        """The rows the batching worker computes for ``tokenized`` (with other requests' texts), and the tokens
+        the model read for them (each text cut to the bound: min(count, bound))."""
         tokens = [len(text.encoding.ids) for text in tokenized]
         job = EmbedJob([text.encoding for text in tokenized], tokens, self.deadline())
         assert isinstance(self.worker, EmbedWorker)
@@ -236,11 +284,11 @@ class _App:
         except QueueFullError:
             raise self.full() from None
         try:
-            vectors = await asyncio.wait_for(asyncio.wrap_future(job.future), self.limits.request_timeout_s)
+            rows = await asyncio.wait_for(asyncio.wrap_future(job.future), self.limits.request_timeout_s)
         except TimeoutError:
             raise as_serve_error(completions.RequestTimeoutError()) from None
         self.metrics.add_tokens("prompt", sum(tokens))
-        return embeddings_response(vectors, request.encoding_format, self.served.name, sum(tokens))
+        return rows, sum(tokens)
 
     def _prompt(self, request: CompletionRequest | ChatRequest) -> tuple[completions.Prompt, bool]:
         path = "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions"
@@ -356,6 +404,11 @@ def _routes(app: FastAPI, state: _App) -> None:
     @app.post("/v1/embeddings", openapi_extra=_schema(EmbeddingsRequest))
     async def embeddings(request: Request) -> dict[str, Any]:
         return await state.embeddings(await parse(request, limits, EmbeddingsRequest))
+
+    @app.post("/v1/rerank", openapi_extra=_schema(RerankRequest))
+    @app.post("/rerank", openapi_extra=_schema(RerankRequest))
+    async def rerank(request: Request) -> dict[str, Any]:
+        return await state.rerank(await parse(request, limits, RerankRequest))
 
     @app.post("/v1/completions", openapi_extra=_schema(CompletionRequest))
     async def completion(request: Request) -> Response:

@@ -67,6 +67,20 @@ class EmbeddingsRequest(_Request):
     truncate: bool = True
 
 
+class RerankRequest(_Request):
+    """``POST /rerank`` (Cohere's and Jina's rerank API, which infinity and TEI-style clients speak): ``query``
+    and the ``documents`` to order by relevance to it; ``top_n`` keeps the best n; ``return_documents`` echoes
+    each document's text; ``raw_scores`` gives the logits before the model's activation; ``truncate`` as for
+    embeddings (a pair over the token bound is cut, longer text first, or refused)."""
+
+    query: str
+    documents: list[Any]
+    top_n: int | None = Field(default=None, ge=1)
+    return_documents: bool = False
+    raw_scores: bool = False
+    truncate: bool = True
+
+
 class _Sampling(_Request):
     max_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
@@ -112,6 +126,27 @@ def embeddings_response(vectors: np.ndarray, encoding: str, model: str, tokens: 
     return {
         "object": "list",
         "data": [embedding_item(i, vectors[i], encoding) for i in range(vectors.shape[0])],
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
+def rerank_response(
+    ident: str, scores: np.ndarray, documents: list[str] | None, top_n: int | None, model: str, tokens: int
+) -> dict[str, Any]:
+    """The documents' indices by score, best first (equal scores keep the documents' order), the first
+    ``top_n``; each with its text where ``documents`` is given."""
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))[:top_n]
+    results: list[dict[str, Any]] = []
+    for index in order:
+        entry: dict[str, Any] = {"index": index, "relevance_score": float(scores[index])}
+        if documents is not None:
+            entry["document"] = {"text": documents[index]}
+        results.append(entry)
+    return {
+        "id": ident,
+        "object": "rerank",
+        "results": results,
         "model": model,
         "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
     }
@@ -164,6 +199,7 @@ __all__ = [
     "ChatRequest",
     "CompletionRequest",
     "EmbeddingsRequest",
+    "RerankRequest",
     "ServeError",
     "completion_chunk",
     "completion_response",
@@ -171,5 +207,6 @@ __all__ = [
     "embeddings_response",
     "error_body",
     "new_id",
+    "rerank_response",
     "usage",
 ]

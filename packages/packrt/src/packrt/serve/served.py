@@ -2,8 +2,10 @@
 
 A directory with ``modules.json`` (sentence-transformers) or a Hugging Face encoder directory serves
 embeddings through :class:`~packrt.models.SentenceEncoder` (a plain encoder directory gets mean pooling
-and L2 normalization, what sentence-transformers gives it); a causal LM directory or a ``.gguf`` file
-serves completions through :meth:`~packrt.models.CausalLM.stream`. Weights are ``borrowed`` by default:
+and L2 normalization, what sentence-transformers gives it); a cross-encoder (a ``...ForSequenceClassification``
+directory, or a sentence-transformers CrossEncoder directory) serves reranking through
+:class:`~packrt.models.CrossEncoder`; a causal LM directory or a ``.gguf`` file serves completions through
+:meth:`~packrt.models.CausalLM.stream`. Weights are ``borrowed`` by default:
 served from the mapped checkpoint, one copy per machine whatever the number of server processes.
 
 :meth:`ServedModel.check_files` is the health check: the mapped files' identity (device, inode,
@@ -23,16 +25,19 @@ from tokenizers import Encoding, Tokenizer
 import packrt_io
 from packrt import models, nn
 from packrt.errors import CheckpointError
+from packrt.models.cross_encoder import CrossEncoder
 from packrt.models.hfconfig import read_json
 from packrt.models.sentence import SentenceEncoder
 
-Kind = Literal["embeddings", "completions"]
+Kind = Literal["embeddings", "rerank", "completions"]
 
 
 def endpoint(described: models.ModelDescription) -> Kind:
-    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: embeddings for a
-    sentence-transformers pipeline (over an encoder or a decoder) or a plain encoder directory, completions for
-    a causal LM."""
+    """The endpoint ``packrt serve`` gives a model :func:`~packrt.models.describe` described: rerank for a
+    sequence classifier (a cross-encoder), embeddings for a sentence-transformers pipeline (over an encoder or
+    a decoder) or a plain encoder directory, completions for a causal LM."""
+    if described.head == "sequence-classification":
+        return "rerank"
     return "embeddings" if described.kind == "encoder" or described.sentence_transformers else "completions"
 
 
@@ -88,6 +93,7 @@ class ServedModel:
     counter: Tokenizer  # the same tokenizer without truncation or padding: splits a text, counting all its tokens
     max_positions: int
     encoder: SentenceEncoder | None = None
+    cross_encoder: CrossEncoder | None = None
     chat_template: str | None = None
     special_tokens: dict[str, str] | None = None
 
@@ -104,6 +110,9 @@ class ServedModel:
                 "sentence-transformers directory with modules.json) or a .gguf file"
             )
         described = models.describe(where)
+        if endpoint(described) == "rerank":
+            scorer = CrossEncoder.from_pretrained(where, weight_residency=weight_residency)
+            return cls.from_loaded(where, scorer.model, cross_encoder=scorer, name=shown)
         if endpoint(described) == "embeddings":
             encoder = SentenceEncoder.from_pipeline(described.pipeline(), weight_residency=weight_residency)
             return cls.from_loaded(where, encoder.model, encoder=encoder, name=shown)
@@ -116,12 +125,18 @@ class ServedModel:
         module: nn.Module,
         *,
         encoder: SentenceEncoder | None = None,
+        cross_encoder: CrossEncoder | None = None,
         name: str | None = None,
     ) -> ServedModel:
         """Serve a model already loaded from ``path`` (by a caller that measures or places the load itself):
-        ``encoder`` for embeddings, else ``module`` must be a causal LM, whose tokenizer is read from ``path``."""
+        ``encoder`` for embeddings, ``cross_encoder`` for reranking, else ``module`` must be a causal LM, whose
+        tokenizer is read from ``path``."""
         where = Path(os.fspath(path)).expanduser().absolute()
         shown = name or where.name
+        if cross_encoder is not None:
+            tokenizer = cross_encoder.tokenizer
+            limit = cross_encoder.max_seq_length
+            return cls(where, shown, "rerank", module, tokenizer, _bare(tokenizer), limit, cross_encoder=cross_encoder)
         if encoder is not None:
             limit = (encoder.tokenizer.truncation or {}).get("max_length", 512)
             return cls(
@@ -162,6 +177,20 @@ class ServedModel:
         return [
             TokenizedText(self.tokenizer.post_process(split), len(split.ids) + specials)
             for split in self.counter.encode_batch(texts, add_special_tokens=False)
+        ]
+
+    def tokenize_pairs(self, query: str, documents: list[str]) -> list[TokenizedText]:
+        """Each (query, document) pair tokenized once, as one input of the cross-encoder: the query split once,
+        each document split once, then ``tokenizer.post_process`` cuts the pair to the server's bound (the longer
+        text first) and adds the special tokens, as ``tokenizer.encode(query, document)`` would. ``count`` is the
+        pair's tokens before the cut, special tokens included."""
+        specials = self.tokenizer.num_special_tokens_to_add(True)
+        if self.cross_encoder is not None and (prompt := self.cross_encoder.scoring.prompt()):
+            query = prompt + query  # the default prompt before the first text, as predict puts it
+        first = self.counter.encode(query, add_special_tokens=False)
+        return [
+            TokenizedText(self.tokenizer.post_process(first, split), len(first.ids) + len(split.ids) + specials)
+            for split in self.counter.encode_batch(documents, add_special_tokens=False)
         ]
 
     def check_files(self) -> None:
