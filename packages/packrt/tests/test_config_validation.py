@@ -96,6 +96,14 @@ def test_every_model_type_packrt_builds_has_a_config_schema() -> None:
 LLAMA, GPT2, BERT, QWEN2 = CONFIGS["llama"], CONFIGS["gpt2"], CONFIGS["bert"], CONFIGS["qwen2"]
 QWEN3, GEMMA3, PHI3 = CONFIGS["qwen3"], CONFIGS["gemma3"], CONFIGS["phi3"]
 INF, NAN = math.inf, math.nan
+# Phi-4-mini's rotary settings, at the tiny model's size: 8-wide heads, 6 features rotated in 3 pairs
+LONGROPE = {
+    "rope_type": "longrope",
+    "partial_rotary_factor": 0.75,
+    "short_factor": [1.0, 1.5, 2.0],
+    "long_factor": [2.0, 4.0, 8.0],
+    "original_max_position_embeddings": 16,
+}
 
 # (family, config, field named, value shown, message)
 INVALID = [
@@ -197,6 +205,34 @@ INVALID = [
         "1.5",
         r"in \(0, 1\]",
     ),
+    (
+        "phi3",
+        {**PHI3, "partial_rotary_factor": 0.125},  # an older file's top-level factor
+        "partial_rotary_factor",
+        "0.125",
+        r"rotates 1 of the head's 8 features; rotary features pair up",
+    ),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {**LONGROPE, "long_factor": [1.0, 2.0]}},
+        "rope_parameters.long_factor",
+        "[1.0, 2.0]",
+        "listing 2 factors, but short_factor lists 3",
+    ),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {**LONGROPE, "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
+        "rope_parameters.short_factor",
+        "[1.0, 1.0, 1.0, 1.0]",
+        "listing 4 factors, but the head rotates 6 features in 3 pairs",
+    ),
+    (
+        "phi3",
+        {**PHI3, "rope_parameters": {k: v for k, v in LONGROPE.items() if k != "original_max_position_embeddings"}},
+        "rope_parameters.original_max_position_embeddings",
+        "None",
+        "expected a positive integer",
+    ),
 ]
 
 
@@ -262,18 +298,6 @@ UNSUPPORTED = [
         {**PHI3, "rope_scaling": {"type": "su", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
         "rope_type 'su'",
         "llama3",
-    ),
-    (
-        "phi3",
-        {**PHI3, "rope_parameters": {"rope_type": "longrope", "short_factor": [1.0] * 4, "long_factor": [1.0] * 4}},
-        "rope_type 'longrope'",
-        "default",
-    ),
-    (
-        "phi3",
-        {**PHI3, "rope_parameters": {"rope_type": "default", "partial_rotary_factor": 0.75}},
-        "partial_rotary_factor 0.75",
-        "1.0",
     ),
     ("qwen3", {**QWEN3, "rope_parameters": {"rope_type": "dynamic", "factor": 4.0}}, "rope_type 'dynamic'", "linear"),
     ("gemma3", {**GEMMA3, "use_bidirectional_attention": True}, "use_bidirectional_attention True", "false"),

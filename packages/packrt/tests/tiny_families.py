@@ -196,6 +196,23 @@ FAMILIES: dict[str, Family] = {
     "gemma3-tied": GEMMA3.variant({**GEMMA, "initializer_range": 0.1, "attention_bias": True}),
     "phi3": PHI3,
     "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
+    # Phi-4-mini's rotary: 6 of the 8 features of a head rotate, LongRoPE's short factors up to 16 positions and
+    # its long ones past them (a generation crosses over), cos and sin scaled for a 4x context
+    "phi3-longrope": PHI3.variant(
+        {
+            **PHI3_FIELDS,
+            "max_position_embeddings": 64,
+            "original_max_position_embeddings": 16,  # Phi3Config's own field, which wins over the dict's
+            "rope_parameters": {
+                "rope_type": "longrope",
+                "partial_rotary_factor": 0.75,
+                # chosen so that no greedy step of the tests is a near tie (smallest top-2 gap 0.016)
+                "short_factor": [1.0, 1.0, 1.5],
+                "long_factor": [4.0, 8.0, 16.0],
+                "original_max_position_embeddings": 16,
+            },
+        }
+    ),
     # mistral's decoder, sliding and full layers by layer_types
     "ministral": Family("MinistralConfig", "MinistralForCausalLM", MINISTRAL_FIELDS, MinistralForCausalLM),
     # llama's decoder with a NoPE layer (no_rope_layers), sliding there; the tied default

@@ -67,7 +67,7 @@ HF_ACTIVATIONS: Final = (
     "xielu",
 )
 HF_ROPE_TYPES: Final = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
-ROPE_TYPES: Final = ("default", "linear", "llama3", "yarn")
+ROPE_TYPES: Final = ("default", "linear", "llama3", "yarn", "longrope")
 # Older names transformers still reads for one model type (Phi-3's "su" is longrope).
 LEGACY_ROPE_TYPES: Final[dict[str, tuple[str, ...]]] = {"phi3": ("su",)}
 HF_LAYER_TYPES: Final = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
@@ -272,8 +272,7 @@ def validate(config: HFConfig) -> Schema:
                 f"which does not divide {dividend}={values[dividend]}",
                 f"set {divisor} to a divisor of {dividend}; {_FIX}",
             )
-    if schema.head_dim is not None:
-        _check_head_dim(config, schema.head_dim, values)
+    head_dim = None if schema.head_dim is None else _check_head_dim(config, schema.head_dim, values)
     vocab = values[schema.vocab]
     for field in schema.fields:
         # A pad id is written into generated rows, so it must be a token; other ids only compare.
@@ -297,13 +296,15 @@ def validate(config: HFConfig) -> Schema:
             raise unsupported(config, name, True, ("false",), model_type)
     if schema.rope == "per_layer_type":
         for layer_type, params in rope_by_layer_type(config).items():
-            check_rope_params(config, f"rope_parameters.{layer_type}", params, model_type)
+            check_rope_params(config, f"rope_parameters.{layer_type}", params, model_type, head_dim)
     elif schema.rope:
-        check_rope(config, model_type)
+        check_rope(config, model_type, head_dim)
     return schema
 
 
-def _check_head_dim(config: HFConfig, names: tuple[str, str, str], values: Mapping[str, Any]) -> None:
+def _check_head_dim(config: HFConfig, names: tuple[str, str, str], values: Mapping[str, Any]) -> int:
+    """The head width (given, or width // heads), refused where it cannot be: heads not dividing the width
+    without a head_dim given, or an odd width."""
     width_name, heads_name, head_dim_name = names
     width, heads, head_dim = values[width_name], values[heads_name], values[head_dim_name]
     if head_dim is None:
@@ -325,6 +326,7 @@ def _check_head_dim(config: HFConfig, names: tuple[str, str, str], values: Mappi
             head_dim,
             f"but the head width ({name} = {head_dim}) must be even for rotary positions",
         )
+    return int(head_dim)
 
 
 def _rope_number(config: HFConfig, where: str, params: Mapping[str, Any], key: str, default: Any = REQUIRED) -> float:
@@ -343,7 +345,28 @@ def _rope_number(config: HFConfig, where: str, params: Mapping[str, Any], key: s
     return float(value)
 
 
-def check_rope(config: HFConfig, model_type: str) -> None:
+# rope settings an older config.json keeps at its top level, which transformers 5 moves into rope_parameters
+_TOP_LEVEL_ROPE = ("partial_rotary_factor", "original_max_position_embeddings")
+
+
+def rope_settings(config: HFConfig) -> dict[str, Any]:
+    """The one rope dict of a single-table model, as transformers 5 reads it: ``rope_parameters`` (or an older
+    file's ``rope_scaling``), with ``partial_rotary_factor`` and ``original_max_position_embeddings`` taken from
+    the top level where the dict lacks them (``rope_theta`` too is read from either place by its users)."""
+    given = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    params = dict(given) if isinstance(given, dict) else {}
+    for key in _TOP_LEVEL_ROPE:
+        if key not in params and config.get(key) is not None:
+            params[key] = config[key]
+    # transformers' exception: a top-level pretrained length wins over the dict's for the scaled types (Phi-3
+    # keeps it there; its schema's default, 4096, is what a phi3 config without one means)
+    kind = params.get("rope_type", params.get("type"))
+    if kind in ("llama3", "yarn", "longrope") and config.get("original_max_position_embeddings") is not None:
+        params["original_max_position_embeddings"] = config["original_max_position_embeddings"]
+    return params
+
+
+def check_rope(config: HFConfig, model_type: str, head_dim: int | None = None) -> None:
     """``rope_theta`` finite and positive; ``rope_parameters`` / ``rope_scaling`` a complete dict of a known type."""
     where = next((key for key in ("rope_parameters", "rope_scaling") if config.get(key) is not None), "")
     params = config.get(where) if where else {}
@@ -351,7 +374,7 @@ def check_rope(config: HFConfig, model_type: str) -> None:
         raise error(config, where, params, "expected an object with rope_type and its parameters, or null")
     if "rope_theta" not in params:
         _rope_number(config, "", config, "rope_theta", 10000.0)
-    check_rope_params(config, where, params, model_type)
+    check_rope_params(config, where, rope_settings(config), model_type, head_dim)
 
 
 def rope_by_layer_type(config: HFConfig) -> dict[str, dict[str, Any]]:
@@ -382,8 +405,17 @@ def rope_by_layer_type(config: HFConfig) -> dict[str, dict[str, Any]]:
     return out
 
 
-def check_rope_params(config: HFConfig, where: str, params: Mapping[str, Any], model_type: str) -> None:
-    """One rope dict (found at ``where``): its theta, a type packrt implements and that type's numbers."""
+def rotary_dim(params: Mapping[str, Any], head_dim: int) -> int:
+    """How many features of a head rotate: ``head_dim * partial_rotary_factor`` rounded down, as transformers
+    takes it (the whole head by default)."""
+    return int(head_dim * float(params.get("partial_rotary_factor", 1.0)))
+
+
+def check_rope_params(
+    config: HFConfig, where: str, params: Mapping[str, Any], model_type: str, head_dim: int | None = None
+) -> None:
+    """One rope dict (found at ``where``): its theta, a type packrt implements and that type's numbers (the
+    rotated width and LongRoPE's factor lists against ``head_dim`` where it is known)."""
     if "rope_theta" in params:
         _rope_number(config, where, params, "rope_theta")
     type_key = "rope_type" if "rope_type" in params else "type"
@@ -400,10 +432,22 @@ def check_rope_params(config: HFConfig, where: str, params: Mapping[str, Any], m
             f"use one of {', '.join(ROPE_TYPES)}",
         )
     partial = params.get("partial_rotary_factor", 1.0)
-    if partial != 1.0:
-        if _is_number(partial) and 0 < partial < 1:
-            raise unsupported(config, "partial_rotary_factor", partial, ("1.0",), model_type)
+    if not (_is_number(partial) and 0 < partial <= 1):
         raise error(config, f"{where}.partial_rotary_factor", partial, "expected a number in (0, 1]")
+    pairs = None
+    if head_dim is not None:
+        dim = rotary_dim(params, head_dim)
+        if dim <= 0 or dim % 2:
+            raise error(
+                config,
+                f"{where}.partial_rotary_factor" if where else "partial_rotary_factor",
+                partial,
+                f"which rotates {dim} of the head's {head_dim} features; rotary features pair up",
+                "give a factor whose product with the head width is a positive even number",
+            )
+        pairs = dim // 2
+    if kind == "longrope":
+        _check_longrope(config, where, params, pairs)
     if kind in ("linear", "llama3") or (kind == "yarn" and params.get("factor") is not None):
         _rope_number(config, where, params, "factor")
     if kind == "yarn":
@@ -423,6 +467,45 @@ def check_rope_params(config: HFConfig, where: str, params: Mapping[str, Any], m
         original = params.get("original_max_position_embeddings", config.get("max_position_embeddings", 8192))
         if not (_is_int(original) and original > 0):
             raise error(config, f"{where}.original_max_position_embeddings", original, "expected a positive integer")
+
+
+def _check_longrope(config: HFConfig, where: str, params: Mapping[str, Any], pairs: int | None) -> None:
+    """LongRoPE's numbers: a short and a long factor list of one length (``pairs``, one per rotated pair,
+    where the head width is known), the pretrained context length, and ``factor`` / ``attention_factor``
+    where given."""
+    lengths = []
+    for name in ("short_factor", "long_factor"):
+        factors = params.get(name)
+        if not (isinstance(factors, list) and factors and all(_is_number(f) and f > 0 for f in factors)):
+            raise error(config, f"{where}.{name}", factors, "expected a list of positive numbers, one per rotary pair")
+        lengths.append(len(factors))
+    if lengths[0] != lengths[1]:
+        raise error(
+            config,
+            f"{where}.long_factor",
+            params.get("long_factor"),
+            f"listing {lengths[1]} factors, but short_factor lists {lengths[0]}",
+            "give both one factor per rotary pair",
+        )
+    if pairs is not None and lengths[0] != pairs:
+        raise error(
+            config,
+            f"{where}.short_factor",
+            params.get("short_factor"),
+            f"listing {lengths[0]} factors, but the head rotates {2 * pairs} features in {pairs} pairs",
+            "give one factor per pair",
+        )
+    original = params.get("original_max_position_embeddings")
+    if not (isinstance(original, int) and _is_int(original) and original > 0):
+        raise error(
+            config,
+            f"{where}.original_max_position_embeddings",
+            original,
+            "expected a positive integer (the context length the short factors serve)",
+        )
+    for name in ("factor", "attention_factor"):
+        if params.get(name) is not None:
+            _rope_number(config, where, params, name)
 
 
 def check_capacity(config: HFConfig, schema: Schema, info: packrt_io.CheckpointInfo, keymap: KeyMap) -> None:
@@ -667,7 +750,7 @@ SCHEMAS: dict[str, Schema] = {
     "qwen2": _decoder(*_QWEN_WINDOWS, positions=32_768),
     "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128, positions=32_768),
     "gemma3_text": _GEMMA3,
-    "phi3": _decoder(_WINDOW, eps=1e-5, positions=4096),
+    "phi3": _decoder(_WINDOW, Field("original_max_position_embeddings", "size", 4096), eps=1e-5, positions=4096),
     "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),
     "smollm3": _SMOLLM3,
     "granite": _GRANITE,
@@ -687,6 +770,8 @@ __all__ = [
     "UnsupportedModelError",
     "check_capacity",
     "check_rope",
+    "rope_settings",
+    "rotary_dim",
     "check_rope_params",
     "completed",
     "rope_by_layer_type",

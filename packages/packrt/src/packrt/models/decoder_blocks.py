@@ -52,7 +52,7 @@ from packrt.models.decoder_plan import DecoderBlocks, DecoderLayerPlan
 from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import Family, KeyMap, Rule
-from packrt.models.rotary import RotaryTables, tables_of
+from packrt.models.rotary import RotaryTables, rotate_heads, tables_of
 from packrt_core.nn.plan import serve
 
 Rotary = tuple[packrt.Tensor, packrt.Tensor]
@@ -166,8 +166,7 @@ class RotaryAttention(nn.Module):
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if self.rotates:
             cos, sin = rotary
-            q = nn.functional.rotary_embedding(q, cos, sin)
-            k = nn.functional.rotary_embedding(k, cos, sin)
+            q, k = rotate_heads(q, cos, sin), rotate_heads(k, cos, sin)
         out = attend(
             q,
             k,
@@ -393,6 +392,10 @@ class RotaryDecoderLM(CausalLM):
         wide = getattr(self.norm, "computes_in_float32", False) or x.dtype is half
         out: packrt.Tensor = self.norm(x if wide else x.to(half)).to(half)
         return out
+
+    def _rope_switch(self) -> int | None:
+        switches = [table.switch for table in self.rotaries.values() if table.switch is not None]
+        return min(switches, default=None)
 
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         logits: packrt.Tensor = self.lm_head(hidden)

@@ -234,6 +234,17 @@ class DecoderLayerPlan:
             return x
         return self.kernels.residual_norm(add, x, norm.w, norm.b, norm.eps, np.empty_like(x), norm.rms)
 
+    def _rotate(self, x: Any, cos: Any, sin: Any) -> Any:
+        """``x`` (batch, heads, length, head_dim) rotated by tables of ``cos.shape[-1]`` features: all of the
+        head, or with a partial rotary factor its first features, the rest passed through
+        (:func:`packrt.models.rotary.rotate_heads` on the module road)."""
+        width = cos.shape[-1]
+        if width == x.shape[-1]:
+            return self.record.rotary_embedding(x, cos, sin)
+        out = x.copy()
+        out[..., :width] = self.record.rotary_embedding(x[..., :width], cos, sin)
+        return out
+
     def _attend(
         self,
         h: Any,
@@ -262,8 +273,7 @@ class DecoderLayerPlan:
             k = self.record.rms_norm(k, dim, k_norm.w, k_norm.eps)
         if rotary is not None:
             cos, sin = array_of(rotary[0]), array_of(rotary[1])
-            q = self.record.rotary_embedding(q, cos, sin)
-            k = self.record.rotary_embedding(k, cos, sin)
+            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
         out = attend(
             qt,

@@ -268,6 +268,12 @@ class CausalLM(nn.Module):
     def _logits(self, hidden: packrt.Tensor) -> packrt.Tensor:
         raise NotImplementedError
 
+    def _rope_switch(self) -> int | None:
+        """The sequence length past which the model's rotary frequencies change (LongRoPE's pretrained context),
+        None when they never do: a generation that crosses it computes its cached keys again (see
+        :meth:`_decode`)."""
+        return None
+
     def _name(self) -> str:
         """How messages name the model: its class, and the config's ``model_type`` when the class serves several."""
         name = type(self).__name__
@@ -432,7 +438,13 @@ class CausalLM(nn.Module):
         finished = np.zeros(tokens.shape[0], dtype=bool)
         ids = placed(tokens[:, :prompt], device)
         start, length = 0, prompt
+        switch = self._rope_switch()
         for t in range(run.max_new_tokens):
+            if switch is not None and 0 < start <= switch < start + length:
+                # the keys cached under the short frequencies are computed again under the long ones, in one
+                # step over the whole sequence so far (transformers' Phi-3 does the same at this step)
+                start, length = 0, start + length
+                ids = placed(tokens[:, :length], device)
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
             with reading():  # the step is one call: one version of the weights, its files checked first

@@ -5,8 +5,9 @@ Each layer is pre-norm, ``x = x + attention(rms_norm(x)); x = x + mlp(rms_norm(x
 ``qkv_proj`` Linear (its output rows: the queries, then the keys, then the values), and the MLP's gate
 and up projections are one ``gate_up_proj`` Linear (gate rows first), so each is served as one GEMM.
 No projection has a bias. With ``sliding_window`` set, every layer sees the last ``sliding_window``
-positions only. Rotary frequencies: ``default`` only; ``longrope`` (``su`` in older files, the 128k
-models) and a ``partial_rotary_factor`` other than 1 are refused as not implemented yet.
+positions only. Rotary frequencies: any of :data:`~packrt.models.config_schema.ROPE_TYPES`, LongRoPE (the
+128k Phi-3.5 and Phi-4-mini models; ``su`` in older files is refused) and a ``partial_rotary_factor`` below 1
+(Phi-4-mini's 0.75) included: see :mod:`packrt.models.rotary`.
 
 Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.weight``;
 ``layers.L.attention.qkv_proj.weight``; ``layers.L.attention.o_proj.weight``;

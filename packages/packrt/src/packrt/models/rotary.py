@@ -4,6 +4,12 @@ Feature ``i`` of the first half of a head pairs with feature ``i + head_dim/2``;
 rotated by the angle ``position * theta ** (-2i / head_dim)``. As a formula on whole heads:
 ``x * cos + rotate_half(x) * sin`` with ``rotate_half([a, b]) = [-b, a]`` and the angle table
 repeated over both halves (the layout Llama checkpoints in the Hugging Face format use).
+
+With ``partial_rotary_factor`` below 1 (Phi-4-mini's 0.75) only the first ``rotary_dim`` features of a
+head rotate, paired within them, and the rest pass through: the tables are ``rotary_dim`` wide, and an
+attention reading a table narrower than its heads rotates that many features (:func:`rotate_heads`).
+LongRoPE (Phi-3.5, Phi-4-mini) keeps two frequency sets, short and long, and a forward uses the long one
+when its sequence reaches past the pretrained context (:class:`LongRopeTables`), as transformers does.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.models.config_schema import ROPE_TYPES
+from packrt.models.config_schema import ROPE_TYPES, rope_settings, rotary_dim
 from packrt.models.hfconfig import HFConfig
 
 
@@ -53,7 +59,7 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     the type: ``default`` (``theta ** (-2i / head_dim)``), ``linear`` (divided by ``factor``) or
     ``llama3`` (long wavelengths divided by ``factor``, short ones kept, the band between blended).
     """
-    params = _rope_params(config)
+    params = rope_settings(config)
     theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
     kind = params.get("rope_type", params.get("type", "default"))
     if kind not in ROPE_TYPES:
@@ -61,12 +67,16 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
             "rope_parameters.rope_type",
             f"is {kind!r}, which packrt does not implement (supported: {', '.join(ROPE_TYPES)})",
         )
-    exponents = np.arange(0, head_dim, 2, dtype=np.float32) / np.float32(head_dim)
-    inv_freq = (np.float32(1.0) / (np.float32(theta) ** exponents)).astype(np.float32)
+    dim = rotary_dim(params, head_dim)  # the schema checked it even and positive
+    exponents = np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim)
+    powers = np.float32(theta) ** exponents
+    inv_freq = (np.float32(1.0) / powers).astype(np.float32)
     if kind == "linear":
         return (inv_freq / np.float32(params["factor"])).astype(np.float32)
+    if kind == "longrope":  # the short set; LongRopeTables holds the long one beside it
+        return _longrope(params, powers, "short_factor")
     if kind == "yarn":
-        return _yarn(config, params, head_dim, theta, inv_freq)
+        return _yarn(config, params, dim, theta, inv_freq)
     if kind == "llama3":
         factor = float(params["factor"])
         low, high = float(params["low_freq_factor"]), float(params["high_freq_factor"])
@@ -80,8 +90,11 @@ def rope_frequencies(config: HFConfig, head_dim: int) -> np.ndarray:
     return inv_freq
 
 
-def _rope_params(config: HFConfig) -> dict[str, Any]:
-    return dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+def _longrope(params: dict[str, Any], powers: np.ndarray, which: str) -> np.ndarray:
+    """LongRoPE's inverse frequencies for ``which`` factor list: ``1 / (factor_i * theta ** (2i / dim))``."""
+    factors = np.asarray(params[which], dtype=np.float32)  # one per pair: the schema checked the count
+    inv_freq: np.ndarray = (np.float32(1.0) / (factors * powers)).astype(np.float32)
+    return inv_freq
 
 
 def _yarn_factor(config: HFConfig, params: dict[str, Any]) -> float:
@@ -116,8 +129,11 @@ def _yarn(config: HFConfig, params: dict[str, Any], head_dim: int, theta: float,
 def rope_attention_factor(config: HFConfig) -> float:
     """What the cos and sin tables are multiplied by: 1, but for YaRN its ``attention_factor`` (given, or
     ``0.1 * ln(factor) + 1``, with ``mscale`` / ``mscale_all_dim`` as transformers reads them)."""
-    params = _rope_params(config)
-    if params.get("rope_type", params.get("type")) != "yarn":
+    params = rope_settings(config)
+    kind = params.get("rope_type", params.get("type"))
+    if kind == "longrope":
+        return _longrope_attention_factor(config, params)
+    if kind != "yarn":
         return 1.0
     if params.get("attention_factor") is not None:
         return float(params["attention_factor"])
@@ -130,9 +146,30 @@ def rope_attention_factor(config: HFConfig) -> float:
     return scale(mscale) / scale(all_dim) if mscale and all_dim else scale()
 
 
+def _longrope_attention_factor(config: HFConfig, params: dict[str, Any]) -> float:
+    """LongRoPE's scale: ``attention_factor`` when given, else ``sqrt(1 + ln(factor) / ln(original))`` for the
+    context ``factor`` (given, or max_position_embeddings over the pretrained length), 1 when not above 1."""
+    if params.get("attention_factor") is not None:
+        return float(params["attention_factor"])
+    original = int(params["original_max_position_embeddings"])
+    factor = params.get("factor")
+    factor = float(factor) if factor is not None else config.integer("max_position_embeddings") / original
+    return 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+
+
 def tables_of(config: HFConfig, head_dim: int) -> RotaryTables:
-    """The rotary tables ``config``'s rope settings give: its frequencies, scaled by its attention factor."""
-    return RotaryTables(rope_frequencies(config, head_dim), rope_attention_factor(config))
+    """The rotary tables ``config``'s rope settings give: its frequencies, scaled by its attention factor
+    (LongRoPE: both of its frequency sets, :class:`LongRopeTables`)."""
+    scale = rope_attention_factor(config)
+    params = rope_settings(config)
+    if params.get("rope_type", params.get("type")) == "longrope":
+        dim = rotary_dim(params, head_dim)
+        theta = float(params.get("rope_theta", config.get("rope_theta", 10000.0)))
+        powers = np.float32(theta) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))
+        long = _longrope(params, powers, "long_factor")
+        original = int(params["original_max_position_embeddings"])
+        return LongRopeTables(rope_frequencies(config, head_dim), long, original, scale)
+    return RotaryTables(rope_frequencies(config, head_dim), scale)
 
 
 class RotaryTables:
@@ -142,6 +179,9 @@ class RotaryTables:
     the tables follow the device of the activations they are asked for. ``scale`` multiplies both
     (YaRN's attention factor; 1 otherwise).
     """
+
+    # the sequence length past which the frequencies change (LongRopeTables' pretrained context); None: never
+    switch: int | None = None
 
     def __init__(self, inv_freq: np.ndarray, scale: float = 1.0) -> None:
         self.inv_freq, self.scale = inv_freq, scale
@@ -173,6 +213,37 @@ class RotaryTables:
         if cos.dtype is not like.dtype:
             cos, sin = cos.to(like.dtype), sin.to(like.dtype)
         return cos, sin
+
+
+class LongRopeTables(RotaryTables):
+    """LongRoPE's two tables: a forward whose sequence reaches past ``original`` positions (its last position
+    + 1 > ``original``) reads the long frequencies for all its positions, any other the short ones. A
+    generation that crosses ``original`` (its ``switch``) computes the keys it cached under the short ones
+    again, as transformers' Phi-3 does."""
+
+    def __init__(self, short: np.ndarray, long: np.ndarray, original: int, scale: float = 1.0) -> None:
+        super().__init__(short, scale)
+        self.long, self.original, self.switch = RotaryTables(long, scale), original, original
+
+    def __call__(
+        self, offset: int, length: int, positions: packrt.Tensor | None, like: packrt.Tensor
+    ) -> tuple[packrt.Tensor, packrt.Tensor]:
+        reach = offset + length if positions is None else int(positions.max().item()) + 1
+        if reach > self.original:
+            return self.long(offset, length, positions, like)
+        return super().__call__(offset, length, positions, like)
+
+
+def rotate_heads(x: packrt.Tensor, cos: packrt.Tensor, sin: packrt.Tensor) -> packrt.Tensor:
+    """``x`` (..., head_dim) rotated by tables of ``cos.shape[-1]`` features: the whole head, or with a partial
+    rotary factor its first ``cos.shape[-1]`` features, the rest passed through unchanged."""
+    width = cos.shape[-1]
+    if width == x.shape[-1]:
+        return nn.functional.rotary_embedding(x, cos, sin)
+    out = packrt.empty(*x.shape, dtype=x.dtype, device=x.device)
+    out[..., :width] = nn.functional.rotary_embedding(x[..., :width].contiguous(), cos, sin)
+    out[..., width:] = x[..., width:]
+    return out
 
 
 def rotate_half(x: packrt.Tensor) -> packrt.Tensor:
@@ -215,6 +286,7 @@ class RotaryEmbedding(nn.Module):
 
 
 __all__ = [
+    "LongRopeTables",
     "RotaryEmbedding",
     "RotaryTables",
     "cos_sin_tables",
@@ -223,5 +295,6 @@ __all__ = [
     "rope_frequencies",
     "rotary_tables",
     "rotate_half",
+    "rotate_heads",
     "tables_of",
 ]
