@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import SMALL, VOCAB, encoder_fields, padded_batch, perturb_norms, save, tiny_model
+from peers import NO_SPECIAL_TOKENS, SMALL, VOCAB, encoder_fields, padded_batch, perturb_norms, save, tiny_model
 
 from packrt.models import (
     BertEncoder,
@@ -194,6 +194,26 @@ FAMILIES: dict[str, Family] = {
     "qwen3-tied": QWEN3.variant({**SMALL, "num_key_value_heads": 1, "tie_word_embeddings": True}),
     "gemma3": GEMMA3,
     "gemma3-tied": GEMMA3.variant({**GEMMA, "initializer_range": 0.1, "attention_bias": True}),
+    # Gemma 3 4B-27B's checkpoint class: the text decoder inside an image-text model, served text-only (its
+    # vision tower and projector left unused)
+    "gemma3-multimodal": Family(
+        "Gemma3Config",
+        "Gemma3ForConditionalGeneration",
+        {
+            "text_config": {**GEMMA, **NO_SPECIAL_TOKENS, "vocab_size": VOCAB, "initializer_range": 0.1},
+            "vision_config": {
+                "hidden_size": 16,
+                "intermediate_size": 32,
+                "num_hidden_layers": 1,
+                "num_attention_heads": 2,
+                "image_size": 28,
+                "patch_size": 14,
+            },
+            "mm_tokens_per_image": 4,
+        },
+        Gemma3ForCausalLM,
+        perturbed=True,
+    ),
     "phi3": PHI3,
     "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
     # Phi-4-mini's rotary: 6 of the 8 features of a head rotate, LongRoPE's short factors up to 16 positions and

@@ -46,8 +46,10 @@ from packrt.models.decoder_blocks import (
     RotaryAttention,
     RotaryDecoderLM,
     decoder_family,
+    decoder_keymap,
 )
 from packrt.models.hfconfig import HFConfig
+from packrt.models.keymap import Family, KeyMap, Rule
 from packrt.models.rotary import tables_of
 
 # transformers' name after ``model.layers.{i}.`` -> packrt's after ``layers.{i}.``
@@ -117,4 +119,72 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
 
 FAMILY = decoder_family("gemma3", Gemma3ForCausalLM, LAYER_ROWS)
 
-__all__ = ["FAMILY", "LAYER_KINDS", "LAYER_ROWS", "Gemma3ForCausalLM", "OffsetRMSNorm", "layer_kinds"]
+
+class TextConfig(HFConfig):
+    """A multimodal config.json's ``text_config``, read as a model's config; its messages name each field
+    ``text_config.<field>`` of the same file."""
+
+    def describe(self, name: str, problem: str, fix: str) -> str:
+        return super().describe(f"text_config.{name}", problem, fix)
+
+
+def text_config(config: HFConfig) -> HFConfig:
+    """The text model's config in a ``Gemma3ForConditionalGeneration`` config.json: its ``text_config``, read as
+    ``gemma3_text`` (the top level's ``tie_word_embeddings`` wins, as transformers ties the head by it; no final
+    logit soft-cap, which transformers' multimodal class does not apply)."""
+    text = config.get("text_config")
+    if not isinstance(text, dict):
+        raise config.error(
+            "text_config",
+            f"is {text!r}; a Gemma3ForConditionalGeneration config.json holds the text model's settings there",
+        )
+    values = {**text, "model_type": "gemma3_text", "architectures": config.get("architectures")}
+    # transformers' Gemma3ForConditionalGeneration returns its logits uncapped whatever the text config says
+    # (Gemma 3's own checkpoints set none); served as it serves them
+    values["final_logit_softcapping"] = None
+    if config.get("tie_word_embeddings") is not None:
+        values["tie_word_embeddings"] = config["tie_word_embeddings"]
+    return TextConfig(values, config.path)
+
+
+# a multimodal checkpoint's vision side: served by no packrt model, so its tensors are left unused
+VISION_PREFIXES = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
+def conditional_keymap(config: HFConfig) -> KeyMap:
+    """The text model's rows under the multimodal checkpoint's prefixes (``language_model.model.`` as transformers
+    saves it, or ``model.language_model.``), its head at ``language_model.lm_head.weight`` when untied, and the
+    vision tower and projector left unused."""
+    text = decoder_keymap(config, LAYER_ROWS)
+    rules = tuple(
+        Rule("language_model.lm_head.weight", rule.model, prefixed=False) if rule.model == "lm_head.weight" else rule
+        for rule in text.rules
+    )
+    ignored = (text.ignored | {"language_model.lm_head.weight"}) if "lm_head.weight" in text.ignored else text.ignored
+    prefixes = ("language_model.model.", "model.language_model.")
+    return KeyMap(rules, ignored, prefixes=prefixes, ignored_prefixes=VISION_PREFIXES)
+
+
+# Gemma 3 4B-27B: the text decoder inside the image-text checkpoint, served text-only
+CONDITIONAL_FAMILY = Family(
+    name="gemma3",
+    model_types=("gemma3",),
+    architectures=("Gemma3ForConditionalGeneration",),
+    build=Gemma3ForCausalLM,
+    keymap=conditional_keymap,
+    unwrap=text_config,
+)
+
+__all__ = [
+    "CONDITIONAL_FAMILY",
+    "FAMILY",
+    "LAYER_KINDS",
+    "LAYER_ROWS",
+    "VISION_PREFIXES",
+    "Gemma3ForCausalLM",
+    "OffsetRMSNorm",
+    "TextConfig",
+    "conditional_keymap",
+    "layer_kinds",
+    "text_config",
+]

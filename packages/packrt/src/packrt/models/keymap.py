@@ -74,6 +74,8 @@ class KeyMap:
     rules: tuple[Rule, ...]
     ignored: frozenset[str] = frozenset()
     prefixes: tuple[str, ...] = ()
+    # whole subtrees a family leaves unused (a multimodal checkpoint's vision tower), by the key's start
+    ignored_prefixes: tuple[str, ...] = ()
     _forward: dict[str, Rule] = field(init=False, repr=False, compare=False)
     _backward: dict[str, Rule] = field(init=False, repr=False, compare=False)
 
@@ -97,6 +99,8 @@ class KeyMap:
 
     def lookup(self, key: str) -> Mapped | Literal["ignored"] | None:
         """What the family does with the checkpoint tensor ``key`` (see the class docstring)."""
+        if key.startswith(self.ignored_prefixes):
+            return "ignored"
         _, rest = self.strip(key)
         template, numbers = template_of(rest)
         if template in self.ignored:
@@ -124,7 +128,8 @@ class Family:
     the load that binds the weights sets their residency); ``keymap(config)`` gives the table its
     checkpoint keys load through. ``kind`` is what the built model is, the one answer every caller reads
     (:func:`packrt.models.describe`): ``"encoder"`` for the BERT-style families, ``"causal-lm"`` (the default:
-    packrt's other families all generate) for the rest.
+    packrt's other families all generate) for the rest. ``unwrap`` (:meth:`model_config`) serves the text model of
+    a multimodal checkpoint.
     """
 
     name: str
@@ -133,6 +138,13 @@ class Family:
     build: Callable[[HFConfig], nn.Module]
     keymap: Callable[[HFConfig], KeyMap]
     kind: FamilyKind = "causal-lm"
+    # config.json as the model reads it, where that is part of it (a multimodal checkpoint's text_config)
+    unwrap: Callable[[HFConfig], HFConfig] | None = None
+
+    def model_config(self, config: HFConfig) -> HFConfig:
+        """The config the family's schema, ``build`` and ``keymap`` read: ``config`` itself, or what ``unwrap``
+        takes out of it. Every load and check asks this, so none reads the outer file by mistake."""
+        return config if self.unwrap is None else self.unwrap(config)
 
 
 __all__ = ["Family", "FamilyKind", "KeyMap", "Mapped", "Rule", "Transform", "fill", "template_of"]

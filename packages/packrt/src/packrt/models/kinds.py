@@ -38,6 +38,7 @@ FAMILIES: tuple[Family, ...] = (
     llama.FAMILY,
     qwen3.FAMILY,
     gemma3.FAMILY,
+    gemma3.CONDITIONAL_FAMILY,
     phi3.FAMILY,
     ministral.FAMILY,
     smollm3.FAMILY,

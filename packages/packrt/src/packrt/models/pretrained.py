@@ -325,7 +325,8 @@ class HFDirectory:
     def read(cls, directory: Path, family: Family) -> HFDirectory:
         """config.json and the weights' headers (no tensor data), read once."""
         info = packrt_io.inspect_checkpoint(directory)
-        return cls(directory, head_as_stored(read_config(directory), info, family), family, info)
+        config = family.model_config(read_config(directory))
+        return cls(directory, head_as_stored(config, info, family), family, info)
 
     @property
     def name(self) -> str:
@@ -368,6 +369,7 @@ def check_pretrained(
     """
     config = read_config(Path(os.fspath(directory)))
     family = find_family(config)
+    config = family.model_config(config)
     path = directory if checkpoint is None else checkpoint
     info = packrt_io.inspect_checkpoint(path)
     config = head_as_stored(config, info, family)
