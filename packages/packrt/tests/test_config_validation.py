@@ -305,7 +305,6 @@ UNSUPPORTED = [
         "llama3",
     ),
     ("qwen3", {**QWEN3, "rope_parameters": {"rope_type": "dynamic", "factor": 4.0}}, "rope_type 'dynamic'", "linear"),
-    ("gemma3", {**GEMMA3, "use_bidirectional_attention": True}, "use_bidirectional_attention True", "false"),
     ("gemma3", {**GEMMA3, "hidden_activation": "gelu"}, "hidden_activation 'gelu'", "gelu_pytorch_tanh"),
     (
         "gemma3",

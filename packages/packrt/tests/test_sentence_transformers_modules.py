@@ -281,3 +281,101 @@ def test_packrt_serve_answers_embeddings_for_a_decoder_embedding_model(
     assert answer.status_code == 200, answer.text  # an embeddings endpoint, not completions
     got = np.asarray([item["embedding"] for item in answer.json()["data"]], dtype=np.float32)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def _gemma_fields(transformers: ModuleType) -> Any:
+    """EmbeddingGemma's shape at 32 wide: Gemma 3's text model attending in both directions, a local layer
+    (window 6: three positions each way, as transformers reads it) and a global one."""
+    return transformers.Gemma3TextConfig(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        sliding_window=6,
+        layer_types=["sliding_attention", "full_attention"],
+        use_bidirectional_attention=True,
+        query_pre_attn_scalar=8,
+        initializer_range=0.2,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def tiny_embeddinggemma(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
+    """A random bidirectional Gemma3TextModel (EmbeddingGemma's base model) with a word-level tokenizer that puts
+    a start and an end token around each text."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("tiny-embeddinggemma")
+    transformers.Gemma3TextModel(_gemma_fields(transformers)).save_pretrained(str(directory))
+    vocab = {"<pad>": 0, "<end>": 1, "<start>": 2, **{f"w{i}": i for i in range(3, 128)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<start> $A <end>", special_tokens=[("<start>", 2), ("<end>", 1)]
+    )
+    tokenizer.save(str(directory / "tokenizer.json"))
+    settings = {"bos_token": "<start>", "eos_token": "<end>", "pad_token": "<pad>", "padding_side": "right"}
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(settings | {"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    return directory
+
+
+GEMMA_TEXTS = ["w5 w9 w17", "w3", "w20 w21 w22 w23 w24 w25 w26 w27 w28 w29 w30", "w7 w7 w8 w9 w10"]
+
+
+def test_embeddinggemma_gives_sentence_transformers_vectors(
+    sentence_transformers: ModuleType, tiny_embeddinggemma: Path, tmp_path: Path
+) -> None:
+    """EmbeddingGemma's pipeline: a bidirectional Gemma3TextModel, mean pooling, two Dense projections without
+    bias, Normalize, and its query prompt; texts longer than the local window, padded batches."""
+    import torch
+
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+    chain = [
+        modules.Transformer(str(tiny_embeddinggemma)),
+        modules.Pooling(32, pooling_mode="mean"),
+        modules.Dense(32, 48, bias=False, activation_function=torch.nn.Identity()),
+        modules.Dense(48, 32, bias=False, activation_function=torch.nn.Identity()),
+        modules.Normalize(),
+    ]
+    saved = sentence_transformers.SentenceTransformer(modules=chain, prompts={"query": "w40 w41 "})
+    saved.save(str(tmp_path / "st"))
+    reference = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu")
+    encoder = SentenceEncoder.from_pretrained(tmp_path / "st")
+    for keywords in ({}, {"prompt_name": "query"}):
+        expected = reference.encode(GEMMA_TEXTS, convert_to_numpy=True, **keywords)
+        got = encoder.encode(GEMMA_TEXTS, batch_size=4, **keywords)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bidirectional_gemma3_gives_transformers_logits_and_does_not_generate(
+    transformers: ModuleType, tmp_path: Path
+) -> None:
+    import torch
+
+    import packrt
+    from packrt.models import from_pretrained
+
+    torch.manual_seed(1)
+    reference = transformers.Gemma3ForCausalLM(_gemma_fields(transformers)).eval()
+    reference.save_pretrained(str(tmp_path))
+    ids = torch.randint(3, 128, (2, 14))
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    with torch.no_grad():
+        expected = reference(input_ids=ids, attention_mask=mask).logits.numpy()
+    model = from_pretrained(tmp_path)
+    got = model(packrt.from_numpy(ids.numpy()), packrt.from_numpy(mask.numpy())).numpy()
+    np.testing.assert_allclose(got[mask.numpy() != 0], expected[mask.numpy() != 0], atol=1e-4)
+    with pytest.raises(UnsupportedModelError, match=r"attends in both directions .* no next token to generate"):
+        model.generate(packrt.from_numpy(ids.numpy()[:1]), 4)

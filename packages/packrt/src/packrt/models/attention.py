@@ -127,12 +127,18 @@ class Step:
     """
 
     def __init__(
-        self, offset: int, length: int, key_mask: packrt.Tensor | None, device: packrt.Device | str = "cpu"
+        self,
+        offset: int,
+        length: int,
+        key_mask: packrt.Tensor | None,
+        device: packrt.Device | str = "cpu",
+        bidirectional: bool = False,
     ) -> None:
         self.offset = offset
         self.length = length
         self.key_mask = key_mask
         self.device = packrt.Device(device)
+        self.bidirectional = bidirectional  # every query sees the keys after it too (an embedding model's call)
         self._masks: dict[int | None, tuple[int, packrt.Tensor | None, bool]] = {}
 
     def mask(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
@@ -146,6 +152,8 @@ class Step:
     def _build(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
         total = self.offset + self.length
         first = 0 if window is None else max(0, self.offset - window + 1)
+        if self.bidirectional:
+            return self._bidirectional(window)
         if self.length == 1:  # a decode step: every cached key in [first, total) is in its window
             if self.key_mask is None:
                 return first, None, False
@@ -161,6 +169,22 @@ class Step:
         if self.key_mask is not None:
             mask = mask & self.key_mask[:, first:total].unsqueeze(1)
         return first, mask, False
+
+    def _bidirectional(self, window: int | None) -> tuple[int, packrt.Tensor | None, bool]:
+        """Every key a query may see, before or after it: those closer than ``window`` positions (all without one),
+        less the padding. Only a whole sequence attends so, in one call (no cache)."""
+        if self.offset:
+            raise ValueError("Step: a bidirectional call attends over a whole sequence at once, not over a cache")
+        positions = np.arange(self.length)
+        if window is None or window >= self.length:
+            if self.key_mask is None:
+                return 0, None, False
+            return 0, self.key_mask[:, : self.length].unsqueeze(1), False
+        allowed = np.abs(positions[None, :] - positions[:, None]) < window
+        mask = packrt.from_numpy(allowed[None]).to(self.device)
+        if self.key_mask is not None:
+            mask = mask & self.key_mask[:, : self.length].unsqueeze(1)
+        return 0, mask, False
 
 
 def attend(

@@ -707,7 +707,6 @@ _GEMMA3 = Schema(
     divides=_KV_GROUPS,
     head_dim=_ROTARY_HEAD_DIM,
     rope="per_layer_type",
-    off=("use_bidirectional_attention",),
 )
 # Gemma2ForCausalLM's config: Gemma 3's text model's shape with one rotary table, no per-head norms, and the
 # attention's scores soft-capped; local and global layers alternate

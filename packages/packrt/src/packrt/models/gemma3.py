@@ -18,7 +18,10 @@ What differs from llama's decoder (:mod:`packrt.models.llama`), each as transfor
 
 ``attn_logit_softcapping`` is accepted and not applied: transformers' Gemma 3 attention does not apply
 it either (Gemma 3 replaced it by the q/k norms), and packrt serves what transformers computes.
-``use_bidirectional_attention`` is refused as not implemented.
+``use_bidirectional_attention`` (EmbeddingGemma: a ``Gemma3TextModel`` under sentence-transformers) makes every
+position attend to the whole sequence, a local layer to the keys fewer than ``sliding_window // 2 + 1``
+positions away on either side, as transformers reads it; such a model gives hidden states and logits but
+does not generate.
 
 Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.{attention_norm, post_attention_norm,
 mlp_norm, post_mlp_norm}.weight``; ``layers.L.attention.{q,k,v,o}_proj.{weight,bias}``;
@@ -89,6 +92,11 @@ class Gemma3ForCausalLM(RotaryDecoderLM):
         bias = config.flag("attention_bias")
         scale = config.number("query_pre_attn_scalar") ** -0.5
         window = config.optional_int("sliding_window")
+        self.bidirectional = bool(config.get("use_bidirectional_attention"))
+        if self.bidirectional and window is not None:
+            # transformers' reading: a local layer then sees the keys fewer than sliding_window // 2 + 1 positions
+            # away, on either side (EmbeddingGemma's 512 -> 256 each way)
+            window = window // 2 + 1
         kinds = layer_kinds(config, w.layers)
         blocks: list[nn.Module] = []
         for index, kind in enumerate(kinds):

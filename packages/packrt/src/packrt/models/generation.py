@@ -33,6 +33,7 @@ from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
 from packrt.models.attention import KVCache, Step
 from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
+from packrt.models.hfconfig import UnsupportedModelError
 from packrt.models.layers import check_attention_mask, check_ids
 from packrt_core.publication import reading
 from packrt_io import mapped_files
@@ -254,6 +255,9 @@ class CausalLM(nn.Module):
         return self.max_positions if self.max_positions is not None else self.position_limit
 
     pad_token_id: int | None = None
+    # every position attends to the whole sequence (an embedding model's use_bidirectional_attention): its forward
+    # gives hidden states and logits, but it has no next token to generate
+    bidirectional: bool = False
     model_type: str | None = None  # the config.json's, for a class that serves several families
     # generate's defaults; None: the model's own pad id and transformers' length default
     generation_defaults: GenerationDefaults | None = None
@@ -299,7 +303,7 @@ class CausalLM(nn.Module):
             raise ShapeError(f"{self._name()}: position_ids has shape {position_ids.shape}, expected {(batch, seq)}")
         if position_ids is not None:
             check_positions(self._name(), position_ids, self.positions_bound)
-        step = Step(0, seq, key_mask, input_ids.device)
+        step = Step(0, seq, key_mask, input_ids.device, bidirectional=self.bidirectional)
         states = self._hidden(input_ids, step, None, position_ids)
         return states if hidden else self._logits(states)
 
@@ -359,6 +363,12 @@ class CausalLM(nn.Module):
         pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
     ) -> _Run:
         """Every check of ``generate``'s arguments (its parameters are these), and the buffers its steps fill."""
+        if self.bidirectional:
+            raise UnsupportedModelError(
+                f"{self._name()} attends in both directions (use_bidirectional_attention: an embedding model), so "
+                "it has no next token to generate; take its hidden_states, or load its sentence-transformers "
+                "directory with SentenceEncoder"
+            )
         if max_new_tokens is not None and (not _is_int(max_new_tokens) or max_new_tokens < 0):
             error = GenerationArgumentError if _is_int(max_new_tokens) else GenerationArgumentTypeError
             raise error(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
