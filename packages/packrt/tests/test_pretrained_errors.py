@@ -46,6 +46,7 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
     assert isinstance(info.value, PackrtError)
     assert set(supported()) == {
         "gemma3",
+        "qwen3_moe",
         "ministral",
         "smollm3",
         "granite",

@@ -30,6 +30,7 @@ from packrt.models import (
     Olmo2ForCausalLM,
     Phi3ForCausalLM,
     Qwen3ForCausalLM,
+    Qwen3MoeForCausalLM,
     RobertaEncoder,
     SmolLM3ForCausalLM,
 )
@@ -118,6 +119,16 @@ QWEN2_FIELDS = {
     "max_window_layers": 1,
 }
 MISTRAL_FIELDS = {**SMALL, "num_key_value_heads": 1, "sliding_window": 5}
+QWEN3_MOE_FIELDS = {
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 16,
+    "norm_topk_prob": True,
+    "mlp_only_layers": [1],
+}
 PHI3_FIELDS = {**SMALL, "num_key_value_heads": 2, "sliding_window": 5}
 MINISTRAL_FIELDS = {
     **SMALL,
@@ -192,6 +203,9 @@ FAMILIES: dict[str, Family] = {
     "mistral": Family("MistralConfig", "MistralForCausalLM", MISTRAL_FIELDS, LlamaForCausalLM),
     "qwen3": QWEN3,
     "qwen3-tied": QWEN3.variant({**SMALL, "num_key_value_heads": 1, "tie_word_embeddings": True}),
+    # Qwen3's decoder with a sparse mixture-of-experts MLP in the first layer (8 experts, 2 per token, their
+    # weights renormalized) and a dense one in the second (mlp_only_layers)
+    "qwen3-moe": Family("Qwen3MoeConfig", "Qwen3MoeForCausalLM", QWEN3_MOE_FIELDS, Qwen3MoeForCausalLM, perturbed=True),
     "gemma3": GEMMA3,
     "gemma3-tied": GEMMA3.variant({**GEMMA, "initializer_range": 0.1, "attention_bias": True}),
     # Gemma 3 4B-27B's checkpoint class: the text decoder inside an image-text model, served text-only (its

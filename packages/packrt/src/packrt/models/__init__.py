@@ -12,7 +12,7 @@
 ``packrt serve``, packrt-ray and :func:`from_pretrained` read. :func:`from_pretrained` serves a Hugging
 Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
-:class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
+:class:`Qwen3MoeForCausalLM`, :class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
 :class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`,
 :class:`Olmo2ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
@@ -44,6 +44,7 @@ from packrt.models.olmo2 import Olmo2ForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
 from packrt.models.pretrained import UnsupportedModelError, from_pretrained, supported
 from packrt.models.qwen3 import Qwen3ForCausalLM
+from packrt.models.qwen3_moe import Qwen3MoeForCausalLM
 from packrt.models.roberta import RobertaEncoder
 from packrt.models.rotary import RotaryEmbedding, rotary_tables, rotate_half
 from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeError
@@ -69,6 +70,7 @@ __all__ = [
     "Olmo2ForCausalLM",
     "Phi3ForCausalLM",
     "Qwen3ForCausalLM",
+    "Qwen3MoeForCausalLM",
     "SmolLM3ForCausalLM",
     "RobertaEncoder",
     "SentenceEncoder",

@@ -748,6 +748,17 @@ SCHEMAS: dict[str, Schema] = {
     "mistral": _decoder(_replace_default(_WINDOW, 4096), positions=131_072),
     "qwen2": _decoder(*_QWEN_WINDOWS, positions=32_768),
     "qwen3": _decoder(*_QWEN_WINDOWS, head_dim=128, positions=32_768),
+    # Qwen3MoeConfig's defaults (num_experts, which transformers 5 may save as num_local_experts, and
+    # mlp_only_layers are read by the family: packrt.models.qwen3_moe)
+    "qwen3_moe": _decoder(
+        *_QWEN_WINDOWS,
+        Field("num_experts_per_tok", "size", 8),
+        Field("moe_intermediate_size", "size", 768, held=True),
+        Field("decoder_sparse_step", "size", 1),
+        Field("norm_topk_prob", "bool", False),
+        head_dim=128,
+        positions=32_768,
+    ),
     "gemma3_text": _GEMMA3,
     "phi3": _decoder(_WINDOW, Field("original_max_position_embeddings", "size", 4096), eps=1e-5, positions=4096),
     "ministral": _decoder(_replace_default(_WINDOW, 4096), _LAYER_TYPES, positions=131_072),

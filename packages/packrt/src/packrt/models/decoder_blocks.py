@@ -276,7 +276,7 @@ class PreNormLayer(nn.Module):
     def __init__(
         self,
         attention: RotaryAttention,
-        mlp: GatedMLP,
+        mlp: nn.Module,  # a GatedMLP, or any module of (..., hidden) -> (..., hidden): a SparseMoE
         hidden: int,
         eps: float,
         *,

@@ -23,7 +23,21 @@ from typing import Any, Literal
 
 import packrt_io
 from packrt.errors import CheckpointError, PackrtError
-from packrt.models import bert, gemma2, gemma3, gpt2, granite, llama, ministral, olmo2, phi3, qwen3, roberta, smollm3
+from packrt.models import (
+    bert,
+    gemma2,
+    gemma3,
+    gpt2,
+    granite,
+    llama,
+    ministral,
+    olmo2,
+    phi3,
+    qwen3,
+    qwen3_moe,
+    roberta,
+    smollm3,
+)
 from packrt.models.classifier import classifies
 from packrt.models.decoder_blocks import base_architecture
 from packrt.models.gguf_architectures import ARCHITECTURES
@@ -37,6 +51,7 @@ FAMILIES: tuple[Family, ...] = (
     gpt2.FAMILY,
     llama.FAMILY,
     qwen3.FAMILY,
+    qwen3_moe.FAMILY,
     gemma3.FAMILY,
     gemma3.CONDITIONAL_FAMILY,
     phi3.FAMILY,
