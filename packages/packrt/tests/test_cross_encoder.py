@@ -300,3 +300,64 @@ def test_a_classifier_checkpoint_without_its_head_names_the_missing_tensor(
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(CheckpointError, match=r"classifier\.weight"):
         CrossEncoder.from_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def qwen3_reranker(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType) -> Path:
+    """A random Qwen3ForSequenceClassification (one label, pad id 0), with a word-level tokenizer that joins a
+    pair with a separator and ends it with an end token, padding on the left as Qwen's tokenizers do."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+
+    torch.manual_seed(0)
+    directory = tmp_path_factory.mktemp("qwen3-reranker")
+    config = transformers.Qwen3Config(
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        num_labels=1,
+        pad_token_id=0,
+        initializer_range=0.2,
+    )
+    transformers.Qwen3ForSequenceClassification(config).save_pretrained(str(directory))
+    vocab = {"<pad>": 0, "<end>": 1, "<sep>": 2, **{f"w{i}": i for i in range(3, 128)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="$A <end>", pair="$A <sep> $B <end>", special_tokens=[("<end>", 1), ("<sep>", 2)]
+    )
+    tokenizer.save(str(directory / "tokenizer.json"))
+    settings = {"eos_token": "<end>", "pad_token": "<pad>", "padding_side": "left"}
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(settings | {"tokenizer_class": "PreTrainedTokenizerFast"})
+    )
+    return directory
+
+
+WORD_PAIRS = [("w5 w9", "w17 w18 w19"), ("w3", "w4"), ("w20 w21 w22 w23", "w24 w25 w26 w27 w28 w29"), ("w7", "w7 w8")]
+
+
+def test_a_decoder_reranker_scores_as_sentence_transformers_does(
+    qwen3_reranker: Path, sentence_transformers: ModuleType, transformers: ModuleType
+) -> None:
+    """Qwen3ForSequenceClassification: each row's score read at its last token that is not padding, the batch
+    padded on the right here and on the left by sentence-transformers."""
+    import torch
+
+    from packrt.models.classifier import DecoderClassifier
+
+    expected = sentence_transformers.CrossEncoder(str(qwen3_reranker), device="cpu").predict(WORD_PAIRS)
+    encoder = CrossEncoder.from_pretrained(qwen3_reranker)
+    assert isinstance(encoder.model, DecoderClassifier)
+    np.testing.assert_allclose(encoder.predict(WORD_PAIRS, batch_size=4), expected, atol=1e-5)
+    reference = transformers.Qwen3ForSequenceClassification.from_pretrained(str(qwen3_reranker)).eval()
+    ids = np.asarray([[5, 9, 2, 17, 1, 0, 0], [0, 0, 3, 4, 2, 8, 1]], dtype=np.int64)  # right- and left-padded
+    with torch.no_grad():
+        logits = reference(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy((ids != 0) * 1)).logits
+    got = encoder.model(packrt.from_numpy(ids), packrt.from_numpy((ids != 0).astype(np.int64))).numpy()
+    np.testing.assert_allclose(got, logits.numpy(), atol=1e-5)
+    assert describe(qwen3_reranker).head == "sequence-classification"

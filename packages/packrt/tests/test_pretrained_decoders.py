@@ -29,7 +29,7 @@ def _batch(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def test_qwen3_gemma3_and_phi3_are_listed_as_supported() -> None:
     table = supported()
-    assert table["qwen3"] == ("Qwen3ForCausalLM",)
+    assert table["qwen3"] == ("Qwen3ForCausalLM", "Qwen3ForSequenceClassification")
     assert table["gemma3_text"] == ("Gemma3ForCausalLM",)
     assert table["phi3"] == ("Phi3ForCausalLM",)
 

@@ -1,4 +1,4 @@
-"""Sequence classification over an encoder: the cross-encoder rerankers' model (bge-reranker, ms-marco MiniLM).
+"""Sequence classification: the cross-encoder rerankers' model (bge-reranker, ms-marco MiniLM, Qwen3 rerankers).
 
 transformers' ``BertForSequenceClassification`` and ``(XLM)RobertaForSequenceClassification`` end the same
 way: the first token's last hidden state goes through a square Linear and tanh, then a Linear to one score
@@ -11,15 +11,24 @@ Parameter names are the encoder's under ``encoder.`` plus::
 
     head.dense.{weight,bias}     (hidden, hidden) / (hidden,)
     head.out_proj.{weight,bias}  (labels, hidden) / (labels,)
+
+A rotary decoder's ``...ForSequenceClassification`` (``Qwen3ForSequenceClassification``) is a
+:class:`DecoderClassifier`: the decoder's parameters under ``decoder.`` (its head tied, never loaded) and
+``score.weight`` (labels, hidden), read at each row's last token.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 import packrt
 from packrt import nn
+from packrt.errors import ShapeError
+from packrt.models.devices import host, placed
 from packrt.models.encoder import BertEncoder
+from packrt.models.generation import CausalLM
 from packrt.models.hfconfig import HFConfig
 from packrt.models.keymap import KeyMap, Rule
 
@@ -92,6 +101,45 @@ class SequenceClassifier(nn.Module):
         return f"labels={self.labels}"
 
 
+class DecoderClassifier(nn.Module):
+    """A causal LM's final hidden states scored by ``score`` (transformers' ``Qwen3ForSequenceClassification`` and
+    its kind: a reranker over a decoder): each row's logits are read at its last token that is not the pad id
+    (``pad_token_id``), as transformers reads them, so a batch may be padded on either side. Without a pad id
+    only a batch of one row has a last token to read. ``token_type_ids`` is taken and ignored (a decoder has
+    none), so it is called as :class:`SequenceClassifier` is."""
+
+    def __init__(self, decoder: CausalLM, hidden: int, labels: int, pad_token_id: int | None) -> None:
+        super().__init__()
+        self.decoder = decoder
+        self.labels, self.pad_token_id = labels, pad_token_id
+        self.score = nn.Linear(hidden, labels, bias=False)
+
+    def forward(
+        self,
+        input_ids: packrt.Tensor,
+        attention_mask: packrt.Tensor | None = None,
+        token_type_ids: packrt.Tensor | None = None,
+    ) -> packrt.Tensor:
+        states = self.decoder.hidden_states(input_ids, attention_mask)
+        batch, seq, width = states.shape
+        ids = np.asarray(host(input_ids))
+        if self.pad_token_id is None:
+            if batch != 1:
+                raise ShapeError(
+                    f"DecoderClassifier: a batch of {batch} rows needs a pad_token_id to find each row's last "
+                    "token; set pad_token_id in config.json, or score one row at a time"
+                )
+            last = np.full(batch, seq - 1)
+        else:
+            last = (np.arange(seq)[None, :] * (ids != self.pad_token_id)).argmax(axis=-1)
+        rows = placed((np.arange(batch) * seq + last).astype(np.int64), states.device)
+        out: packrt.Tensor = self.score(states.reshape(batch * seq, width)[rows])
+        return out
+
+    def extra_repr(self) -> str:
+        return f"labels={self.labels}, pad_token_id={self.pad_token_id}"
+
+
 def classifier_keymap(encoder: KeyMap, head: Sequence[tuple[str, str, bool]]) -> KeyMap:
     """An encoder family's key map for its sequence classifier: every encoder row under ``encoder.``, plus
     ``head``'s rows (checkpoint module, packrt module, whether the name carries the encoder's prefix) for
@@ -109,6 +157,7 @@ def classifier_keymap(encoder: KeyMap, head: Sequence[tuple[str, str, bool]]) ->
 __all__ = [
     "SUFFIX",
     "ClassificationHead",
+    "DecoderClassifier",
     "SequenceClassifier",
     "classifier_keymap",
     "classifies",

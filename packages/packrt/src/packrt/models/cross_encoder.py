@@ -5,7 +5,8 @@ saved (modules.json with one Transformer step, config_sentence_transformers.json
 ``BertForSequenceClassification`` / ``(XLM)RobertaForSequenceClassification`` directory
 (cross-encoder/ms-marco-MiniLM-L6-v2, BAAI/bge-reranker-base), read as :class:`~packrt.models.kinds.Scoring`
 says. A pair is tokenized as one input (``[CLS] query [SEP] document [SEP]``, token types 0 then 1), cut
-longest text first to the model's bound, and scored by :class:`~packrt.models.classifier.SequenceClassifier`;
+longest text first to the model's bound, and scored by :class:`~packrt.models.classifier.SequenceClassifier`
+(a ``Qwen3ForSequenceClassification`` by :class:`~packrt.models.classifier.DecoderClassifier`);
 :meth:`CrossEncoder.predict` and :meth:`CrossEncoder.rank` then give what sentence-transformers' methods of
 the same names give: the logits through the directory's activation (sigmoid for a one-label model unless it
 says otherwise).
@@ -22,7 +23,7 @@ from tokenizers import Encoding, Tokenizer
 
 import packrt
 from packrt.errors import PackrtError
-from packrt.models.classifier import SequenceClassifier
+from packrt.models.classifier import DecoderClassifier, SequenceClassifier
 from packrt.models.devices import host
 from packrt.models.hfconfig import UnsupportedModelError
 from packrt.models.kinds import Scoring, describe
@@ -39,6 +40,8 @@ from packrt.models.sentence import (
 )
 from packrt_core.publication import reading
 
+# the models a CrossEncoder scores with: an encoder's classifier or a decoder's
+Classifier = SequenceClassifier | DecoderClassifier
 # what predict's activation_fn takes: a name of ACTIVATIONS, or a function of the (pairs, labels) float32 logits
 Activation = str | Callable[[np.ndarray], np.ndarray]
 
@@ -71,11 +74,11 @@ class CrossEncoder:
     """A tokenizer and a sequence classifier scoring pairs of texts, as sentence-transformers' ``CrossEncoder``.
 
     Build it with :meth:`from_pretrained`. ``model`` is the packrt
-    :class:`~packrt.models.classifier.SequenceClassifier`, ``tokenizer`` the ``tokenizers.Tokenizer``,
-    ``scoring`` what the directory says (:class:`~packrt.models.kinds.Scoring`).
+    :class:`~packrt.models.classifier.SequenceClassifier` (or ``DecoderClassifier``), ``tokenizer`` the
+    ``tokenizers.Tokenizer``, ``scoring`` what the directory says (:class:`~packrt.models.kinds.Scoring`).
     """
 
-    def __init__(self, model: SequenceClassifier, tokenizer: Tokenizer, scoring: Scoring) -> None:
+    def __init__(self, model: Classifier, tokenizer: Tokenizer, scoring: Scoring) -> None:
         self.model = model
         self.tokenizer = tokenizer
         self.scoring = scoring
@@ -96,7 +99,7 @@ class CrossEncoder:
         model = from_pretrained(
             scoring.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
         )
-        if not isinstance(model, SequenceClassifier):  # describe said classifier: the family must have built one
+        if not isinstance(model, SequenceClassifier | DecoderClassifier):  # describe said classifier: one was built
             raise UnsupportedModelError(
                 f"{str(scoring.transformer)!r} built a {type(model).__name__}, not a classifier"
             )
@@ -252,4 +255,4 @@ class CrossEncoder:
         return ACTIVATIONS[name]
 
 
-__all__ = ["Activation", "CrossEncoder", "RankError", "as_pairs"]
+__all__ = ["Activation", "Classifier", "CrossEncoder", "RankError", "as_pairs"]

@@ -38,7 +38,7 @@ applies the one asked for when it binds the weights.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import ClassVar
 
@@ -47,6 +47,7 @@ import numpy as np
 import packrt
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
+from packrt.models.classifier import DecoderClassifier, is_classifier, num_labels
 from packrt.models.config_schema import completed
 from packrt.models.decoder_plan import DecoderBlocks, DecoderLayerPlan
 from packrt.models.generation import CausalLM
@@ -473,17 +474,40 @@ def decoder_keymap(config: HFConfig, layer_rows: Iterable[tuple[str, str]]) -> K
     return KeyMap(tuple(rules), frozenset(ignored), prefixes=("model.",))
 
 
-def decoder_family(name: str, model: type[RotaryDecoderLM], layer_rows: Iterable[tuple[str, str]]) -> Family:
+def decoder_family(
+    name: str, model: type[RotaryDecoderLM], layer_rows: Iterable[tuple[str, str]], *, classifier: bool = False
+) -> Family:
     """The :class:`Family` of a rotary decoder class: it answers to the class's ``model_type`` and is named
     by the class's name as an architecture; its checkpoints load through :func:`decoder_keymap` with
-    ``layer_rows``."""
+    ``layer_rows``. With ``classifier`` it also builds the ``...ForSequenceClassification`` architecture (a
+    reranker over the decoder) as a :class:`~packrt.models.classifier.DecoderClassifier`."""
+    rows = tuple(layer_rows)
+    architectures: tuple[str, ...] = (model.__name__,)
+    if classifier:
+        architectures += (model.__name__.removesuffix("ForCausalLM") + "ForSequenceClassification",)
     return Family(
         name=name,
         model_types=(model.model_type,),
-        architectures=(model.__name__,),
-        build=model,
-        keymap=partial(decoder_keymap, layer_rows=tuple(layer_rows)),
+        architectures=architectures,
+        build=partial(_build_decoder, model),
+        keymap=partial(_decoder_or_classifier_keymap, layer_rows=rows),
     )
+
+
+def _build_decoder(model: type[RotaryDecoderLM], config: HFConfig) -> nn.Module:
+    if not is_classifier(config):
+        return model(config)
+    decoder = model(config.with_values({"tie_word_embeddings": True}))  # its head is never read: no lm_head to load
+    pad = (config.token_ids("pad_token_id") or (None,))[0]
+    return DecoderClassifier(decoder, decoder.hidden, num_labels(config), pad)
+
+
+def _decoder_or_classifier_keymap(config: HFConfig, layer_rows: tuple[tuple[str, str], ...]) -> KeyMap:
+    if not is_classifier(config):
+        return decoder_keymap(config, layer_rows)
+    table = decoder_keymap(config.with_values({"tie_word_embeddings": True}), layer_rows)
+    rules = tuple(replace(rule, model=f"decoder.{rule.model}") for rule in table.rules)
+    return KeyMap((*rules, Rule("score.weight", "score.weight", prefixed=False)), table.ignored, table.prefixes)
 
 
 __all__ = [

@@ -11,7 +11,8 @@ with ``use_sliding_window`` the layers ``layer_types`` marks ``sliding_attention
 Parameter names (``L`` the layer): ``embed.weight``; ``layers.L.attention_norm.weight``;
 ``layers.L.attention.{q,k,v,o}_proj.{weight,bias}``; ``layers.L.attention.{q,k}_norm.weight``;
 ``layers.L.mlp_norm.weight``; ``layers.L.mlp.{gate,up,down}.weight``; ``norm.weight``;
-``lm_head.weight`` (the embedding's own Parameter when tied).
+``lm_head.weight`` (the embedding's own Parameter when tied). ``Qwen3ForSequenceClassification`` (a reranker)
+is the decoder under a :class:`~packrt.models.classifier.DecoderClassifier`.
 """
 
 from __future__ import annotations
@@ -65,6 +66,6 @@ class Qwen3ForCausalLM(RotaryDecoderLM):
         self._declare(config, w, blocks)
 
 
-FAMILY = decoder_family("qwen3", Qwen3ForCausalLM, LAYER_ROWS)
+FAMILY = decoder_family("qwen3", Qwen3ForCausalLM, LAYER_ROWS, classifier=True)
 
 __all__ = ["FAMILY", "LAYER_ROWS", "Qwen3ForCausalLM"]

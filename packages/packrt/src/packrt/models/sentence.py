@@ -338,8 +338,9 @@ def fitted_tokenizer(directory: Path, model: nn.Module, max_seq_length: int | No
     around it)."""
     tokenizer = read_tokenizer_json(directory / "tokenizer.json")
     config = getattr(model, "config", None)
-    if isinstance(model, CausalLM):  # a decoder embedding model (Qwen3-Embedding): its configured positions
-        positions = model.positions_bound or max_seq_length or 512
+    decoder = getattr(model, "decoder", model)  # a decoder's classifier reads the decoder's positions
+    if isinstance(decoder, CausalLM):  # a decoder embedding model (Qwen3-Embedding): its configured positions
+        positions = decoder.positions_bound or max_seq_length or 512
     else:
         positions = int(getattr(config, "max_positions", 512))
     reserved = getattr(config, "padding_idx", None)  # RoBERTa: the table's first padding_idx + 1 rows
