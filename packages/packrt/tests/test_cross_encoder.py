@@ -2,7 +2,8 @@
 directories it saved itself and on plain Hugging Face classifier directories, keyword for keyword, to 1e-5.
 
 Each directory is a random 2-layer, 32-wide ``BertForSequenceClassification`` or
-``XLMRobertaForSequenceClassification`` (1 or 3 labels) with all-MiniLM-L6-v2's tokenizer; the
+``XLMRobertaForSequenceClassification`` (or a 3-layer ``ModernBertForSequenceClassification``; 1 or 3 labels)
+with all-MiniLM-L6-v2's tokenizer; the
 sentence-transformers ones are saved by ``CrossEncoder(...).save``, so the files are exactly what it writes.
 """
 
@@ -30,6 +31,7 @@ from packrt.models import (
     describe,
     from_pretrained,
 )
+from packrt.models.modernbert import ModernBertClassifier
 from packrt.models.sentence import BatchSizeError, EncodeArgumentError
 
 QUERY = "how do small machines serve models"
@@ -59,6 +61,11 @@ def _classifier(transformers: ModuleType, minilm_dir: Path, directory: Path, kin
     }
     if kind == "bert":
         model = transformers.BertForSequenceClassification(transformers.BertConfig(**sizes))
+    elif kind == "modernbert":  # local layers see two positions each way; pooled by the mean of the real tokens
+        config = transformers.ModernBertConfig(
+            **{**sizes, "num_hidden_layers": 3}, local_attention=4, pad_token_id=0, classifier_pooling="mean"
+        )
+        model = transformers.ModernBertForSequenceClassification(config)
     else:  # MiniLM's tokenizer pads with id 0 and gives the second text type 1
         config = transformers.XLMRobertaConfig(**sizes, pad_token_id=0, type_vocab_size=2)
         model = transformers.XLMRobertaForSequenceClassification(config)
@@ -76,7 +83,7 @@ def plain(tmp_path_factory: pytest.TempPathFactory, transformers: ModuleType, mi
         f"{kind}-{labels}": _classifier(
             transformers, minilm_dir, tmp_path_factory.mktemp(f"{kind}-{labels}"), kind, labels
         )
-        for kind in ("bert", "xlm-roberta")
+        for kind in ("bert", "xlm-roberta", "modernbert")
         for labels in (1, 3)
     }
 
@@ -93,7 +100,7 @@ def _both(st: ModuleType, directory: Path, pairs: Any = PAIRS, **keywords: Any) 
     return got, expected
 
 
-@pytest.mark.parametrize("name", ["bert-1", "bert-3", "xlm-roberta-1", "xlm-roberta-3"])
+@pytest.mark.parametrize("name", ["bert-1", "bert-3", "xlm-roberta-1", "xlm-roberta-3", "modernbert-1", "modernbert-3"])
 def test_a_classifier_directory_gives_transformers_logits(
     plain: dict[str, Path], transformers: ModuleType, name: str
 ) -> None:
@@ -108,12 +115,12 @@ def test_a_classifier_directory_gives_transformers_logits(
     with torch.no_grad():
         expected = reference(input_ids=ids, attention_mask=mask).logits.numpy()
     model = from_pretrained(directory)
-    assert isinstance(model, SequenceClassifier)
+    assert isinstance(model, ModernBertClassifier if name.startswith("modernbert") else SequenceClassifier)
     got = model(packrt.from_numpy(ids.numpy()), packrt.from_numpy(mask.numpy())).numpy()
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["bert-1", "bert-3", "xlm-roberta-1", "xlm-roberta-3"])
+@pytest.mark.parametrize("name", ["bert-1", "bert-3", "xlm-roberta-1", "xlm-roberta-3", "modernbert-1", "modernbert-3"])
 def test_predict_on_a_plain_directory_matches_sentence_transformers(
     plain: dict[str, Path], sentence_transformers: ModuleType, name: str
 ) -> None:

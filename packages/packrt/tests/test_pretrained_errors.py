@@ -45,6 +45,7 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
     assert isinstance(info.value, CheckpointError) and isinstance(info.value, ValueError)
     assert isinstance(info.value, PackrtError)
     assert set(supported()) == {
+        "modernbert",
         "gemma3",
         "qwen3_moe",
         "ministral",

@@ -379,3 +379,33 @@ def test_a_bidirectional_gemma3_gives_transformers_logits_and_does_not_generate(
     np.testing.assert_allclose(got[mask.numpy() != 0], expected[mask.numpy() != 0], atol=1e-4)
     with pytest.raises(UnsupportedModelError, match=r"attends in both directions .* no next token to generate"):
         model.generate(packrt.from_numpy(ids.numpy()[:1]), 4)
+
+
+def test_a_modernbert_embedding_model_gives_sentence_transformers_vectors(
+    sentence_transformers: ModuleType, transformers: ModuleType, minilm_dir: Path, tmp_path: Path
+) -> None:
+    """gte-modernbert's shape: a ModernBertModel (global and local layers, rotary, no token types) under mean
+    pooling and Normalize, with MiniLM's tokenizer; texts longer than the local window, padded batches."""
+    import torch
+
+    torch.manual_seed(2)
+    base = tmp_path / "modernbert"
+    config = transformers.ModernBertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        intermediate_size=48,
+        local_attention=4,
+        pad_token_id=0,
+    )
+    transformers.ModernBertModel(config).save_pretrained(str(base))
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (minilm_dir / name).is_file():
+            shutil.copy(minilm_dir / name, base / name)
+    modules = importlib.import_module("sentence_transformers.sentence_transformer.modules")
+    chain = [modules.Transformer(str(base)), modules.Pooling(32, pooling_mode="mean"), modules.Normalize()]
+    sentence_transformers.SentenceTransformer(modules=chain).save(str(tmp_path / "st"))
+    expected = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
+    got = SentenceEncoder.from_pretrained(tmp_path / "st").encode(TEXTS, batch_size=3)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)

@@ -34,6 +34,7 @@ from packrt.models import (
     RobertaEncoder,
     SmolLM3ForCausalLM,
 )
+from packrt.models.modernbert import ModernBertEncoder
 
 
 @dataclass(frozen=True)
@@ -261,6 +262,22 @@ FAMILIES: dict[str, Family] = {
     "granite": Family("GraniteConfig", "GraniteForCausalLM", GRANITE_FIELDS, GraniteForCausalLM),
     "smollm3-tied": Family(
         "SmolLM3Config", "SmolLM3ForCausalLM", {**SMALL, "num_hidden_layers": 4}, SmolLM3ForCausalLM
+    ),
+    # ModernBERT: a bidirectional rotary encoder, global layers 0 and 3, local ones (two positions each way) between
+    "modernbert": Family(
+        "ModernBertConfig",
+        "ModernBertModel",
+        {
+            **SMALL,
+            "num_hidden_layers": 4,
+            "intermediate_size": 48,
+            "local_attention": 4,
+            "pad_token_id": 0,
+            "initializer_range": 0.2,
+        },
+        ModernBertEncoder,
+        pad=0,
+        perturbed=True,
     ),
     # roberta with two token types exercises them; xlm-roberta has one
     "roberta": Family(

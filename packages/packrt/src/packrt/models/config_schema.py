@@ -718,6 +718,29 @@ _GEMMA2 = Schema(
     off=("use_bidirectional_attention",),
 )
 
+# ModernBertConfig's defaults: a bidirectional rotary encoder (packrt.models.modernbert); its rope dicts per
+# attention type (or global_rope_theta / local_rope_theta) are read and checked by the family
+_MODERNBERT = Schema(
+    fields=(
+        *_SIZES,
+        Field("intermediate_size", "size", 1152, held=True),
+        Field("max_position_embeddings", "size", 8192),
+        Field("norm_eps", "eps", 1e-5),
+        Field("norm_bias", "bool", False),
+        Field("attention_bias", "bool", False),
+        Field("mlp_bias", "bool", False),
+        Field("classifier_bias", "bool", False),
+        Field("hidden_activation", "choice", "gelu", implemented=("gelu",), known=HF_ACTIVATIONS),
+        Field("classifier_activation", "choice", "gelu", implemented=("gelu",), known=HF_ACTIVATIONS),
+        Field("classifier_pooling", "choice", "cls", implemented=("cls", "mean"), known=("cls", "mean")),
+        Field("local_attention", "size", 128),
+        Field("global_attn_every_n_layers", "size", 3),
+        _LAYER_TYPES,
+        *_TOKEN_IDS,
+    ),
+    divides=(("num_attention_heads", "hidden_size"),),
+)
+
 # SmolLM3's config: llama's, NoPE layers (``no_rope_layers``: 1 rotates, 0 does not; by default every
 # ``no_rope_layer_interval``-th layer does not), sliding windows on the NoPE layers when asked
 _SMOLLM3 = _decoder(
@@ -741,6 +764,7 @@ _GRANITE = _decoder(
 
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
+    "modernbert": _MODERNBERT,
     "roberta": _ROBERTA,  # BERT's fields, pad id 1; its position numbering (from pad_token_id + 1) is the family's
     "xlm-roberta": _ROBERTA,
     "gpt2": _GPT2,

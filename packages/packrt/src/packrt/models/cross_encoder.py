@@ -27,6 +27,7 @@ from packrt.models.classifier import DecoderClassifier, SequenceClassifier
 from packrt.models.devices import host
 from packrt.models.hfconfig import UnsupportedModelError
 from packrt.models.kinds import Scoring, describe
+from packrt.models.modernbert import ModernBertClassifier
 from packrt.models.pretrained import from_pretrained
 from packrt.models.sentence import (
     ACTIVATIONS,
@@ -40,8 +41,8 @@ from packrt.models.sentence import (
 )
 from packrt_core.publication import reading
 
-# the models a CrossEncoder scores with: an encoder's classifier or a decoder's
-Classifier = SequenceClassifier | DecoderClassifier
+# the models a CrossEncoder scores with: an encoder's classifier (BERT's kind, ModernBERT's) or a decoder's
+Classifier = SequenceClassifier | ModernBertClassifier | DecoderClassifier
 # what predict's activation_fn takes: a name of ACTIVATIONS, or a function of the (pairs, labels) float32 logits
 Activation = str | Callable[[np.ndarray], np.ndarray]
 
@@ -99,7 +100,7 @@ class CrossEncoder:
         model = from_pretrained(
             scoring.transformer, weight_residency=weight_residency, dtype=dtype, progress=progress, quantize=quantize
         )
-        if not isinstance(model, SequenceClassifier | DecoderClassifier):  # describe said classifier: one was built
+        if not isinstance(model, Classifier):  # describe said classifier: the family built one
             raise UnsupportedModelError(
                 f"{str(scoring.transformer)!r} built a {type(model).__name__}, not a classifier"
             )
