@@ -36,6 +36,8 @@ CONFIG_CLASSES = {
     "granite": "GraniteConfig",
     "gemma2": "Gemma2Config",
     "olmo2": "Olmo2Config",
+    "qwen3_moe": "Qwen3MoeConfig",
+    "modernbert": "ModernBertConfig",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

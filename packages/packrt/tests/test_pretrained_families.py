@@ -99,5 +99,5 @@ def test_generate_rejects_arguments_it_cannot_honour(saved: Any) -> None:
         model.generate(ids, 2, do_sample=True, temperature=0.0)
     with pytest.raises(ValueError, match="top_p must be in"):
         model.generate(ids, 2, do_sample=True, top_p=1.5)
-    with pytest.raises(packrt.errors.ShapeError, match="exceed the model's 64 positions"):
-        model.generate(ids, 61)
+    with pytest.raises(packrt.errors.ShapeError, match="exceed the model's 128 positions"):
+        model.generate(ids, 125)

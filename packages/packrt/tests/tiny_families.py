@@ -194,7 +194,7 @@ FAMILIES: dict[str, Family] = {
         "BertConfig", "BertModel", {**SMALL, "max_position_embeddings": 64}, BertEncoder, pad=0, token_types=True
     ),
     "gpt2": Family(
-        "GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64}, GPT2LMHeadModel
+        "GPT2Config", "GPT2LMHeadModel", {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 128}, GPT2LMHeadModel
     ),
     "llama": LLAMA,
     "llama-tied": LLAMA.variant({**SMALL, "tie_word_embeddings": True}),
@@ -232,11 +232,11 @@ FAMILIES: dict[str, Family] = {
     "phi3": PHI3,
     "phi3-tied": PHI3.variant({**SMALL, "tie_word_embeddings": True}),
     # Phi-4-mini's rotary: 6 of the 8 features of a head rotate, LongRoPE's short factors up to 16 positions and
-    # its long ones past them (a generation crosses over), cos and sin scaled for a 4x context
+    # its long ones past them (a generation crosses over), cos and sin scaled for an 8x context
     "phi3-longrope": PHI3.variant(
         {
             **PHI3_FIELDS,
-            "max_position_embeddings": 64,
+            "max_position_embeddings": 128,
             "original_max_position_embeddings": 16,  # Phi3Config's own field, which wins over the dict's
             "rope_parameters": {
                 "rope_type": "longrope",
