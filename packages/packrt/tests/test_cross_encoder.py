@@ -368,3 +368,14 @@ def test_a_decoder_reranker_scores_as_sentence_transformers_does(
     got = encoder.model(packrt.from_numpy(ids), packrt.from_numpy((ids != 0).astype(np.int64))).numpy()
     np.testing.assert_allclose(got, logits.numpy(), atol=1e-5)
     assert describe(qwen3_reranker).head == "sequence-classification"
+
+
+def test_a_cross_encoder_modules_json_that_is_no_list_is_refused_naming_it(
+    plain: dict[str, Path], tmp_path: Path
+) -> None:
+    directory = tmp_path / "ce"
+    shutil.copytree(plain["bert-1"], directory)
+    (directory / "modules.json").write_text(json.dumps({"0": "Transformer"}))
+    (directory / "config_sentence_transformers.json").write_text(json.dumps({"model_type": "CrossEncoder"}))
+    with pytest.raises(CheckpointError, match=r"modules\.json' must hold a JSON list of modules"):
+        CrossEncoder.from_pretrained(directory)

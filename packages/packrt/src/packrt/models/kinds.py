@@ -6,12 +6,16 @@ added to :data:`FAMILIES` (each :class:`~packrt.models.keymap.Family` saying its
 same way by all of them. Only small files are read; no weight is:
 
 - a ``.gguf`` file is a causal LM of the family its ``general.architecture`` names;
-- a directory with ``modules.json`` is a sentence-transformers pipeline (:class:`Pipeline`: the steps,
+- a directory with ``modules.json`` whose config_sentence_transformers.json says ``CrossEncoder`` is a
+  cross-encoder (:class:`Scoring`): its Transformer step must be a sequence classifier, and its head is
+  ``"sequence-classification"``, as a plain ``...ForSequenceClassification`` directory's is;
+- any other directory with ``modules.json`` is a sentence-transformers pipeline (:class:`Pipeline`: the steps,
   a Transformer, a Pooling, optionally a Normalize; ``sentence_bert_config.json``'s ``max_seq_length``;
-  the Pooling step's modes): its Transformer step's config.json names the family, which must be an
-  encoder; the head is the pipeline's pooling;
+  the Pooling step's modes): its Transformer step's config.json names the family (an encoder, or a decoder's
+  base model); the head is the pipeline's pooling;
 - any other directory is a Hugging Face one: config.json's ``model_type`` and ``architectures`` name the
-  family (:func:`find_family`), whose ``kind`` says encoder or causal LM.
+  family (:func:`find_family`), whose ``kind`` says encoder or causal LM; a ``...ForSequenceClassification``
+  architecture's head is ``"sequence-classification"`` (a reranker, served by ``CrossEncoder``).
 """
 
 from __future__ import annotations
@@ -333,7 +337,9 @@ class Scoring:
         transformer = directory
         if (directory / "modules.json").is_file():
             modules = _json(directory / "modules.json", "modules.json (its list of steps)")
-            steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules or []]
+            if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+                raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
+            steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
             if [kind for kind, _ in steps] != ["Transformer"]:
                 raise UnsupportedModelError(
                     f"{str(directory / 'modules.json')!r} lists the CrossEncoder steps {[kind for kind, _ in steps]}; "
