@@ -409,3 +409,37 @@ def test_a_modernbert_embedding_model_gives_sentence_transformers_vectors(
     expected = sentence_transformers.SentenceTransformer(str(tmp_path / "st"), device="cpu").encode(TEXTS)
     got = SentenceEncoder.from_pretrained(tmp_path / "st").encode(TEXTS, batch_size=3)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_bf16_bidirectional_gemma3_is_no_farther_from_fp32_than_transformers_bf16(
+    transformers: ModuleType, tmp_path: Path
+) -> None:
+    """EmbeddingGemma's base model saved in bf16: its hidden states no farther (mean absolute error over the real
+    tokens of padded batches) from the fp32 model's than transformers' own bf16 run."""
+    import torch
+
+    import packrt
+    from packrt.models import from_pretrained
+
+    torch.manual_seed(3)
+    exact = transformers.Gemma3ForCausalLM(_gemma_fields(transformers)).eval()
+    half = transformers.Gemma3ForCausalLM(_gemma_fields(transformers)).eval()
+    half.load_state_dict(exact.state_dict())
+    half = half.to(torch.bfloat16)
+    half.save_pretrained(str(tmp_path))
+    model = from_pretrained(tmp_path)
+    rng = np.random.default_rng(0)
+    theirs, ours = [], []
+    for _ in range(4):
+        ids = rng.integers(3, 128, (2, 16)).astype(np.int64)
+        mask = np.ones_like(ids)
+        mask[1, 11:] = 0
+        keep = mask.astype(bool)
+        with torch.no_grad():
+            batch = {"input_ids": torch.from_numpy(ids), "attention_mask": torch.from_numpy(mask)}
+            reference = exact.model(**batch).last_hidden_state.numpy()
+            theirs.append(np.abs(half.model(**batch).last_hidden_state.float().numpy() - reference)[keep])
+        got = model.hidden_states(packrt.from_numpy(ids), packrt.from_numpy(mask)).to(packrt.float32).numpy()
+        ours.append(np.abs(got - reference)[keep])
+    ours_mean, theirs_mean = np.concatenate(ours).mean(), np.concatenate(theirs).mean()
+    assert ours_mean <= theirs_mean, f"bf16 mean abs error {ours_mean:.3e} against transformers' {theirs_mean:.3e}"
