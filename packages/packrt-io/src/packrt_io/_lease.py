@@ -119,10 +119,10 @@ def settle(item: Watched) -> None:
         _watched.discard(item)
     item.on_break()
     try:
-        with publishing():  # every call in flight started before the break: it finishes on whole pages
-            give_up(item.fd)
-    finally:  # interrupted while waiting: the writer still must not wait out the kernel's timeout
-        give_up(item.fd)
+        with publishing():  # waits out every call in flight: each started before the break, on whole pages
+            pass
+    finally:  # given up once, after them, even when interrupted while waiting (the writer must not wait
+        give_up(item.fd)  # out the kernel's lease-break timeout)
 
 
 def _watch() -> None:

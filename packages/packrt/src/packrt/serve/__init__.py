@@ -1,13 +1,15 @@
 """``packrt serve``: a model directory behind an OpenAI-style HTTP API (the ``serve`` extra: FastAPI, uvicorn).
 
 - ``POST /v1/embeddings`` for encoders (sentence-transformers or Hugging Face encoder directories),
-  ``POST /v1/completions`` and ``POST /v1/chat/completions`` for causal LMs (``stream: true`` as
-  server-sent events ending with ``data: [DONE]``);
+  ``POST /rerank`` (also ``/v1/rerank``, Cohere's shape) for cross-encoders (``...ForSequenceClassification``
+  or sentence-transformers CrossEncoder directories), ``POST /v1/completions`` and
+  ``POST /v1/chat/completions`` for causal LMs (``stream: true`` as server-sent events ending with
+  ``data: [DONE]``);
 - ``GET /health`` (503 once a mapped checkpoint file changed under the model), ``GET /v1/models``,
   ``GET /metrics`` (Prometheus text), ``GET /docs`` (the OpenAPI page).
 
 Every request is bounded by :class:`ServeLimits`; every error body is OpenAI's error object. One worker
-thread runs the model: embedding requests are batched by tokens (:mod:`packrt.serve.batching`).
+thread runs the model: embedding texts and rerank pairs are batched by tokens (:mod:`packrt.serve.batching`).
 :func:`serve` runs the application with uvicorn, which on SIGTERM stops accepting connections and
 finishes the requests in flight before the process exits. See docs/guides/serving.md.
 """
