@@ -75,7 +75,8 @@ def render_chat(served: ServedModel, request: ChatRequest) -> str:
     if served.chat_template is None:
         raise ServeError(
             400,
-            f"model {served.name!r} has no chat template (no chat_template in its tokenizer_config.json); use "
+            f"model {served.name!r} has no chat template (no chat_template.jinja, no chat_template in its "
+            "tokenizer_config.json, no tokenizer.chat_template in its GGUF file); use "
             "/v1/completions with a prompt you format yourself, or serve a chat model",
             param="messages",
             code="no_chat_template",

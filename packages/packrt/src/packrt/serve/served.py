@@ -42,8 +42,19 @@ def endpoint(described: models.ModelDescription) -> Kind:
 
 
 def _chat_template(path: Path) -> str | None:
-    """tokenizer_config.json's ``chat_template`` (a string; a list of named ones gives "default")."""
+    """The model's chat template, where transformers and llama.cpp read it: a GGUF file's
+    ``tokenizer.chat_template``; a directory's ``chat_template.jinja`` (where transformers 5's save_pretrained
+    writes it), else tokenizer_config.json's ``chat_template`` (a list of named ones gives "default")."""
+    if packrt_io.is_gguf(path):
+        value = packrt_io.open_gguf(path).metadata.get("tokenizer.chat_template")
+        return value if isinstance(value, str) else None
     directory = path if path.is_dir() else path.parent
+    jinja = directory / "chat_template.jinja"
+    if jinja.is_file():
+        try:
+            return jinja.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise CheckpointError(f"{str(jinja)!r} cannot be read as UTF-8 text ({err}); fix or remove it") from err
     try:
         config = read_json(directory / "tokenizer_config.json")
     except FileNotFoundError:
@@ -56,13 +67,22 @@ def _chat_template(path: Path) -> str | None:
 
 
 def _special_tokens(path: Path) -> dict[str, str]:
-    """bos/eos token strings from tokenizer_config.json, for the chat template's variables."""
+    """bos/eos token strings, for the chat template's variables: tokenizer_config.json's, or a GGUF file's
+    ``tokenizer.ggml.{bos,eos}_token_id`` looked up in its token list."""
+    found: dict[str, str] = {}
+    if packrt_io.is_gguf(path):
+        meta = packrt_io.open_gguf(path).metadata
+        tokens = meta.get("tokenizer.ggml.tokens")
+        for name in ("bos_token", "eos_token"):
+            index = meta.get(f"tokenizer.ggml.{name}_id")
+            if isinstance(tokens, list) and isinstance(index, int) and 0 <= index < len(tokens):
+                found[name] = str(tokens[index])
+        return found
     directory = path if path.is_dir() else path.parent
     try:
         config = read_json(directory / "tokenizer_config.json")
     except FileNotFoundError:
         return {}
-    found: dict[str, str] = {}
     for name in ("bos_token", "eos_token"):
         value = config.get(name) if isinstance(config, dict) else None
         if isinstance(value, dict):
