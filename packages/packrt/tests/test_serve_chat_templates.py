@@ -1,7 +1,7 @@
 """``packrt serve`` finds a model's chat template where transformers and llama.cpp keep it: transformers 5's
 ``chat_template.jinja`` beside the weights, an older ``tokenizer_config.json``'s ``chat_template``, and a GGUF
 file's ``tokenizer.chat_template`` (with its bos/eos token strings), so a chat request is rendered by the model's
-own template instead of refused."""
+own template instead of refused; and it serves a GGUF file packed unless told otherwise."""
 
 from __future__ import annotations
 
@@ -65,3 +65,18 @@ def test_a_gguf_files_own_chat_template_and_special_tokens_are_read(smollm2_gguf
     assert served.special_tokens == {"bos_token": "<|im_start|>", "eos_token": "<|im_end|>"}
     text = completions.render_chat(served, _chat("What is 2+2?"))
     assert text.endswith("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"), text
+
+
+def _residencies(served: ServedModel) -> set[str]:
+    from packrt import nn
+
+    return {m.weight_residency for m in served.module.modules() if isinstance(m, nn.Linear)}
+
+
+def test_a_gguf_file_is_served_packed_unless_told_and_a_directory_borrowed(
+    smollm2_gguf: Path, tmp_path: Path, transformers: ModuleType
+) -> None:
+    """A GGUF file's quantized tensors are dequantized at load (no mapped copy to borrow): packed by default."""
+    assert _residencies(ServedModel.load(smollm2_gguf)) == {"packed"}
+    assert _residencies(ServedModel.load(smollm2_gguf, weight_residency="borrowed")) == {"borrowed"}
+    assert _residencies(ServedModel.load(tiny_llama(tmp_path, transformers))) == {"borrowed"}

@@ -325,7 +325,12 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument("--name", help="the model's name in responses and /v1/models (default: the directory's)")
-    serve.add_argument("--weight-residency", default="borrowed", help="as from_pretrained takes it (default borrowed)")
+    serve.add_argument(
+        "--weight-residency",
+        default=None,
+        help="as from_pretrained takes it (default: borrowed, from the mapped file; packed for a .gguf file, whose "
+        "quantized tensors are dequantized at load)",
+    )
     serve.add_argument(
         "--drain",
         type=int,

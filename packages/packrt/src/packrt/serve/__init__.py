@@ -44,12 +44,13 @@ def serve(
     port: int = 8000,
     limits: ServeLimits | None = None,
     *,
-    weight_residency: str = "borrowed",
+    weight_residency: str | None = None,
     name: str | None = None,
     drain_s: int = 30,
 ) -> None:
     """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
-    up to ``drain_s`` seconds to finish."""
+    up to ``drain_s`` seconds to finish. ``weight_residency`` None: borrowed, packed for a GGUF file
+    (:func:`packrt.serve.served.default_residency`)."""
     import uvicorn
 
     from packrt.serve.app import build_app

@@ -456,7 +456,7 @@ def build_app(
     path: str | os.PathLike[str],
     limits: ServeLimits | None = None,
     *,
-    weight_residency: str = "borrowed",
+    weight_residency: str | None = None,
     name: str | None = None,
 ) -> FastAPI:
     """Load the model at ``path`` and return its application (see :func:`create_app`)."""
