@@ -43,7 +43,7 @@ from packrt_io._dtypes import SUPPORTED_NAMES
 from packrt_io._fs import CheckpointWriteError
 from packrt_io._gguf import DEQUANTISED_TYPES as GGUF_DEQUANTISED_TYPES
 from packrt_io._gguf import STORED_TYPES as GGUF_STORED_TYPES
-from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, open_gguf
+from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, named_gguf, open_gguf
 from packrt_io._guard import MappedFile
 from packrt_io._json import json_depth
 from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
@@ -113,6 +113,7 @@ __all__ = [
     "guarding",
     "inspect_checkpoint",
     "is_gguf",
+    "named_gguf",
     "json_depth",
     "load_arrays",
     "load_checkpoint",

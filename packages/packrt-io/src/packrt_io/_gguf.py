@@ -56,6 +56,13 @@ def is_gguf(path: str | os.PathLike[str]) -> bool:
         return False
 
 
+def named_gguf(path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` is meant as a GGUF file: it starts with the magic, or it is a regular file named
+    ``*.gguf`` (whose :func:`open_gguf` then says what is wrong with it, instead of a directory's error)."""
+    where = Path(path)
+    return is_gguf(where) or (where.suffix.lower() == ".gguf" and where.is_file())
+
+
 def _gguf_package() -> Any:
     try:
         return importlib.import_module("gguf")

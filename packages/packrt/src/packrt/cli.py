@@ -92,6 +92,8 @@ def _shape(shape: Sequence[int]) -> str:
 
 
 def _inspect(args: argparse.Namespace, out: TextIO) -> int:
+    if packrt_io.named_gguf(args.path):
+        return _inspect_gguf(args.path, out)
     info = packrt_io.inspect_checkpoint(args.path)
     form = f"sharded, {len(info.shards)} shards" if info.sharded else "single file"
     print(f"checkpoint: {_safe(str(info.path))} ({form})", file=out)
@@ -211,6 +213,28 @@ def _build(factory: Callable[..., Any], spec: str, config: dict[str, Any] | None
         raise UsageError(f"--model {spec!r}: building the model failed: {err!r}") from err
 
 
+def _inspect_gguf(path: str, out: TextIO) -> int:
+    """A GGUF file's architecture, tensors (GGML type, shape, stored bytes) and metadata; a long list (the
+    tokenizer's vocabulary) is shown by its length."""
+    gguf = packrt_io.open_gguf(path)  # the gguf extra; a CheckpointError naming the file otherwise
+    tensors = gguf.tensors
+    print(f"checkpoint: {_safe(str(gguf.path))} (GGUF, architecture {_safe(gguf.architecture)})", file=out)
+    print(f"tensors: {len(tensors)}, {sum(t.nbytes for t in tensors.values())} bytes", file=out)
+    if tensors:
+        rows = [["name", "type", "shape", "bytes"]]
+        rows += [[_safe(name), t.dtype, _shape(t.shape), str(t.nbytes)] for name, t in sorted(tensors.items())]
+        print(file=out)
+        _table(rows, {3}, out)
+    print("\nmetadata:", file=out)
+    shown = []
+    for key in sorted(gguf.metadata):
+        value = gguf.metadata[key]
+        text = f"[{len(value)} items]" if isinstance(value, list) and len(value) > 8 else str(value)
+        shown.append([f"  {_safe(key)}", _safe(text if len(text) <= 120 else text[:117] + "...")])
+    _table(shown, set(), out)
+    return _EXIT_OK
+
+
 def _check_pretrained(directory: str, path: str) -> packrt_io.CheckReport:
     # Imported here: packrt.models (and its tokenizers dependency) only for a --model directory.
     from packrt.models.pretrained import check_pretrained
@@ -280,7 +304,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action=_Version, help="print every packrt distribution's version and exit")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     inspect = commands.add_parser("inspect", help="list tensors, dtypes, shapes, bytes, metadata, shards")
-    inspect.add_argument("path", help="a .safetensors file, an index .json, or a directory holding either")
+    inspect.add_argument(
+        "path", help="a .safetensors file, an index .json, a directory holding either, or a .gguf file"
+    )
     inspect.set_defaults(run=_inspect)
     check = commands.add_parser("check", help="compare a checkpoint's keys, shapes, dtypes with a model")
     check.add_argument("path", help="a .safetensors file, an index .json, or a directory holding either")

@@ -80,12 +80,18 @@ def _run_sentence(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str
 
 
 def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | None, *, decode: bool) -> None:
+    """The model at ``directory`` (a Hugging Face directory or a GGUF file) run at ``shapes``, then decoding."""
     from packrt.models import from_pretrained
 
+    from packrt.models import CausalLM
+
     model: Any = from_pretrained(directory, dtype=dtype)  # reads config.json first (a CheckpointError if bad)
-    config = json.loads((directory / "config.json").read_text())
-    vocab = int(config.get("vocab_size") or 1000)
-    limit = config.get("max_position_embeddings") or config.get("n_positions")
+    if isinstance(model, CausalLM):  # a directory's or a GGUF file's: the model says its vocabulary and bound
+        vocab, limit = model.vocab, model.positions_bound
+    else:
+        config = json.loads((directory / "config.json").read_text())
+        vocab = int(config.get("vocab_size") or 1000)
+        limit = config.get("max_position_embeddings") or config.get("n_positions")
     for batch, seq in shapes:
         seq = min(seq, limit) if limit else seq
         model(_ids(batch, seq, vocab))

@@ -467,7 +467,7 @@ def describe(path: str | os.PathLike[str]) -> ModelDescription:
     the supported ones.
     """
     where = Path(os.fspath(path))
-    if packrt_io.is_gguf(where):
+    if packrt_io.named_gguf(where):  # a damaged .gguf file is opened as one: its open says what is wrong
         return _describe_gguf(where)
     if (where / "modules.json").is_file() and is_cross_encoder(where):
         found = _describe_directory(where, Scoring.read(where).transformer)
