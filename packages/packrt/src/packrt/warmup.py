@@ -81,9 +81,7 @@ def _run_sentence(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str
 
 def _run_model(directory: Path, shapes: Sequence[tuple[int, int]], dtype: str | None, *, decode: bool) -> None:
     """The model at ``directory`` (a Hugging Face directory or a GGUF file) run at ``shapes``, then decoding."""
-    from packrt.models import from_pretrained
-
-    from packrt.models import CausalLM
+    from packrt.models import CausalLM, from_pretrained
 
     model: Any = from_pretrained(directory, dtype=dtype)  # reads config.json first (a CheckpointError if bad)
     if isinstance(model, CausalLM):  # a directory's or a GGUF file's: the model says its vocabulary and bound
