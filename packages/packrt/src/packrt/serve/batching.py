@@ -2,12 +2,15 @@
 
 Requests join a queue already tokenized (as TEI queues token ids): each text's encoding, cut to the
 server's bound, and its token count, read from that encoding.
-The embedding worker takes what is queued, sorts the texts longest first and cuts them into model calls
-of at most ``max_batch_tokens`` tokens (rows times the longest row, the padded size the model computes);
-texts of several requests share a call, a large request spans several. Before each call it drops the
-texts of requests past their deadline or given up by their client, so an abandoned request stops
-costing the model at the next call boundary. A failing call fails only the requests whose texts were in
-it, never the queue or the worker.
+The embedding worker keeps the requests it has taken in arrival order and fills each model call with a text
+of each request in turn (a request's longest text left first) up to ``max_batch_tokens`` tokens (rows times
+the longest row, the padded size the model computes): texts of several requests share a call, a large
+request spans several, and a small request that arrives while a large one is being served rides in the very
+next call instead of waiting for the large one to end (no head-of-line blocking). Requests that arrive
+during a call join before the next one. A request is answered, and its place in the bounded queue freed, as
+soon as its last text is computed. Before each call the worker drops the requests past their deadline or
+given up by their client, so an abandoned request stops costing the model at the next call boundary. A
+failing call fails only the requests whose texts were in it, never the queue or the worker.
 
 Generation runs on the same kind of worker, one request at a time (a causal LM's decode steps are
 sequential); its deadline is checked between decode steps by the caller's loop.
@@ -52,6 +55,7 @@ class EmbedJob:
     future: concurrent.futures.Future[np.ndarray] = field(default_factory=concurrent.futures.Future)
     vectors: np.ndarray | None = None
     left: int = 0
+    rows: list[int] = field(default_factory=list)  # the rows still to compute, longest first
 
     def expired(self) -> bool:
         return self.future.done() or time.monotonic() > self.deadline
@@ -111,7 +115,8 @@ class CallWorker(Worker):
 
 
 class EmbedWorker(Worker):
-    """Gathers queued embedding jobs and runs them in token-budgeted model calls (see the module docstring)."""
+    """Runs queued embedding jobs in token-budgeted model calls, each job's rows shared out fairly (see the
+    module docstring)."""
 
     def __init__(
         self,
@@ -131,73 +136,99 @@ class EmbedWorker(Worker):
         self._admit()
         job.vectors = np.empty((len(job.encodings), self._dimension), dtype=np.float32)
         job.left = len(job.encodings)
+        # the job's rows still to compute, longest first: each call takes a job's longest ones
+        job.rows = sorted(range(len(job.encodings)), key=lambda i: -job.tokens[i])
         self._queue.put(job)
 
-    def _gather(self, first: EmbedJob) -> tuple[list[EmbedJob], bool]:
-        """``first`` and what else is queued, up to the token budget or ``wait_s``; and whether to stop after."""
-        jobs, tokens = [first], sum(first.tokens)
-        until = time.monotonic() + self._wait
-        while tokens < self._budget:
+    def _take(self, waiting: list[EmbedJob], timeout: float | None) -> bool:
+        """Move queued jobs into ``waiting``: the first within ``timeout`` (None: until one comes; 0: only if one
+        is there), then every other already queued; True when the queue was closed."""
+        try:
+            item = self._queue.get_nowait() if timeout == 0 else self._queue.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        while item is not None:
+            waiting.append(item)
             try:
-                item = self._queue.get(timeout=max(until - time.monotonic(), 0.0))
+                item = self._queue.get_nowait()
             except queue.Empty:
-                break
-            if item is None:
-                return jobs, True
-            jobs.append(item)
-            tokens += sum(item.tokens)
-        return jobs, False
+                return False
+        return True
 
     def _run(self) -> None:
-        stop = False
-        while not stop:
-            first = self._queue.get()
-            if first is None:
-                return
-            jobs, stop = self._gather(first)
+        waiting: list[EmbedJob] = []  # admitted, not finished, in arrival order
+        closed = False
+        while waiting or not closed:
+            if not waiting:
+                closed = self._take(waiting, None)
+                until = time.monotonic() + self._wait  # a batch with room waits briefly for more requests
+                while not closed and self._short(waiting):
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    closed = self._take(waiting, left)
+            else:
+                closed = self._take(waiting, 0) or closed  # requests that came during the last call join now
             try:
-                self._serve(jobs)
+                self._step(waiting)
             except BaseException as err:  # a defect outside the model call: fail these jobs, keep the worker
-                for job in jobs:
+                for job in waiting:
                     _settle(job.future, error=err)
-            finally:
-                self._done(len(jobs))
+                self._done(len(waiting))
+                waiting.clear()
 
-    def _calls(self, rows: list[tuple[EmbedJob, int]]) -> list[list[tuple[EmbedJob, int]]]:
-        """``rows`` (longest first) cut into model calls of at most the token budget (rows x longest)."""
-        calls: list[list[tuple[EmbedJob, int]]] = []
-        current: list[tuple[EmbedJob, int]] = []
-        for row in rows:
-            longest = current[0][0].tokens[current[0][1]] if current else row[0].tokens[row[1]]
-            if current and longest * (len(current) + 1) > self._budget:
-                calls.append(current)
-                current = []
-            current.append(row)
-        if current:
-            calls.append(current)
-        return calls
+    def _short(self, waiting: list[EmbedJob]) -> bool:
+        return sum(job.tokens[i] for job in waiting for i in job.rows) < self._budget
 
-    def _serve(self, jobs: list[EmbedJob]) -> None:
-        rows = [(job, i) for job in jobs for i in range(len(job.encodings))]
-        rows.sort(key=lambda row: -row[0].tokens[row[1]])
-        for call in self._calls(rows):
-            live = [(job, i) for job, i in call if not job.expired()]
-            if not live:
-                continue
-            try:
-                vectors = self._encode([job.encodings[i] for job, i in live])
-            except BaseException as err:  # fails the requests in this call only
-                for job in {id(job): job for job, _ in live}.values():
-                    _settle(job.future, error=err)
-                continue
-            if self._on_batch is not None:
-                self._on_batch(len(live), sum(job.tokens[i] for job, i in live))
-            for row, (job, i) in enumerate(live):
-                assert job.vectors is not None
-                job.vectors[i] = vectors[row]
-                job.left -= 1
-                if job.left == 0:
-                    _settle(job.future, result=job.vectors)
+    def _pick(self, waiting: list[EmbedJob]) -> list[tuple[EmbedJob, int]]:
+        """One model call's rows: a row of each job in turn (its longest left), in arrival order, while the call
+        stays within the token budget (rows x longest). A small request that arrives while a large one is served
+        rides in the next call, instead of waiting for the large one to finish."""
+        picked: list[tuple[EmbedJob, int]] = []
+        longest, taken = 0, dict.fromkeys(map(id, waiting), 0)
+        while True:
+            grew = False
+            for job in waiting:
+                if taken[id(job)] >= len(job.rows):
+                    continue
+                row = job.rows[taken[id(job)]]
+                wider = max(longest, job.tokens[row])
+                if picked and wider * (len(picked) + 1) > self._budget:
+                    return picked
+                picked.append((job, row))
+                longest, grew = wider, True
+                taken[id(job)] += 1
+            if not grew:
+                return picked
+
+    def _step(self, waiting: list[EmbedJob]) -> None:
+        """Drop the jobs past their deadline or given up (never computed further), then run one call."""
+        for job in [job for job in waiting if job.expired()]:
+            waiting.remove(job)
+            self._done()
+        picked = self._pick(waiting)
+        if not picked:
+            return
+        try:
+            vectors = self._encode([job.encodings[i] for job, i in picked])
+        except BaseException as err:  # fails the requests in this call only
+            for job in {id(job): job for job, _ in picked}.values():
+                _settle(job.future, error=err)
+                waiting.remove(job)
+                self._done()
+            return
+        if self._on_batch is not None:
+            self._on_batch(len(picked), sum(job.tokens[i] for job, i in picked))
+        for row, (job, i) in enumerate(picked):
+            assert job.vectors is not None
+            job.vectors[i] = vectors[row]
+            job.left -= 1
+        for job in {id(job): job for job, _ in picked}.values():
+            del job.rows[: len(job.rows) - job.left]  # a call takes a prefix of each job's rows
+            if job.left == 0:  # answered now, and its place in the queue freed at once
+                _settle(job.future, result=job.vectors)
+                waiting.remove(job)
+                self._done()
 
 
 __all__ = ["CallWorker", "EmbedJob", "EmbedWorker", "QueueFullError", "Worker"]
