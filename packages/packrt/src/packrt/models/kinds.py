@@ -208,6 +208,15 @@ class DenseStep:
         return cls(path, sizes["in_features"], sizes["out_features"], bool(bias), DENSE_ACTIVATIONS[given], residual)
 
 
+def _steps(directory: Path) -> list[tuple[str, str]]:
+    """modules.json's steps as (class name, folder) in its order: the one reading of the file, for an embedding
+    pipeline and a cross-encoder alike."""
+    modules = _json(directory / "modules.json", "modules.json (its list of steps)")
+    if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
+        raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
+    return [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+
+
 def _json(path: Path, what: str) -> Any:
     try:
         return read_json(path)
@@ -231,10 +240,7 @@ class Pipeline:
 
     @classmethod
     def read(cls, directory: Path) -> Pipeline:
-        modules = _json(directory / "modules.json", "modules.json (its list of steps)")
-        if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-            raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
-        steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+        steps = _steps(directory)
         kinds = [kind for kind, _ in steps]
         for kind, path in steps:
             if kind not in STEPS:  # a LayerNorm, a WordWeights...: skipping it would give other vectors
@@ -336,10 +342,7 @@ class Scoring:
     def read(cls, directory: Path) -> Scoring:
         transformer = directory
         if (directory / "modules.json").is_file():
-            modules = _json(directory / "modules.json", "modules.json (its list of steps)")
-            if not isinstance(modules, list) or not all(isinstance(m, dict) for m in modules):
-                raise CheckpointError(f"{str(directory / 'modules.json')!r} must hold a JSON list of modules")
-            steps = [(str(m.get("type", "")).rsplit(".", 1)[-1], str(m.get("path", ""))) for m in modules]
+            steps = _steps(directory)
             if [kind for kind, _ in steps] != ["Transformer"]:
                 raise UnsupportedModelError(
                     f"{str(directory / 'modules.json')!r} lists the CrossEncoder steps {[kind for kind, _ in steps]}; "

@@ -49,24 +49,36 @@ def default_residency(described: models.ModelDescription) -> str:
     return "packed" if described.format == "gguf" else "borrowed"
 
 
-def _chat_template(path: Path) -> str | None:
-    """The model's chat template, where transformers and llama.cpp read it: a GGUF file's
-    ``tokenizer.chat_template``; a directory's ``chat_template.jinja`` (where transformers 5's save_pretrained
-    writes it), else tokenizer_config.json's ``chat_template`` (a list of named ones gives "default")."""
+def _chat_settings(path: Path) -> tuple[str | None, dict[str, str]]:
+    """The model's chat template and the bos/eos token strings its variables read, where transformers and
+    llama.cpp keep them: a GGUF file's ``tokenizer.chat_template`` and ``tokenizer.ggml.{bos,eos}_token_id``
+    (looked up in its token list), read in one open; a directory's ``chat_template.jinja`` (where transformers
+    5's save_pretrained writes it), else tokenizer_config.json's ``chat_template`` (a list of named ones gives
+    "default"), with that file's bos/eos tokens."""
     if packrt_io.is_gguf(path):
-        value = packrt_io.open_gguf(path).metadata.get("tokenizer.chat_template")
-        return value if isinstance(value, str) else None
+        meta = packrt_io.open_gguf(path).metadata
+        template, tokens = meta.get("tokenizer.chat_template"), meta.get("tokenizer.ggml.tokens")
+        found: dict[str, str] = {}
+        for name in ("bos_token", "eos_token"):
+            index = meta.get(f"tokenizer.ggml.{name}_id")
+            if isinstance(tokens, list) and isinstance(index, int) and 0 <= index < len(tokens):
+                found[name] = str(tokens[index])
+        return (template if isinstance(template, str) else None), found
     directory = path if path.is_dir() else path.parent
+    try:
+        config = read_json(directory / "tokenizer_config.json")
+    except FileNotFoundError:
+        config = {}
+    return _directory_template(directory, config), _special_tokens(config)
+
+
+def _directory_template(directory: Path, config: Any) -> str | None:
     jinja = directory / "chat_template.jinja"
     if jinja.is_file():
         try:
             return jinja.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise CheckpointError(f"{str(jinja)!r} cannot be read as UTF-8 text ({err}); fix or remove it") from err
-    try:
-        config = read_json(directory / "tokenizer_config.json")
-    except FileNotFoundError:
-        return None
     template = config.get("chat_template") if isinstance(config, dict) else None
     if isinstance(template, list):
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
@@ -74,23 +86,9 @@ def _chat_template(path: Path) -> str | None:
     return template if isinstance(template, str) else None
 
 
-def _special_tokens(path: Path) -> dict[str, str]:
-    """bos/eos token strings, for the chat template's variables: tokenizer_config.json's, or a GGUF file's
-    ``tokenizer.ggml.{bos,eos}_token_id`` looked up in its token list."""
+def _special_tokens(config: Any) -> dict[str, str]:
+    """bos/eos token strings of tokenizer_config.json's object ``config``."""
     found: dict[str, str] = {}
-    if packrt_io.is_gguf(path):
-        meta = packrt_io.open_gguf(path).metadata
-        tokens = meta.get("tokenizer.ggml.tokens")
-        for name in ("bos_token", "eos_token"):
-            index = meta.get(f"tokenizer.ggml.{name}_id")
-            if isinstance(tokens, list) and isinstance(index, int) and 0 <= index < len(tokens):
-                found[name] = str(tokens[index])
-        return found
-    directory = path if path.is_dir() else path.parent
-    try:
-        config = read_json(directory / "tokenizer_config.json")
-    except FileNotFoundError:
-        return {}
     for name in ("bos_token", "eos_token"):
         value = config.get(name) if isinstance(config, dict) else None
         if isinstance(value, dict):
@@ -182,6 +180,7 @@ class ServedModel:
         if not isinstance(module, models.CausalLM):
             raise CheckpointError(f"{str(where)!r} holds a {type(module).__name__}, which packrt serve cannot serve")
         tokenizer = models.load_tokenizer(where)
+        template, special = _chat_settings(where)
         positions = module.max_positions if module.max_positions is not None else 1 << 30
         return cls(
             where,
@@ -191,8 +190,8 @@ class ServedModel:
             tokenizer,
             _bare(tokenizer),
             int(positions),
-            chat_template=_chat_template(where),
-            special_tokens=_special_tokens(where),
+            chat_template=template,
+            special_tokens=special,
         )
 
     def tokenize(self, texts: list[str]) -> list[TokenizedText]:
