@@ -31,16 +31,26 @@ T = gguf.GGMLQuantizationType
 ROWS, COLS = 4, 256  # one K-quant super-block (256 values) per row
 
 
-def _k_blocks(kind: str, rng: np.random.Generator) -> np.ndarray:
-    """Random Q4_K / Q6_K blocks with small finite fp16 scales (gguf cannot quantise to them)."""
+# Where each block type gguf cannot quantise to keeps its fp16 scales (d, and dmin where it has one).
+_SCALE_OFFSETS = {
+    "Q2_K": (80, 82),
+    "Q3_K": (108,),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+    "IQ4_NL": (0,),
+    "IQ4_XS": (0,),
+    "IQ2_XXS": (0,),
+}
+
+
+def _random_blocks(kind: str, rng: np.random.Generator) -> np.ndarray:
+    """Random blocks of ``kind`` with small finite fp16 scales (for the types gguf cannot quantise to)."""
     block, size = gguf.GGML_QUANT_SIZES[T[kind]]
     raw = rng.integers(0, 256, (ROWS, COLS // block, size), dtype=np.uint8)
     scale = np.frombuffer(np.float16(0.01).tobytes(), dtype=np.uint8)
-    if kind == "Q4_K":  # d and dmin lead the block
-        raw[..., 0:2] = scale
-        raw[..., 2:4] = scale
-    else:  # Q6_K: d ends the block
-        raw[..., size - 2 : size] = scale
+    for offset in _SCALE_OFFSETS[kind]:
+        raw[..., offset : offset + 2] = scale
     return raw.reshape(ROWS, -1)
 
 
@@ -106,7 +116,7 @@ def test_each_quantised_type_dequantises_to_float32_as_llama_cpp_defines_it(
     tmp_path: Path, values: np.ndarray, kind: str
 ) -> None:
     rng = np.random.default_rng(1)
-    stored = _k_blocks(kind, rng) if kind in ("Q4_K", "Q6_K") else values
+    stored = _random_blocks(kind, rng) if kind in _SCALE_OFFSETS else values
     path = tmp_path / f"{kind}.gguf"
     write_gguf(path, {"w": (kind, stored)})
     file = packrt_io.open_gguf(path)
@@ -117,21 +127,22 @@ def test_each_quantised_type_dequantises_to_float32_as_llama_cpp_defines_it(
     np.testing.assert_array_equal(out, gguf.quants.dequantize(blocks, T[kind]))
     assert _mapping_under(out) is None, "a dequantised tensor is fresh memory, not the file's pages"
     if stored is values:  # quantised here from known values: the round trip is close
-        bound = {"Q8_0": 0.02, "Q4_0": 0.3, "Q4_1": 0.3}[kind]
+        bound = {"Q8_0": 0.02, "Q4_0": 0.3, "Q4_1": 0.3, "Q5_0": 0.15, "Q5_1": 0.15}[kind]
         assert float(np.abs(out - values).max()) < bound
 
 
 def test_a_type_packrt_does_not_read_is_refused_by_name_listing_the_supported(
     tmp_path: Path, values: np.ndarray
 ) -> None:
-    path = tmp_path / "q5.gguf"
-    write_gguf(path, {"ok": ("F32", values), "odd": ("Q5_0", values)})
+    path = tmp_path / "iq2.gguf"
+    odd = _random_blocks("IQ2_XXS", np.random.default_rng(2))
+    write_gguf(path, {"ok": ("F32", values), "odd": ("IQ2_XXS", odd)})
     file = packrt_io.open_gguf(path)
     file.check_types(["ok"])
-    message = r"tensor 'odd' is stored as Q5_0, which packrt does not read; supported: F32, F16, BF16 .*Q4_K, Q6_K"
+    message = r"tensor 'odd' is stored as IQ2_XXS, which packrt does not read; supported: F32, F16, BF16 .*IQ4_XS"
     with pytest.raises(CheckpointError, match=message):
         file.check_types(["ok", "odd"])
-    with pytest.raises(CheckpointError, match="Q5_0"):
+    with pytest.raises(CheckpointError, match="IQ2_XXS"):
         file.array("odd")
 
 

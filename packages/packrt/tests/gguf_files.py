@@ -51,7 +51,10 @@ def _stored(gguf: Any, config: Any, name: str, values: np.ndarray, kind: str) ->
         dtype = np.float16 if values.ndim > 1 and kind == "F16" else np.float32
         return np.ascontiguousarray(values, dtype=dtype), None
     quant = gguf.GGMLQuantizationType[kind]
-    return gguf.quants.quantize(np.ascontiguousarray(values), quant), quant
+    try:
+        return gguf.quants.quantize(np.ascontiguousarray(values), quant), quant
+    except NotImplementedError:  # a type gguf cannot quantise to: zero blocks (for files that must be refused)
+        return np.zeros(gguf.quants.quant_shape_to_byte_shape(values.shape, quant), np.uint8), quant
 
 
 def write_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", **extra: Any) -> Path:

@@ -6,7 +6,8 @@ depends on its GGML type, by the two tables below:
 
 - ``STORED_TYPES`` (F32, F16, BF16) are served as they are: the array is a view of the file's
   pages (``memory_report`` counts them as mapped);
-- ``DEQUANTISED_TYPES`` (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) are block-quantised; they are dequantised to
+- ``DEQUANTISED_TYPES`` (the block types llama.cpp writes in its common mixes: Q8_0, Q4_0, Q4_1,
+  Q5_0, Q5_1, the K-quants Q2_K..Q6_K, IQ4_NL and IQ4_XS) are block-quantised; they are dequantised to
   float32 with ``gguf.quants.dequantize`` when asked for, into fresh memory that ``memory_report``
   counts as converted and names ("Q4_1 dequantised to float32 from <file>").
 
@@ -40,7 +41,22 @@ STORED_TYPES: Final[dict[str, np.dtype[Any]]] = {
     "F16": np.dtype(np.float16),
     "BF16": np.dtype(ml_dtypes.bfloat16),
 }
-DEQUANTISED_TYPES: Final[tuple[str, ...]] = ("Q8_0", "Q4_0", "Q4_1", "Q4_K", "Q6_K")
+# Every type a Q4_K_M/Q5_K_M/Q3_K_*/IQ4 mix can hold (llama-quantize falls back to Q5_0/Q5_1/Q8_0 for rows
+# whose width is not a multiple of 256); the i-quants below 4 bits and the ternary types are not among them.
+DEQUANTISED_TYPES: Final[tuple[str, ...]] = (
+    "Q8_0",
+    "Q4_0",
+    "Q4_1",
+    "Q5_0",
+    "Q5_1",
+    "Q2_K",
+    "Q3_K",
+    "Q4_K",
+    "Q5_K",
+    "Q6_K",
+    "IQ4_NL",
+    "IQ4_XS",
+)
 SUPPORTED_TYPES: Final[tuple[str, ...]] = (*STORED_TYPES, *DEQUANTISED_TYPES)
 MAGIC: Final = b"GGUF"
 
