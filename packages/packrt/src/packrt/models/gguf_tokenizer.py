@@ -11,8 +11,15 @@ merging) and the special ids. :func:`load_tokenizer` prefers a ``tokenizer.json`
   tokens and user-defined ones kept whole as plain added tokens, a BOS token prepended when
   ``add_bos_token`` is true;
 - ``pre`` picks the split (:data:`SPLITS`): GPT-2's own for the pre-tokenizers that use it, the
-  Llama 3 and Qwen2 patterns for theirs. Any other ``model`` or ``pre`` is refused by name, with
-  the fix (save the model's tokenizer.json beside the file).
+  Llama 3 and Qwen2 patterns for theirs;
+- ``model`` ``llama`` (SentencePiece BPE, as Gemma, Llama 2, Mistral and Phi-3 files use): spaces become
+  ``▁`` (with one in front of the text when ``add_space_prefix``, llama.cpp's default for this kind, is
+  true), the merges are the file's or, where it lists none (Gemma), every split of a token into two
+  tokens, ranked by the merged token's score as llama.cpp ranks them; a piece no token spells falls back
+  to its bytes (``<0x0A>``).
+
+Control tokens are kept whole as special tokens, user-defined ones as plain added tokens. Any other
+``model`` or ``pre`` is refused by name, with the fix (save the model's tokenizer.json beside the file).
 """
 
 from __future__ import annotations
@@ -47,8 +54,9 @@ SPLITS: Final[dict[str, str | None]] = {
     "llama-bpe": _LLAMA3,
     "qwen2": _QWEN2,
 }
-TOKENIZER_MODELS: Final[tuple[str, ...]] = ("gpt2",)
+TOKENIZER_MODELS: Final[tuple[str, ...]] = ("gpt2", "llama")
 CONTROL, USER_DEFINED = 3, 4
+SPACE: Final = "\u2581"  # SentencePiece's visible space
 
 
 def byte_alphabet() -> dict[int, str]:
@@ -78,16 +86,8 @@ def _list(meta: dict[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
-    """The ``tokenizers.Tokenizer`` the metadata of ``file`` describes (see the module docstring)."""
-    meta, where = file.metadata, str(file.path)
-    kind = meta.get("tokenizer.ggml.model")
-    fix = "save the model's tokenizer.json (from its Hugging Face repository) beside the GGUF file"
-    if kind not in TOKENIZER_MODELS:
-        raise CheckpointError(
-            f"GGUF file {where!r}: tokenizer.ggml.model {kind!r} is not one packrt builds a tokenizer for "
-            f"(supported: {', '.join(TOKENIZER_MODELS)}); {fix}"
-        )
+def _byte_level(meta: dict[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
+    """The byte-level BPE of ``model`` ``gpt2`` and its tokens as the vocabulary spells them."""
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in SPLITS:
         raise CheckpointError(
@@ -101,14 +101,7 @@ def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
             f"GGUF file {where!r}: tokenizer.ggml.tokens holds a token that is not valid text ({err.reason}); {fix}"
         ) from err
     merges = [tuple(str(m).split(" ", 1)) for m in _list(meta, "tokenizer.ggml.merges", where)]
-    vocab = {token: index for index, token in enumerate(tokens)}
-    try:
-        bpe = models.BPE(vocab, [(m[0], m[1]) for m in merges if len(m) == 2], fuse_unk=False)
-    except Exception as err:  # tokenizers raises a bare Exception: a merge of a token the list does not hold
-        raise CheckpointError(
-            f"GGUF file {where!r}: tokenizer.ggml.merges does not fit tokenizer.ggml.tokens ({err}); {fix}"
-        ) from err
-    tokenizer = Tokenizer(bpe)
+    tokenizer = Tokenizer(_bpe(tokens, [(m[0], m[1]) for m in merges if len(m) == 2], where, fix))
     split, prefix = SPLITS[pre], bool(meta.get("tokenizer.ggml.add_space_prefix", False))
     if split is None:
         tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix, use_regex=True)
@@ -120,10 +113,82 @@ def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
             ]
         )
     tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer, tokens
+
+
+def _ranked_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, str]]:
+    """Every split of a token into two tokens, best first: llama.cpp's SentencePiece tokenizer joins the
+    adjacent pair whose joined token scores highest, so a merge ranks by its result's score (ties: lower id)."""
+    ids = {token: index for index, token in enumerate(tokens)}
+    ranked = []
+    for index, token in enumerate(tokens):
+        for cut in range(1, len(token)):
+            left, right = token[:cut], token[cut:]
+            if left in ids and right in ids:
+                ranked.append((-scores[index], index, ids[left], left, right))
+    ranked.sort()
+    return [(left, right) for *_, left, right in ranked]
+
+
+def _sentencepiece(meta: dict[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
+    """The SentencePiece BPE of ``model`` ``llama`` and its tokens as the vocabulary spells them."""
+    # A token of spaces only is stored with real spaces (Gemma): a user-defined one is matched in the raw text
+    # as it is spelled, any other must match text whose spaces are already ▁.
+    raw = [str(t) for t in _list(meta, "tokenizer.ggml.tokens", where)]
     types = meta.get("tokenizer.ggml.token_type") or []
-    alphabet = set(byte_alphabet().values())
+    user = {i for i, kind in enumerate(types) if kind == USER_DEFINED}
+    tokens = [SPACE * len(t) if t and not t.strip(" ") and i not in user else t for i, t in enumerate(raw)]
+    if "tokenizer.ggml.merges" in meta:
+        merges = [tuple(str(m).split(" ", 1)) for m in _list(meta, "tokenizer.ggml.merges", where)]
+        pairs = [(m[0], m[1]) for m in merges if len(m) == 2]
+    else:
+        scores = [float(s) for s in _list(meta, "tokenizer.ggml.scores", where)]
+        if len(scores) != len(tokens):
+            raise CheckpointError(
+                f"GGUF file {where!r}: tokenizer.ggml.scores has {len(scores)} entries for {len(tokens)} tokens; {fix}"
+            )
+        pairs = _ranked_merges(tokens, scores)
+    unknown = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unknown] if isinstance(unknown, int) and 0 <= unknown < len(tokens) else None
+    tokenizer = Tokenizer(_bpe(tokens, pairs, where, fix, unk_token=unk, byte_fallback=True))
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))  # llama.cpp's default for this kind
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace(
+        replacement=SPACE, prepend_scheme="first" if prefix else "never", split=False
+    )
+    steps = [decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
+    tokenizer.decoder = decoders.Sequence([*steps, decoders.Strip(" ", 1, 0)] if prefix else steps)
+    return tokenizer, tokens
+
+
+def _bpe(tokens: list[str], merges: list[tuple[str, str]], where: str, fix: str, **options: Any) -> models.BPE:
+    vocab = {token: index for index, token in enumerate(tokens)}  # a repeated spelling: its last id, as llama.cpp
+    try:
+        return models.BPE(vocab, merges, fuse_unk=options.pop("unk_token", None) is not None, **options)
+    except Exception as err:  # tokenizers raises a bare Exception: a merge of a token the list does not hold
+        raise CheckpointError(
+            f"GGUF file {where!r}: tokenizer.ggml.merges does not fit tokenizer.ggml.tokens ({err}); {fix}"
+        ) from err
+
+
+def tokenizer_from_gguf(file: packrt_io.GGUFFile) -> Tokenizer:
+    """The ``tokenizers.Tokenizer`` the metadata of ``file`` describes (see the module docstring)."""
+    meta, where = file.metadata, str(file.path)
+    kind = meta.get("tokenizer.ggml.model")
+    fix = "save the model's tokenizer.json (from its Hugging Face repository) beside the GGUF file"
+    if kind not in TOKENIZER_MODELS:
+        raise CheckpointError(
+            f"GGUF file {where!r}: tokenizer.ggml.model {kind!r} is not one packrt builds a tokenizer for "
+            f"(supported: {', '.join(TOKENIZER_MODELS)}); {fix}"
+        )
+    tokenizer, tokens = (_byte_level if kind == "gpt2" else _sentencepiece)(meta, where, fix)
+    types = meta.get("tokenizer.ggml.token_type") or []
     # Control tokens spelled outside the byte alphabet are mislabelled bytes; adding them would grow the vocab.
-    control = [t for t, kind in zip(tokens, types, strict=False) if kind == CONTROL and set(t) <= alphabet]
+    alphabet = set(byte_alphabet().values()) if kind == "gpt2" else None
+    control = [
+        t
+        for t, kind in zip(tokens, types, strict=False)
+        if kind == CONTROL and (alphabet is None or set(t) <= alphabet)
+    ]
     user = [t for t, kind in zip(tokens, types, strict=False) if kind == USER_DEFINED]
     tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in user])
