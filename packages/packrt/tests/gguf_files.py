@@ -80,6 +80,10 @@ def write_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", **extra: An
             writer.add_sliding_window(config.sliding_window)
         for key, value in extra.items():
             getattr(writer, f"add_{key}")(value)
+        if config.rope_parameters.get("rope_type") == "llama3":  # as llama.cpp's converter: per-pair divisors
+            default = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+            scaled = model.model.rotary_emb.inv_freq.double().numpy()
+            writer.add_tensor("rope_freqs.weight", (default / scaled).astype(np.float32))
         names = gguf.get_tensor_name_map(gguf.MODEL_ARCH[writer.arch.upper()], config.num_hidden_layers)
         for key, tensor in model.state_dict().items():
             if key == "lm_head.weight" and config.tie_word_embeddings:

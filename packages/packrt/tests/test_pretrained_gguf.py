@@ -21,6 +21,7 @@ from gguf_files import assert_logits_match_transformers_gguf, gguf_writer, permu
 from peers import VOCAB, assert_greedy_matches, max_logits_diff, tiny_model
 
 import packrt
+import packrt_io
 from packrt import nn
 from packrt.errors import CheckpointError
 from packrt.models import UnsupportedModelError, from_pretrained, pretrained
@@ -77,6 +78,32 @@ def test_an_f32_gguf_gives_the_original_models_logits_within_1e_4(
     diff = max_logits_diff(torch, model, models[arch], ids)
     assert diff <= 1e-4, f"{arch} GGUF under {residency}: max abs logits diff {diff:.2e} against the original"
     assert_greedy_matches(torch, model, models[arch], ids, 8)
+
+
+def test_a_llama_3_file_with_rope_freqs_gives_the_logits_of_the_model_it_was_written_from(
+    gguf: ModuleType, torch: ModuleType, transformers: ModuleType, tmp_path: Path
+) -> None:
+    """Llama 3.x files carry their rope scaling as ``rope_freqs.weight`` (one divisor per rotary pair), not as
+    metadata: dropping it moves the logits (2.2 on a real file), so it is applied, over prompts longer than the
+    pretrained context the scaling blends around."""
+    rope = {"rope_type": "llama3", "rope_theta": 10000.0, "factor": 8.0, "low_freq_factor": 1.0}
+    rope |= {"high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+    torch.manual_seed(3)
+    original = tiny_model(transformers, "LlamaConfig", "LlamaForCausalLM", **SMALL, rope_parameters=rope)
+    path = write_gguf(gguf, original, tmp_path / "llama3.gguf")
+    assert "rope_freqs.weight" in packrt_io.open_gguf(path).tensors
+    model = from_pretrained(path)
+    ids = np.random.default_rng(4).integers(0, VOCAB, (2, 24)).astype(np.int64)
+    diff = max_logits_diff(torch, model, original, ids)
+    assert diff <= 1e-4, f"llama3-scaled GGUF: max abs logits diff {diff:.2e} against the original"
+    assert_greedy_matches(torch, model, original, ids[:, :9], 16)
+    damaged = tmp_path / "damaged.gguf"
+    data = bytearray(path.read_bytes())
+    freqs = next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "rope_freqs.weight")
+    data[freqs.data_offset : freqs.data_offset + 4] = np.float32(0.0).tobytes()
+    damaged.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"damaged.gguf': tensor 'rope_freqs.weight' must hold positive finite"):
+        from_pretrained(damaged)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -27,6 +27,9 @@ safetensors files. Loading it takes these steps, each checked before the next:
    ``memory_report`` counts the views as mapped and the copies as converted, naming what each was
    made from.
 
+A Llama 3.x file's rope scaling is the tensor ``rope_freqs.weight`` (one frequency divisor per rotary pair, as
+llama.cpp applies it), which goes into the config rather than the model.
+
 ``generate``'s eos and pad ids default to the file's ``tokenizer.ggml.*`` ids, as transformers' GGUF
 loading sets them.
 """
@@ -60,6 +63,7 @@ TOKEN_KEYS: Final[tuple[tuple[str, str], ...]] = (
     ("padding_token_id", "pad_token_id"),
 )
 ROPE_SCALINGS: Final[tuple[str, ...]] = ("none", "linear")
+ROPE_FREQS: Final = "rope_freqs.weight"  # per-pair frequency divisors (Llama 3.x files), read into the config
 # Gemma 3 27B (62 layers) scales its queries by hidden_size / heads, the others by their head width:
 # llama.cpp's loader applies this rule, which the metadata does not carry.
 GEMMA3_27B_LAYERS: Final = 62
@@ -156,7 +160,8 @@ def gguf_config(file: packrt_io.GGUFFile) -> HFConfig:
 
 
 def _rope(file: packrt_io.GGUFFile, arch: str, spec: GGUFArchitecture, values: dict[str, Any]) -> None:
-    """The rotary settings the metadata gives (``rope.scaling.type``: none or linear), into ``values``."""
+    """The rotary settings the metadata gives (``rope.scaling.type``: none or linear; a ``rope_freqs`` tensor),
+    into ``values``."""
     meta = file.metadata
     scaling = meta.get(f"{arch}.rope.scaling.type", "none")
     if scaling not in ROPE_SCALINGS:
@@ -168,18 +173,47 @@ def _rope(file: packrt_io.GGUFFile, arch: str, spec: GGUFArchitecture, values: d
     params: dict[str, Any] = {"rope_type": "default", "rope_theta": theta}
     if scaling == "linear":
         params = {"rope_type": "linear", "factor": meta.get(f"{arch}.rope.scaling.factor"), "rope_theta": theta}
+    if ROPE_FREQS in file.tensors:
+        params = _frequency_factors(file, params, values)
     if spec.rope_per_layer_type:  # the scaling applies to the global layers; the local ones rotate as fixed
         local = {"rope_type": "default", "rope_theta": values.get("rope_local_base_freq", 10_000.0)}
         values["rope_parameters"] = {"full_attention": params, "sliding_attention": local}
-    elif scaling == "linear":
+    elif params["rope_type"] != "default":
         values["rope_parameters"] = params
+
+
+def _frequency_factors(file: packrt_io.GGUFFile, params: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
+    """Rotary settings for a file with ``rope_freqs.weight``: llama.cpp divides each pair's frequency by its
+    factor there (a Llama 3.x converter writes the llama3 scaling so), on top of a linear scaling.
+
+    That is LongRoPE's form (one divisor per pair) with one list for every length and no attention scale, so
+    it is given as such and the rotary code has one road for per-pair divisors."""
+    factors = np.asarray(file.array(ROPE_FREQS), dtype=np.float64).reshape(-1)
+    if not (np.isfinite(factors).all() and (factors > 0).all()):
+        raise CheckpointError(
+            f"GGUF file {str(file.path)!r}: tensor {ROPE_FREQS!r} must hold positive finite factors, one per "
+            "rotary pair; the file is damaged: convert the model again"
+        )
+    if params["rope_type"] == "linear":
+        factors = factors * float(params["factor"])
+    divisors = [float(f) for f in factors]
+    context = values.get("max_position_embeddings")
+    return {
+        "rope_type": "longrope",
+        "short_factor": divisors,
+        "long_factor": divisors,
+        "original_max_position_embeddings": context if isinstance(context, int) and context > 0 else 1,
+        "attention_factor": 1.0,
+        "rope_theta": params["rope_theta"],
+    }
 
 
 def gguf_keymap(config: HFConfig, spec: GGUFArchitecture | None = None) -> KeyMap:
     """The architecture's tensor table as a KeyMap (without ``output.weight`` when the head is tied)."""
     rules = (spec or ARCHITECTURES["llama"]).tensors
     tied = config.flag("tie_word_embeddings", False)
-    return KeyMap(tuple(rule for rule in rules if not (tied and rule.checkpoint == "output.weight")))
+    kept = tuple(rule for rule in rules if not (tied and rule.checkpoint == "output.weight"))
+    return KeyMap(kept, ignored=frozenset({ROPE_FREQS}))  # the config holds it (_frequency_factors)
 
 
 def plan_gguf(
@@ -191,6 +225,8 @@ def plan_gguf(
     unexpected: list[str] = []
     for key, tensor in file.tensors.items():
         found = keymap.lookup(key)
+        if found == "ignored":
+            continue
         if not isinstance(found, Mapped) or found.model not in expected:
             unexpected.append(key)
             continue
