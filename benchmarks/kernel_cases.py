@@ -290,6 +290,28 @@ def _gemv(packed: bool) -> Callable[[], Built]:
     return build
 
 
+def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
+    """A linear over quantized blocks (packrt_kernels_cpu.blocks), 576 -> 1536 as in SmolLM2-135M's MLP (2304 ->
+    1536 for the K-quants' 256-weight blocks): one row (decode, the fused row loop) or 64 (prefill, dequantized
+    panels through BLAS); torch multiplies the dequantized float32 weight."""
+
+    def build() -> Built:
+        from packrt_kernels_cpu import blocks
+
+        width = 2304 if block_format.endswith("_K") else 576
+        b = blocks.random_blocks(np.random.default_rng(3), block_format, 1536, width)
+        x, w = _rand((rows, width)), blocks.dequantize(b, block_format, width)
+        pack = blocks.pack_block_linear(b, block_format, width)
+        return Built(
+            lambda: pack.forward(x),
+            lambda: _f64(x) @ _f64(w).T,
+            1e-5,
+            _torch(lambda torch, tx, tw: torch.nn.functional.linear(tx, tw), x, w),
+        )
+
+    return build
+
+
 def _heads(seed: int) -> np.ndarray:
     return _rand((1, 12, 128, 64), seed)
 
@@ -438,6 +460,13 @@ CASES: tuple[KernelCase, ...] = (
     KernelCase("kernel-gated-silu", "plan.gated silu(gate) * up, fp32 128x2048", _gated),
     KernelCase("kernel-epilogue-gelu", "plan linear epilogue, bias + GELU in place, 128x3072", _epilogue),
     KernelCase("kernel-int8-quantize", "int8.quantize_rows, fp32 512x768", _int8_quantize),
+    *(
+        KernelCase(
+            f"kernel-blocks-{f.lower()}", f"blocks.PackedBlockLinear {f}, 1 row (decode)", _blocks(f, 1), f == "Q4_1"
+        )
+        for f in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+    ),
+    KernelCase("kernel-blocks-q4_k-prefill", "blocks.PackedBlockLinear Q4_K, 64 rows (panels)", _blocks("Q4_K", 64)),
     KernelCase("kernel-conv2d", "conv2d 3x3 pad 1, 1x32x32x32 -> 32", _conv2d),
 )
 BY_NAME = {case.name: case for case in CASES}

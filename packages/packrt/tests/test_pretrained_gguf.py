@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from gguf_files import assert_logits_match_transformers_gguf, gguf_writer, permute_rows, write_gguf
-from peers import VOCAB, assert_greedy_matches, max_logits_diff, tiny_model
+from peers import VOCAB, assert_greedy_matches, assert_greedy_matches_but_near_ties, max_logits_diff, tiny_model
 
 import packrt
 import packrt_io
@@ -114,7 +114,34 @@ def test_every_ggml_type_gives_transformers_gguf_logits(
     assert_logits_match_transformers_gguf(torch, path, gguf_reference(path), _ids(1), kind)
 
 
-def test_stored_types_serve_as_stored_unless_a_dtype_is_asked(
+@pytest.mark.parametrize("residency", ["packed", "borrowed"])
+@pytest.mark.parametrize("kind", [k for k in KINDS if k.startswith("Q")])
+def test_quantised_linears_serve_their_blocks_and_give_transformers_gguf_logits(
+    gguf: ModuleType,
+    torch: ModuleType,
+    gguf_reference: Any,
+    models: dict[str, Any],
+    tmp_path: Path,
+    kind: str,
+    residency: str,
+) -> None:
+    """Without a dtype every quantised linear keeps its blocks (borrowed: the file's pages) and multiplies from
+    them; only the summation order differs from transformers' dequantised float32 weights."""
+    path = write_gguf(gguf, models["llama"], tmp_path / f"{kind}.gguf", kind)
+    model = from_pretrained(path, weight_residency=residency)
+    blocks = [m for m in model.modules() if isinstance(m, nn.BlockQuantizedLinear)]
+    assert len(blocks) == 7 * SMALL["num_hidden_layers"] + 1 and {m.block_format for m in blocks} == {kind}
+    reference = gguf_reference(path)
+    ids = _ids(1)
+    diff = max_logits_diff(torch, model, reference, ids)
+    assert diff <= 1e-4, f"{kind} blocks under {residency}: max abs logits diff {diff:.2e} against transformers"
+    assert_greedy_matches_but_near_ties(torch, model, reference, ids, 8)
+    if residency == "borrowed":
+        rows = {row.path: row for row in nn.memory_report(model)}
+        assert rows["layers.1.mlp.down"].mapped > 0 and rows["layers.1.mlp.down"].converted == 0
+
+
+def test_stored_types_and_quantised_blocks_serve_as_stored_unless_a_dtype_is_asked(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
     path = write_gguf(gguf, models["llama"], tmp_path / "f16.gguf", "F16")
@@ -123,19 +150,24 @@ def test_stored_types_serve_as_stored_unless_a_dtype_is_asked(
     assert as_stored.layers[0].attention_norm.weight.dtype is packrt.float32
     cast = from_pretrained(path, dtype=packrt.bfloat16)
     assert cast.layers[0].mlp.up.weight.dtype is packrt.bfloat16
-    quantised = from_pretrained(write_gguf(gguf, models["llama"], tmp_path / "q8.gguf", "Q8_0"))
-    assert quantised.layers[0].mlp.up.weight.dtype is packrt.float32
+    q8 = write_gguf(gguf, models["llama"], tmp_path / "q8.gguf", "Q8_0")
+    blocks = from_pretrained(q8).layers[0].mlp.up
+    assert isinstance(blocks, nn.BlockQuantizedLinear) and blocks.block_format == "Q8_0"
+    assert blocks.weight.dtype is packrt.uint8 and tuple(blocks.weight.shape) == (128, 64 // 32 * 34)
+    dequantised = from_pretrained(q8, dtype=packrt.float32).layers[0].mlp.up
+    assert type(dequantised) is nn.Linear and dequantised.weight.dtype is packrt.float32
 
 
-def test_memory_report_shows_mapped_views_and_converted_copies(
+def test_memory_report_shows_mapped_views_blocks_included_and_converted_copies(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
     path = write_gguf(gguf, models["llama"], tmp_path / "mixed.gguf", "Q8_0")
     report = nn.memory_report(from_pretrained(path, weight_residency="borrowed"))
     rows = {row.path: row for row in report}
     assert rows["layers.0.attention_norm"].mapped > 0 and rows["layers.0.attention_norm"].converted == 0
-    assert rows["layers.0.mlp.up"].converted > 0 and rows["layers.0.mlp.up"].mapped == 0
-    assert "Q8_0 dequantised to float32 from mixed.gguf" in rows["layers.0.mlp.up"].origins
+    # a linear's Q8_0 blocks are served from the file's pages; the token embedding (a lookup) is dequantised
+    assert rows["layers.0.mlp.up"].mapped > 0 and rows["layers.0.mlp.up"].converted == 0
+    assert "Q8_0 dequantised to float32 from mixed.gguf" in rows["embed"].origins
     assert any("rows un-permuted" in origin for origin in rows["layers.0.attention.q_proj"].origins)
     assert report.files() == (str(path),)
     text = str(report)

@@ -203,13 +203,14 @@ def test_generate_stops_at_the_files_eos_id_as_transformers_gguf_loading_does(
     assert ours[0, 8] == eos and (ours[0, 9:] == eos).all(), "the first row ends at the eos and is padded with it"
 
 
-def test_q8_0_is_dequantised_at_load_and_quantize_int8_requantises_it_per_channel(
+def test_q8_0_is_dequantised_for_a_dtype_and_quantize_int8_requantises_it_per_channel(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:
-    # packrt's int8 road keeps one scale per output channel; Q8_0 keeps one per 32 weights, so its blocks are
-    # dequantised at load (named in the memory report) and, with quantize="int8", quantised again per channel.
+    # packrt's int8 road keeps one scale per output channel; Q8_0 keeps one per 32 weights, so asked for a dtype
+    # its blocks are dequantised at load (named in the memory report) and, with quantize="int8", quantised again
+    # per channel.
     path = write_gguf(gguf, models["qwen3"], tmp_path / "q8.gguf", "Q8_0")
-    exact = from_pretrained(path, weight_residency="borrowed")
+    exact = from_pretrained(path, weight_residency="borrowed", dtype=packrt.float32)
     assert "Q8_0 dequantised to float32 from q8.gguf" in nn.memory_report(exact).origins()
     int8 = from_pretrained(path, quantize="int8")
     linears = {p: m for p, m in int8.named_modules() if isinstance(m, nn.Linear | nn.QuantizedLinear)}

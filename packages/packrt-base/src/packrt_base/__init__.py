@@ -4,6 +4,8 @@
   classes kernels raise (:mod:`packrt_base.errors`).
 - The kernels contract: :class:`Kernels`, one typed field per kernel, the serving forms
   (:class:`Pack`, :class:`OwnedPack`) and :class:`Conv2dGeometry` (:mod:`packrt_base.kernels`).
+- Block-quantized weight formats (llama.cpp's GGML block types): :data:`BLOCK_FORMATS`
+  (:mod:`packrt_base.blocks`).
 - The serving plan's kernels: :class:`PlanKernels`, what a device computes when a model runs as one
   fused plan (:mod:`packrt_base.plan`).
 - The device contract: :class:`DeviceBackend`, and :class:`ArrayBackend`, a backend over one
@@ -38,13 +40,16 @@ from packrt_base.arrays import (
     require_shape,
 )
 from packrt_base.backend import ArrayBackend, DeviceBackend
+from packrt_base.blocks import BLOCK_FORMATS, BlockFormat, block_format
 from packrt_base.errors import KernelDTypeError, KernelError, KernelIndexError, KernelShapeError, PackrtError
 from packrt_base.geometry import Conv2dGeometry
 from packrt_base.kernels import Kernels, OwnedPack, Pack
 from packrt_base.plan import PlanKernels, PlanLinear
 
 __all__ = [
+    "BLOCK_FORMATS",
     "ArrayBackend",
+    "BlockFormat",
     "Conv2dGeometry",
     "DeviceBackend",
     "KernelDTypeError",
@@ -57,6 +62,7 @@ __all__ = [
     "PackrtError",
     "PlanKernels",
     "PlanLinear",
+    "block_format",
 ]
 __all__ += [  # arrays.__all__, spelled out so that the lazy names below are listed too
     "BFLOAT16",

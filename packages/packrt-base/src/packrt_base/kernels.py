@@ -178,6 +178,19 @@ class BorrowQuantizedLinear(Protocol):
     def __call__(self, q: Array, scale: Array, b: Array | None = None, scratch_bytes: int = ...) -> Pack: ...
 
 
+class PackBlockLinear(Protocol):
+    """The owned serving form of a linear whose (out, in) weight is kept in quantized blocks: ``blocks`` the
+    uint8 (out, row bytes) array of format ``block_format`` (:data:`packrt_base.blocks.BLOCK_FORMATS`)."""
+
+    def __call__(self, blocks: Array, block_format: str, in_features: int, b: Array | None = None) -> OwnedPack: ...
+
+
+class BorrowBlockLinear(Protocol):
+    """A serving form over the declared blocks and bias, copying nothing."""
+
+    def __call__(self, blocks: Array, block_format: str, in_features: int, b: Array | None = None) -> Pack: ...
+
+
 class QuantizePerChannel(Protocol):
     """Symmetric int8 quantization, one float32 scale per output row: ``(q, scale)``."""
 
@@ -212,10 +225,15 @@ class Kernels:
     borrow_quantized_linear: BorrowQuantizedLinear
     quantize_per_channel: QuantizePerChannel
     plan_kernels: PlanKernelsOf  # the serving plan's kernels (packrt_base.plan), or None: module by module
+    # Linears over quantized blocks (packrt_base.blocks), or None where a device serves none: such a layer
+    # says so when it is moved there. Defaulted so that a kernels table written before them still builds.
+    pack_block_linear: PackBlockLinear | None = None
+    borrow_block_linear: BorrowBlockLinear | None = None
 
 
 __all__ = [
     "AttentionKernel",
+    "BorrowBlockLinear",
     "BorrowConv2d",
     "BorrowEmbedding",
     "BorrowLinear",
@@ -230,6 +248,7 @@ __all__ = [
     "LinearKernel",
     "OwnedPack",
     "Pack",
+    "PackBlockLinear",
     "PackConv2d",
     "PackEmbedding",
     "PackLinear",

@@ -224,6 +224,22 @@ class GGUFFile:
         name_converted_array(out, f"{tensor.type} dequantised to float32 from {self.path.name}")
         return out
 
+    def blocks(self, name: str) -> np.ndarray[Any, Any]:
+        """Tensor ``name`` of a quantised type as the file stores it: a copy-on-write uint8 view of the file,
+        (rows, bytes a row), each row the blocks of one row of weights; CheckpointError for a stored type."""
+        tensor = self.tensors.get(name)
+        if tensor is None:
+            raise CheckpointError(f"GGUF file {str(self.path)!r} has no tensor {name!r}")
+        self.check_types([name])
+        if tensor.stored_as_served:
+            raise CheckpointError(
+                f"GGUF file {str(self.path)!r}: tensor {name!r} is stored as {tensor.type}, not in quantised "
+                "blocks; read it with array()"
+            )
+        rows = int(np.prod(tensor.shape[:-1], dtype=np.int64)) if len(tensor.shape) > 1 else 1
+        raw = np.asarray(self._raw[name].data).reshape(-1).view(np.uint8)
+        return raw.reshape(rows, tensor.nbytes // rows)
+
 
 def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
     """The GGUF file at ``path``, parsed by the ``gguf`` package over a copy-on-write mapping.

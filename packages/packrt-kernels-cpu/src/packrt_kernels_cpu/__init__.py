@@ -11,6 +11,7 @@ from packrt_base.arrays import FLOAT_DTYPES, HALF_DTYPES, array_namespace, compu
 from packrt_base.backend import ArrayBackend
 from packrt_base.geometry import Conv2dGeometry
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
+from packrt_kernels_cpu.blocks import PackedBlockLinear, borrow_block_linear, pack_block_linear
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 from packrt_kernels_cpu.cpu import CpuBackend
 from packrt_kernels_cpu.errors import (
@@ -109,6 +110,9 @@ __all__ = [
     "pack_embedding",
     "pack_linear",
     "pack_quantized_linear",
+    "pack_block_linear",
+    "borrow_block_linear",
+    "PackedBlockLinear",
     "quantize_per_channel",
     "relu",
     "rms_norm",

@@ -4,7 +4,8 @@ runs instead of one module call per operation.
 - :func:`plan_linear`: one GEMM for the linears that read one input. Owned float packs of one dtype
   and width (:func:`fuses`) are concatenated into one ``W^T`` (in, sum of outs), float32 panels
   (:mod:`.float_tiles`) into one run of panels; int8 packs into one int8 weight, so the activations
-  are quantized once for all of them. The bias and the activation
+  are quantized once for all of them; a linear over quantized blocks (one pack) is served from its blocks.
+  The bias and the activation
   run in one compiled pass over the GEMM's output, in place. Anything else (a borrowed view, one
   pack) is served from the arrays it holds, copying nothing.
 - :func:`residual_norm`: the residual add and the LayerNorm or RMSNorm after it, one pass per row.
@@ -30,6 +31,7 @@ from packrt_base.arrays import FLOAT32, Array, compute_dtype
 from packrt_base.plan import PlanKernels
 from packrt_kernels_cpu import blas, compiled, float_tiles, functional, fused, gemv, int8
 from packrt_kernels_cpu.attention import softmax_rows_in_place
+from packrt_kernels_cpu.blocks import PackedBlockLinear
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import astype
 from packrt_kernels_cpu.packing import LinearView, PackedLinear, PanelLinear
@@ -141,6 +143,21 @@ class QuantizedPlanLinear:
         return y if self.activation is None else _activate(self.activation, y, None)
 
 
+class BlockPlanLinear:
+    """``act(x @ W^T + b)`` over quantized blocks (:class:`~packrt_kernels_cpu.blocks.PackedBlockLinear`): served
+    from the layer's own pack (the plan holds nothing more), the activation applied to its output in place."""
+
+    def __init__(self, pack: PackedBlockLinear, activation: str | None) -> None:
+        self.pack, self.activation, self.parts = pack, activation, ()
+        self.out_features = pack.out_features
+        self.nbytes = 0
+
+    def forward(self, x: Array, /, out: Array | None = None) -> Array:
+        x32 = x if x.dtype == np.float32 else astype(x, FLOAT32)
+        y = self.pack.forward(x32, out=out)
+        return y if self.activation is None else _activate(self.activation, y, None)
+
+
 def fuses(packs: Sequence[Any]) -> bool:
     """Whether :func:`plan_linear` joins ``packs`` into one weight: two or more owned packs of one kind
     (float linear or int8), one weight dtype and one input width, all with a bias or none."""
@@ -208,7 +225,9 @@ def _fuse_int8(packs: Sequence[PackedQuantizedLinear], activation: str | None) -
     return QuantizedPlanLinear(whole, activation, parts)
 
 
-def plan_linear(packs: Sequence[Any], activation: str | None = None) -> FloatPlanLinear | QuantizedPlanLinear:
+def plan_linear(
+    packs: Sequence[Any], activation: str | None = None
+) -> FloatPlanLinear | QuantizedPlanLinear | BlockPlanLinear:
     """The plan's linear over ``packs`` (see the module docstring); KernelShapeError for several packs
     :func:`fuses` cannot join, or for a pack that is not a linear's."""
     if activation not in _OPS:
@@ -233,6 +252,8 @@ def plan_linear(packs: Sequence[Any], activation: str | None = None) -> FloatPla
         return FloatPlanLinear(None, pack.w, None if pack.b is None else astype(pack.b, cd), activation, ())
     if type(pack) is PackedQuantizedLinear:
         return QuantizedPlanLinear(pack, activation, ())
+    if type(pack) is PackedBlockLinear:
+        return BlockPlanLinear(pack, activation)
     raise KernelShapeError(f"a plan linear serves linear packs, got a {type(pack).__name__}")
 
 

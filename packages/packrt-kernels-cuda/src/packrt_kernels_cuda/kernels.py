@@ -431,4 +431,8 @@ CUDA_KERNELS = replace(
     pack_quantized_linear=pack_quantized_linear,
     borrow_quantized_linear=borrow_quantized_linear,
     plan_kernels=plan_kernels,
+    # No GPU kernels over quantized blocks yet: such a layer names the device instead of handing cupy arrays
+    # to the CPU's numpy loops (a GGUF model loaded for CUDA has its blocks dequantized at load).
+    pack_block_linear=None,
+    borrow_block_linear=None,
 )

@@ -40,7 +40,7 @@ from packrt_core import dispatch
 from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serving_pack, share_pack, tensor_like
 from packrt_core.tensor import Tensor
 
-_LINEARS = (nn.Linear, nn.QuantizedLinear)
+_LINEARS = (nn.Linear, nn.QuantizedLinear, nn.BlockQuantizedLinear)
 _ACTIVATIONS: dict[type, str] = {nn.SiLU: "silu", nn.ReLU: "relu"}
 
 

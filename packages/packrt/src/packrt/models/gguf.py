@@ -20,8 +20,11 @@ safetensors files. Loading it takes these steps, each checked before the next:
    tensor's GGML type must be one packrt reads (see :mod:`packrt_io` for the table): all before a
    tensor is read.
 4. F32/F16/BF16 tensors are bound as views of the mapped file (under ``"borrowed"`` the file stays
-   the only copy); quantised ones (Q8_0 included: packrt's int8 road scales per output channel, Q8_0
-   every 32 weights, so its blocks cannot be served as stored) are dequantised to float32 at load.
+   the only copy). A linear whose weight is quantised in a block format packrt multiplies from
+   (:data:`packrt_base.BLOCK_FORMATS`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) is declared as a
+   :class:`~packrt.nn.BlockQuantizedLinear` and bound to the file's blocks, also views, unless ``dtype``,
+   ``quantize`` or another device asks for floats; every other quantised tensor (the token embedding, a
+   lookup; a tied head; Q2_K, Q3_K, IQ4_NL, IQ4_XS) is dequantised to float32 at load.
    llama.cpp stores a llama model's query and key rows permuted for its rotary layout, and Gemma's
    norm weights as ``1 + w``; those are put back as transformers holds them, which makes a copy.
    ``memory_report`` counts the views as mapped and the copies as converted, naming what each was
@@ -37,6 +40,7 @@ loading sets them.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -53,6 +57,7 @@ from packrt.models.gguf_architectures import ARCHITECTURES, CONFIG_KEYS, GGUFArc
 from packrt.models.hfconfig import HFConfig, UnsupportedModelError
 from packrt.models.keymap import Family, KeyMap, Mapped, template_of
 from packrt.models.loading import load_source
+from packrt_base import BLOCK_FORMATS
 from packrt_core.nn.memory import name_converted_array
 from packrt_core.nn.residency import check_residency
 
@@ -230,7 +235,7 @@ def plan_gguf(
         if not isinstance(found, Mapped) or found.model not in expected:
             unexpected.append(key)
             continue
-        if tensor.shape != expected[found.model]:
+        if expected[found.model] not in (tensor.shape, stored_shape(tensor)):
             raise CheckpointError(
                 f"GGUF file {where!r}: tensor {key!r} has shape {tensor.shape}, but {name} built from the file's "
                 f"metadata needs {expected[found.model]} for {found.model!r}; the file's metadata and tensors "
@@ -266,13 +271,27 @@ def unpermute_rows(array: np.ndarray[Any, Any], heads: int) -> np.ndarray[Any, A
     return np.ascontiguousarray(grouped.swapaxes(1, 2).reshape(array.shape))
 
 
+def stored_shape(tensor: packrt_io.GGUFTensor) -> tuple[int, ...]:
+    """The shape a tensor is bound with when its layer serves it as stored: its own for F32/F16/BF16, (rows,
+    bytes a row) for quantized blocks."""
+    if tensor.stored_as_served or len(tensor.shape) != 2:
+        return tensor.shape
+    return (tensor.shape[0], tensor.nbytes // max(1, tensor.shape[0]))
+
+
 def _tensor(
-    file: packrt_io.GGUFFile, gguf_name: str, heads: int | None, shifted: bool, cast: packrt.dtype | None
+    file: packrt_io.GGUFFile,
+    gguf_name: str,
+    heads: int | None,
+    shifted: bool,
+    cast: packrt.dtype | None,
+    blocks: bool = False,
 ) -> packrt.Tensor:
-    """One GGUF tensor as a packrt Tensor: a view when served as stored, else a named conversion."""
+    """One GGUF tensor as a packrt Tensor: a view when served as stored (``blocks``: a quantized tensor's
+    blocks, for a :class:`~packrt.nn.BlockQuantizedLinear`), else a named conversion."""
     info = file.tensors[gguf_name]
-    array = file.array(gguf_name)
-    steps: list[str] = [] if info.stored_as_served else ["dequantised to float32"]
+    array = file.blocks(gguf_name) if blocks else file.array(gguf_name)
+    steps: list[str] = [] if info.stored_as_served or blocks else ["dequantised to float32"]
     if heads is not None:
         array = unpermute_rows(array, heads)
         steps.append("rows un-permuted from llama.cpp's rotary order")
@@ -314,6 +333,30 @@ class GGUFSource:
     def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
         return self.file.info(), gguf_keymap(self.config, self.spec)
 
+    def keep_blocks(self, model: nn.Module, keymap: KeyMap) -> list[str]:
+        """Each ``nn.Linear`` whose weight the file holds in a block format packrt serves as blocks
+        (:data:`packrt_base.BLOCK_FORMATS`), and no other module holds, becomes a
+        :class:`~packrt.nn.BlockQuantizedLinear` of that format; its path is returned."""
+        holders = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+        kept = []
+        for name, tensor in self.file.tensors.items():
+            found = keymap.lookup(name)
+            if tensor.type not in BLOCK_FORMATS or not isinstance(found, Mapped):
+                continue
+            path, _, leaf = found.model.rpartition(".")
+            try:
+                layer = model.get_submodule(path)
+            except AttributeError:
+                continue  # no such layer: plan_gguf names the tensor as unexpected
+            if leaf != "weight" or type(layer) is not nn.Linear or holders[id(layer.weight)] != 1:
+                continue  # a tied weight stays float: the module it is shared with reads it as floats
+            width, out = layer.in_features, layer.out_features
+            if tensor.shape != (out, width) or width % BLOCK_FORMATS[tensor.type].values:
+                continue  # plan_gguf says what is wrong with the shape
+            model.set_submodule(path, nn.BlockQuantizedLinear(width, out, tensor.type, layer.bias is not None))
+            kept.append(path)
+        return kept
+
     def tensors(
         self,
         info: packrt_io.CheckpointInfo,
@@ -331,7 +374,9 @@ class GGUFSource:
             heads = None
             if heads_field is not None:
                 heads = self.config.integer(heads_field, self.config.get("num_attention_heads"))
-            state[model_key] = _tensor(self.file, gguf_name, heads, template in self.spec.shifted, cast)
+            tensor = self.file.tensors[gguf_name]
+            blocks = not tensor.stored_as_served and expected[model_key] == stored_shape(tensor) != tensor.shape
+            state[model_key] = _tensor(self.file, gguf_name, heads, template in self.spec.shifted, cast, blocks)
         return state, (self.file.mapped_file,)
 
 
@@ -353,8 +398,9 @@ def from_gguf(
 ) -> nn.Module:
     """The causal LM of a GGUF file, loaded and in eval mode (see the module docstring).
 
-    ``dtype`` casts every floating weight (default: F32/F16/BF16 as stored, quantised types as
-    float32). :func:`packrt.models.from_pretrained` of a GGUF path loads it the same way.
+    ``dtype`` casts every floating weight (default: F32/F16/BF16 as stored, quantised linears as their blocks,
+    other quantised tensors as float32; with ``dtype`` every quantised tensor is dequantised to it).
+    :func:`packrt.models.from_pretrained` of a GGUF path loads it the same way.
     """
     check_residency(weight_residency, "from_gguf")  # before the file is opened
     return load_source(

@@ -7,7 +7,8 @@ A format (a Hugging Face directory: :class:`packrt.models.pretrained.HFDirectory
 1. the config against its model type's schema (:func:`packrt.models.config_schema.validate`);
 2. the config against the tensors the headers list (:func:`~packrt.models.config_schema.check_capacity`):
    no more layers than the files hold tensors for, no width beyond their largest dimension;
-3. only then the model is declared, under :func:`packrt.meta_init` (no weight memory);
+3. only then the model is declared, under :func:`packrt.meta_init` (no weight memory), with the layers whose
+   tensors a format keeps in quantized blocks (a GGUF file's) declared to serve them as stored;
 4. the source plans its tensors against the declared parameters (names, shapes, dtypes), reads them, and
    they are bound with ``load_state_dict(assign=True)`` under :func:`packrt_io.guarding`.
 """
@@ -44,6 +45,12 @@ class LoadSource(Protocol):
 
     def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
         """The tensors' names and shapes, from headers alone, and the key map that reads the names."""
+        ...
+
+    def keep_blocks(self, model: nn.Module, keymap: KeyMap) -> list[str]:
+        """Swap the declared layers whose tensors the format holds in quantized blocks for layers that serve
+        the blocks as stored (:class:`~packrt.nn.BlockQuantizedLinear`), returning their paths; called under
+        :func:`packrt.meta_init` when no dtype, quantization or other device asks for floats."""
         ...
 
     def tensors(
@@ -84,6 +91,8 @@ def load_source(
     check_capacity(config, schema, info, keymap)  # before anything is declared
     with packrt.meta_init():
         model = source.family.build(config)
+        if cast is None and quantize is None and device == "cpu":  # blocks are served as stored on the CPU only
+            source.keep_blocks(model, keymap)
     expected = {key: tuple(value.shape) for key, value in model.state_dict(keep_vars=True).items()}
     state, files = source.tensors(info, keymap, expected, strict, cast, progress)
     with packrt_io.guarding(model, files):  # each call checks the mapped files it may serve from

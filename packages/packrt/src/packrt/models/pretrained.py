@@ -338,6 +338,9 @@ class HFDirectory:
     def headers(self) -> tuple[packrt_io.CheckpointInfo, KeyMap]:
         return self.info, self.family.keymap(self.config)
 
+    def keep_blocks(self, model: nn.Module, keymap: KeyMap) -> list[str]:
+        return []  # safetensors hold no quantized blocks
+
     def tensors(
         self,
         info: packrt_io.CheckpointInfo,

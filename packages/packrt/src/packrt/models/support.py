@@ -12,6 +12,7 @@ from packrt.models import generation_defaults, gguf, gguf_tokenizer
 from packrt.models.classifier import classifies
 from packrt.models.config_schema import ROPE_TYPES, SCHEMAS
 from packrt.models.kinds import DENSE_ACTIVATIONS, FAMILIES, POOLING_MODES, STEPS, base_models
+from packrt_base import BLOCK_FORMATS
 
 BEGIN, END = "<!-- support-table:begin -->", "<!-- support-table:end -->"
 
@@ -96,13 +97,23 @@ def support_rows() -> list[tuple[str, str, str]]:
     rows += [
         ("GGUF tensor type", _code(list(packrt_io.GGUF_STORED_TYPES)), "as stored, mapped from the file"),
         (
-            "GGUF tensor type",
+            "GGUF tensor type, a linear's weight",
+            _code(list(BLOCK_FORMATS)),
+            "kept as its blocks, multiplied from them (`dtype=` or `quantize=`: dequantised instead)",
+        ),
+        (
+            "GGUF tensor type, any other tensor",
             _code(packrt_io.GGUF_DEQUANTISED_TYPES),
             'dequantised to float32 at load (`quantize="int8"`: then int8 per output channel)',
         ),
-        ("GGUF tokenizer (`tokenizer.ggml.model`)", _code(gguf_tokenizer.TOKENIZER_MODELS), "byte-level BPE"),
+        (
+            "GGUF tokenizer (`tokenizer.ggml.model`)",
+            _code(gguf_tokenizer.TOKENIZER_MODELS),
+            "byte-level BPE; SentencePiece BPE",
+        ),
         ("GGUF split (`tokenizer.ggml.pre`)", _code(list(gguf_tokenizer.SPLITS)), "tokenizers pre-tokenizer"),
         ("GGUF `rope.scaling.type`", _code(gguf.ROPE_SCALINGS), "rotary frequencies"),
+        ("GGUF tensor", f"`{gguf.ROPE_FREQS}`", "per-pair rotary frequency divisors (Llama 3.x scaling)"),
     ]
     return rows
 

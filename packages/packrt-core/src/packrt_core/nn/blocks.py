@@ -1,0 +1,139 @@
+"""BlockQuantizedLinear: a linear layer whose weight stays in quantized blocks (llama.cpp's GGML block types).
+
+A GGUF file stores most of a model's weights as blocks: groups of 32 or 256 weights sharing fp16 scales
+(Q4_0, Q4_1, Q8_0, the K-quants...). This layer keeps them so: its ``weight`` is the uint8 array
+(out_features, row bytes) the file holds, and its kernels multiply from the blocks, so the weight takes a
+quarter to a ninth of its float32 bytes and no float copy of it is ever resident.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
+from packrt_base.kernels import Kernels, Pack
+from packrt_core.creation import zeros
+from packrt_core.dtypes import float32, uint8
+from packrt_core.errors import DeviceError, DTypeError, StateDictError
+from packrt_core.nn import checks
+from packrt_core.nn.linear import AffineLayer, declare
+from packrt_core.tensor import Tensor
+
+Array = Any
+
+
+def _format(name: str) -> BlockFormat:
+    found = BLOCK_FORMATS.get(name)
+    if found is None:
+        raise ValueError(
+            f"BlockQuantizedLinear: block_format {name!r} is not one packrt serves as blocks; pick one of "
+            f"{', '.join(BLOCK_FORMATS)}"
+        )
+    return found
+
+
+class BlockQuantizedLinear(AffineLayer):
+    """``y = x @ W.T + bias`` with ``W`` (out_features, in_features) kept as blocks of ``block_format``
+    (a name of :data:`packrt_base.blocks.BLOCK_FORMATS`: ``"Q4_0"``, ``"Q4_1"``, ``"Q5_0"``, ``"Q5_1"``,
+    ``"Q8_0"``, ``"Q4_K"``, ``"Q5_K"``, ``"Q6_K"``).
+
+    ``weight`` is uint8 (out_features, row bytes), each row ``in_features / block values`` blocks laid out as
+    llama.cpp writes them; ``bias`` is float32 (out_features,) or None. Each output is the input row's dot
+    product with the dequantized weight row (the weights llama.cpp's own dequantization gives), summed in
+    float32; the output has the input's dtype. ``in_features`` must be a multiple of the format's block (32,
+    or 256 for the K-quants): ValueError otherwise, as for an unknown format.
+
+    A fresh layer holds zero blocks and a zero bias (a GGUF load binds the file's); under
+    :func:`packrt.meta_init` both are storage-free. The blocks cannot change dtype: ``to(dtype)`` and the
+    casts raise DTypeError on a tree holding this layer and leave it as it was. Default residency
+    ``"packed"``: the pack is an owned copy of the blocks; ``borrowed`` serves from the bound array itself, so
+    a memory-mapped file stays the only copy.
+    """
+
+    declared = ("weight", "bias")
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        block_format: str,
+        bias: bool = True,
+        *,
+        device: Any = None,
+        weight_residency: str | None = None,
+    ) -> None:
+        self.block_format = _format(block_format).name
+        try:
+            self.row_bytes = BLOCK_FORMATS[self.block_format].row_bytes(int(in_features))
+        except ValueError as err:
+            raise ValueError(f"BlockQuantizedLinear: {err}") from err
+        super().__init__(in_features, out_features, bias, device=device, weight_residency=weight_residency)
+
+    def _declare(self, bias: bool, dtype: Any, device: Any) -> None:
+        weight = zeros(self.out_features, self.row_bytes, dtype=uint8, device=device)
+        declare(self, weight=weight, bias=zeros(self.out_features, dtype=float32, device=device) if bias else None)
+
+    def _kernel(self, kernels: Kernels, which: str) -> Any:
+        kernel = getattr(kernels, which)
+        if kernel is None:
+            raise DeviceError(
+                f"BlockQuantizedLinear: the kernels of {self._device()} serve no quantized blocks; keep this layer "
+                "on the CPU, or load the model with a dtype (its weights then dequantized to floats)"
+            )
+        return kernel
+
+    def _pack(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
+        pack: Pack = self._kernel(kernels, "pack_block_linear")(
+            arrays["weight"], self.block_format, self.in_features, arrays["bias"]
+        )
+        return pack
+
+    def _borrow(self, kernels: Kernels, arrays: Mapping[str, Array | None]) -> Pack:
+        view: Pack = self._kernel(kernels, "borrow_block_linear")(
+            arrays["weight"], self.block_format, self.in_features, arrays["bias"]
+        )
+        return view
+
+    def _pack_nbytes(self) -> int:
+        return sum(p.nbytes for _, p in self._declared_params())
+
+    # -- Module hooks --------------------------------------------------------------------------
+    def _check_placement(self, path: str, device: Any, dtype: Any) -> None:
+        if dtype is not None:
+            raise DTypeError(
+                f"{path or '<root>'} ({type(self).__name__}): {self.block_format} blocks cannot change dtype, so the "
+                f"tree cannot be cast to {dtype.name}; nothing was changed. Load the model with dtype= to have "
+                "its weights dequantized to that dtype instead"
+            )
+
+    def _prepare_load(
+        self, path: str, incoming: Mapping[str, Tensor], assign: bool, pack: bool, residency: str | None
+    ) -> Callable[[], None] | None:
+        prefix = f"{path}." if path else ""
+        weight = incoming.get("weight")
+        # Copy mode converts on the way, which would silently truncate float weights to bytes.
+        if weight is not None and weight.dtype is not uint8:
+            raise StateDictError(
+                f"{prefix}weight: BlockQuantizedLinear ({self.block_format}) expects its uint8 blocks, the "
+                f"checkpoint has {weight.dtype.name}; a float weight belongs in a Linear"
+            )
+        bias = incoming.get("bias")
+        if bias is not None and assign and bias.dtype is not float32:
+            raise StateDictError(
+                f"{prefix}bias: BlockQuantizedLinear expects float32, the checkpoint has {bias.dtype.name}"
+            )
+        return super()._prepare_load(path, incoming, assign, pack, residency)
+
+    def forward(self, x: Tensor) -> Tensor:
+        name = type(self).__name__
+        checks.linear_input(name, x, self.in_features, self._parameters["weight"], dtype=False)  # type: ignore[arg-type]
+        if not x.dtype.is_floating_point:
+            raise DTypeError(f"{name} takes floating-point input, got {x.dtype.name}: cast it with x.float()")
+        return self._serve(x)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, block_format={self.block_format!r}"
+
+
+__all__ = ["BlockQuantizedLinear"]

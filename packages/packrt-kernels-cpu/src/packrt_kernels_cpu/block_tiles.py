@@ -1,0 +1,174 @@
+"""Dot products of a weight row of quantized blocks with int8-quantized activations, as LLVM IR for AVX2.
+
+llama.cpp multiplies its Q4_0, Q4_1 and Q8_0 blocks by activations quantized per block of 32 to int8 (its
+``q8_0`` / ``q8_1`` types: 32 int8 values and an fp16 scale, plus, for ``q8_1``, the fp16 of scale times their
+sum), so each block's dot product is an integer one: ``vpmaddubsw`` multiplies 32 unsigned weight bytes by 32
+signed activation bytes into 16 int16 pair sums, ``vpmaddwd`` adds those into 8 int32 lanes, and one FMA
+scales them by both blocks' scales into 8 float32 accumulators. LLVM forms neither instruction from a numba
+loop, so the dots are IR here, compiled by llvmlite for this machine on first use (:mod:`.llvm_tiles`), and
+called per (weight row, input row) from numba's loop (:mod:`._numba_blocks`).
+
+Activations ("q8" rows, :data:`Q8_BYTES` per block of 32), as llama.cpp's AVX2 quantization makes them: 32 int8
+values (``x * 127 / max|x|`` rounded to nearest even), the float32 scale ``d = max|x| / 127`` rounded to fp16
+(as ``q8_0`` stores it), ``d * sum(values)`` exactly (what Q4_0's offset needs: llama.cpp subtracts it in
+integers) and ``d * sum(values)`` through fp16 with ``d`` unrounded (as ``q8_1`` stores it, for Q4_1). Each
+output differs from the float32 product with the dequantized weights by the activations' rounding: at most
+half a step (``d / 2``) times the sum of the block's absolute weights, per block, plus float32 rounding.
+
+- Q4_0 (18-byte blocks: fp16 ``d``, 16 bytes of nibbles, each weight ``d * (q - 8)``): the nibbles times the
+  activations, less 8 times the activations' sum;
+- Q4_1 (20 bytes: fp16 ``d`` and ``m``, 16 bytes of nibbles, ``d * q + m``): plus ``m`` times their sum;
+- Q8_0 (34 bytes: fp16 ``d``, 32 int8): ``vpmaddubsw`` takes unsigned bytes first, so the weights' absolute
+  values are multiplied by the activations carrying the weights' signs (``vpsignb``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from packrt_kernels_cpu import compiled, llvm_tiles, settings
+
+Array = Any
+Q8_BYTES: Final = 44  # a q8 activation block: 32 int8, scale, scale * sum exactly, the same through fp16
+FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q8_0")  # the formats with a tile, in the tiles' order
+_FEATURES = ("avx2", "fma", "f16c")
+_LAYOUT: Final[dict[str, tuple[int, int]]] = {"Q4_0": (18, 2), "Q4_1": (20, 4), "Q8_0": (34, 2)}  # bytes, quants at
+
+
+def _splat(kind: str, value: int, lanes: int) -> str:
+    return "<" + ", ".join([f"{kind} {value}"] * lanes) + ">"
+
+
+def _dot_ir(name: str, block_format: str) -> str:
+    """``out[0] = sum over nb blocks of dot(weight block, q8 block)`` for one weight row at ``w`` and one q8 row at
+    ``x``; the tile signature ``(out, ldo, w, lda, x, nb)`` (``ldo``, ``lda`` unused)."""
+    size, quants = _LAYOUT[block_format]
+    lines = [
+        f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{",
+        "entry:",
+        "  br label %loop",
+        "loop:",
+        "  %b = phi i64 [0, %entry], [%bn, %loop]",
+        "  %acc = phi <8 x float> [zeroinitializer, %entry], [%accn, %loop]",
+        "  %tail = phi float [0.0, %entry], [%tailn, %loop]",
+        f"  %woff = mul i64 %b, {size}",
+        "  %wp = getelementptr i8, ptr %w, i64 %woff",
+        "  %dh = load half, ptr %wp, align 1",
+        "  %d = fpext half %dh to float",
+        f"  %xoff = mul i64 %b, {Q8_BYTES}",
+        "  %xp = getelementptr i8, ptr %x, i64 %xoff",
+        "  %x32 = load <32 x i8>, ptr %xp, align 1",
+        "  %dxp = getelementptr i8, ptr %xp, i64 32",
+        "  %dx = load float, ptr %dxp, align 4",
+        f"  %sxp = getelementptr i8, ptr %xp, i64 {40 if block_format == 'Q4_1' else 36}",
+        "  %sx = load float, ptr %sxp, align 4",
+        f"  %qp = getelementptr i8, ptr %wp, i64 {quants}",
+    ]
+    if block_format == "Q8_0":
+        lines += [
+            "  %wq = load <32 x i8>, ptr %qp, align 1",
+            "  %wa = call <32 x i8> @llvm.abs.v32i8(<32 x i8> %wq, i1 false)",
+            "  %xs = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x32, <32 x i8> %wq)",
+            "  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %wa, <32 x i8> %xs)",
+        ]
+    else:
+        order = "<" + ", ".join(f"i32 {i}" for i in range(32)) + ">"
+        lines += [
+            "  %q16 = load <16 x i8>, ptr %qp, align 1",
+            f"  %lo = and <16 x i8> %q16, {_splat('i8', 15, 16)}",
+            f"  %hi = lshr <16 x i8> %q16, {_splat('i8', 4, 16)}",
+            f"  %w32 = shufflevector <16 x i8> %lo, <16 x i8> %hi, <32 x i32> {order}",
+            "  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %w32, <32 x i8> %x32)",
+        ]
+    lines += [
+        f"  %p8 = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16, <16 x i16> {_splat('i16', 1, 16)})",
+        "  %pf = sitofp <8 x i32> %p8 to <8 x float>",
+        "  %s = fmul float %d, %dx",
+        "  %s0 = insertelement <8 x float> poison, float %s, i64 0",
+        "  %sv = shufflevector <8 x float> %s0, <8 x float> poison, <8 x i32> zeroinitializer",
+        "  %accn = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf, <8 x float> %sv, <8 x float> %acc)",
+    ]
+    if block_format == "Q4_1":
+        lines += [
+            "  %mp = getelementptr i8, ptr %wp, i64 2",
+            "  %mh = load half, ptr %mp, align 1",
+            "  %m = fpext half %mh to float",
+            "  %tailn = call float @llvm.fma.f32(float %m, float %sx, float %tail)",
+        ]
+    elif block_format == "Q4_0":
+        lines += [
+            "  %d8 = fmul float %d, -8.0",
+            "  %tailn = call float @llvm.fma.f32(float %d8, float %sx, float %tail)",
+        ]
+    else:
+        lines += ["  %tailn = fadd float %tail, 0.0"]
+    lines += [
+        "  %bn = add i64 %b, 1",
+        "  %done = icmp eq i64 %bn, %nb",
+        "  br i1 %done, label %exit, label %loop",
+        "exit:",
+        "  %r = call reassoc float @llvm.vector.reduce.fadd.v8f32(float %tailn, <8 x float> %accn)",
+        "  store float %r, ptr %out, align 4",
+        "  ret void",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+_DECLARATIONS = """declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
+declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
+declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)
+declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)
+declare <8 x float> @llvm.fma.v8f32(<8 x float>, <8 x float>, <8 x float>)
+declare float @llvm.fma.f32(float, float, float)
+declare float @llvm.vector.reduce.fadd.v8f32(float, <8 x float>)"""
+
+
+def _compile() -> llvm_tiles.Tiles | None:
+    names = [f"packrt_block_dot_{f.lower()}" for f in FORMATS]
+    source = "\n".join(
+        [
+            _DECLARATIONS,
+            *(_dot_ir(name, f) for name, f in zip(names, FORMATS, strict=True)),
+            'attributes #0 = { nounwind "target-features"="+avx2,+fma,+f16c" }',
+        ]
+    )
+    return llvm_tiles.compile_tiles(source, names, _FEATURES)
+
+
+_tiles = llvm_tiles.OnFirstUse(_compile).get
+
+
+def available() -> bool:
+    """Whether the q8 dots may serve: numba's kernels on and a CPU with AVX2, FMA and F16C."""
+    return settings.current().numba and compiled.enabled() and _tiles() is not None
+
+
+def address(block_format: str) -> int:
+    """The machine address of ``block_format``'s dot (call only where :func:`available` and the format is one of
+    :data:`FORMATS`)."""
+    tiles = _tiles()
+    assert tiles is not None, "block_tiles.address called where block_tiles.available() is False"
+    return int(tiles.addresses[FORMATS.index(block_format)])
+
+
+def quantize_reference(x: Array) -> Array:
+    """The q8 rows of float32 ``x`` (rows, k): uint8 (rows, k / 32 * :data:`Q8_BYTES`) (see the module docstring)."""
+    blocks = x.astype(np.float32).reshape(x.shape[0], -1, 32)
+    amax = np.abs(blocks).max(axis=2)
+    d = (amax / np.float32(127)).astype(np.float32)
+    inverse = np.divide(np.float32(127), amax, out=np.zeros_like(amax), where=amax != 0)
+    q = np.rint(blocks * inverse[..., None]).astype(np.int8)
+    total = q.astype(np.int32).sum(axis=2).astype(np.float32)
+    d16 = d.astype(np.float16).astype(np.float32)
+    fields = (d16, (d16 * total).astype(np.float32), (d * total).astype(np.float16).astype(np.float32))
+    out = np.empty((x.shape[0], blocks.shape[1], Q8_BYTES), np.uint8)
+    out[..., :32] = q.view(np.uint8)
+    for at, value in zip((32, 36, 40), fields, strict=True):
+        out[..., at : at + 4] = value.view(np.uint8).reshape(*value.shape, 4)
+    return out.reshape(x.shape[0], -1)
+
+
+__all__ = ["FORMATS", "Q8_BYTES", "address", "available", "quantize_reference"]

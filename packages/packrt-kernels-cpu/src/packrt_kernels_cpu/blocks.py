@@ -1,0 +1,306 @@
+"""Linears over block-quantized weights (llama.cpp's GGML blocks, :mod:`packrt_base.blocks`), served from the
+blocks themselves: no float copy of the weight is ever resident.
+
+- :func:`dequantize` is the numpy reference of every format: (out, row bytes) uint8 -> (out, in) float32,
+  each weight as llama.cpp's ``dequantize_row_*`` computes it (float32 products of the fp16 scales and the
+  integer quants).
+- :class:`PackedBlockLinear` serves ``x @ W^T + b``. A few rows (decode: one token a sequence) are multiplied
+  straight from the blocks, so the weight is read once, in blocks (a quarter to a ninth of its float32 bytes):
+  for Q4_0, Q4_1 and Q8_0 on AVX2, as llama.cpp does, with the activations quantized per block of 32 to int8
+  and integer dot products (:mod:`.block_tiles`: 0.09-0.1 ns a weight on one Zen 3 core); for the K-quants and
+  Q5 through a compiled loop of float32 products (0.2-0.5 ns a weight). More rows (prefill) dequantize a panel
+  of weight rows at a time into float32 scratch and multiply it through BLAS, whose GEMM outruns the loops
+  once the panel is reused across enough rows.
+- Without numba (``PACKRT_NUMBA=0``) both roads dequantize panels with the numpy reference.
+
+The float roads sum in float32 (the compiled loop in its own order), so their outputs differ from
+``x @ dequantize(W)^T`` by rounding only: within :data:`packrt_kernels_cpu.tolerance.ROAD_TOLERANCES` for float32.
+The q8 road differs by the activations' rounding as well (bounded in :mod:`.block_tiles`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import numpy as np
+
+from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
+from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
+from packrt_kernels_cpu import blas, block_tiles, compiled
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
+
+# Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
+ROW_LOOP_ROWS: Final = 4
+# Weights below which the q8 road runs on the calling thread: at ~0.1 ns a weight, a smaller product takes less
+# than waking the pool costs (SmolLM2-135M decoded 33 tokens/s on one thread, 28 with its 0.3-0.9M products split).
+Q8_PARALLEL: Final = 1 << 21
+# Bytes of float32 scratch a panel may take: a few MiB, so it stays in the last-level cache for the GEMM.
+PANEL_BYTES: Final = 4 << 20
+# Each format's number in the compiled loops.
+CODES: Final[dict[str, int]] = {name: code for code, name in enumerate(BLOCK_FORMATS)}
+_HALF: Final = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _half(raw: Array, at: int) -> Array:
+    """The fp16 at byte ``at`` of each block (rows of ``raw``) as float32, (blocks, 1)."""
+    bits = raw[:, at].astype(np.uint32) | (raw[:, at + 1].astype(np.uint32) << 8)
+    return _HALF[bits][:, None]
+
+
+def _nibbles(qs: Array) -> Array:
+    """A run of packed 4-bit quants as llama.cpp lays them out: the low nibbles first, then the high ones."""
+    return np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int32)
+
+
+def _fifth_bits(raw: Array, at: int) -> Array:
+    """Q5's 32 high bits (a little-endian uint32 at ``at``), one per weight, as 0 or 16."""
+    word = raw[:, at : at + 4].astype(np.uint32) @ np.array([1, 1 << 8, 1 << 16, 1 << 24], np.uint32)
+    return (((word[:, None] >> np.arange(32, dtype=np.uint32)) & 1) << 4).astype(np.int32)
+
+
+def _k_scales(scales: Array) -> tuple[Array, Array]:
+    """Q4_K / Q5_K: the 8 six-bit scales and mins packed in 12 bytes, each (blocks, 8)."""
+    s = scales.astype(np.int32)
+    low_sc, low_m = s[:, 0:4] & 63, s[:, 4:8] & 63
+    high_sc = (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)
+    high_m = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+    return np.concatenate([low_sc, high_sc], axis=1), np.concatenate([low_m, high_m], axis=1)
+
+
+def _k_quants(raw: Array, quants: Array, fifth: Array | None) -> Array:
+    """Q4_K / Q5_K: ``d * scale * q - dmin * min`` per 32-weight sub-block (``fifth``: Q5_K's high bits)."""
+    d, dmin = _half(raw, 0), _half(raw, 2)
+    sc, mn = _k_scales(raw[:, 4:16])
+    chunks = quants.reshape(-1, 4, 32).astype(np.int32)
+    q = np.stack([chunks & 15, chunks >> 4], axis=2).reshape(-1, 8, 32)
+    if fifth is not None:
+        bits = fifth.astype(np.int32)[:, None, :] >> np.arange(8, dtype=np.int32)[None, :, None]
+        q = q + ((bits & 1) << 4)
+    scale = (d * sc.astype(np.float32))[:, :, None]
+    offset = (dmin * mn.astype(np.float32))[:, :, None]
+    return (scale * q.astype(np.float32) - offset).reshape(-1, 256)
+
+
+def _q6_k(raw: Array) -> Array:
+    ql, qh = raw[:, 0:128].astype(np.int32), raw[:, 128:192].astype(np.int32)
+    sc = raw[:, 192:208].view(np.int8).astype(np.float32)
+    d = _half(raw, 208)
+    halves = []
+    for h in range(2):
+        low, high = ql[:, 64 * h : 64 * h + 64], qh[:, 32 * h : 32 * h + 32]
+        parts = [
+            (low[:, :32] & 15) | ((high & 3) << 4),
+            (low[:, 32:] & 15) | (((high >> 2) & 3) << 4),
+            (low[:, :32] >> 4) | (((high >> 4) & 3) << 4),
+            (low[:, 32:] >> 4) | (((high >> 6) & 3) << 4),
+        ]
+        halves.extend(parts)
+    q = (np.concatenate(halves, axis=1) - 32).astype(np.float32)
+    scale = np.repeat(d * sc, 16, axis=1)  # one scale per 16 weights
+    return scale * q
+
+
+def _dequantize_blocks(name: str, raw: Array) -> Array:
+    """(blocks, block bytes) uint8 of format ``name`` -> (blocks, weights a block) float32."""
+    if name == "Q8_0":
+        return _half(raw, 0) * raw[:, 2:34].view(np.int8).astype(np.float32)
+    if name == "Q4_0":
+        return _half(raw, 0) * (_nibbles(raw[:, 2:18]) - 8).astype(np.float32)
+    if name == "Q4_1":
+        return _half(raw, 0) * _nibbles(raw[:, 4:20]).astype(np.float32) + _half(raw, 2)
+    if name == "Q5_0":
+        q = _nibbles(raw[:, 6:22]) | _fifth_bits(raw, 2)
+        return _half(raw, 0) * (q - 16).astype(np.float32)
+    if name == "Q5_1":
+        q = _nibbles(raw[:, 8:24]) | _fifth_bits(raw, 4)
+        return _half(raw, 0) * q.astype(np.float32) + _half(raw, 2)
+    if name == "Q4_K":
+        return _k_quants(raw, raw[:, 16:144], None)
+    if name == "Q5_K":
+        return _k_quants(raw, raw[:, 48:176], raw[:, 16:48])
+    return _q6_k(raw)  # Q6_K, the last of BLOCK_FORMATS
+
+
+def check_blocks(blocks: Array, block_format: str, in_features: int) -> BlockFormat:
+    """The format of ``blocks`` after checking them: uint8 numpy (out, row bytes) of a known format whose rows
+    hold ``in_features`` weights. KernelDTypeError / KernelShapeError name what differs."""
+    fmt = BLOCK_FORMATS.get(block_format)
+    if fmt is None:
+        raise KernelShapeError(
+            f"block format {block_format!r} is not one these kernels serve; known: {', '.join(BLOCK_FORMATS)}"
+        )
+    if type(blocks) is not np.ndarray or blocks.dtype != np.uint8:
+        raise KernelDTypeError(
+            f"{block_format} blocks must be a uint8 numpy array, got {type(blocks).__name__} "
+            f"of {getattr(blocks, 'dtype', '?')}"
+        )
+    try:
+        width = fmt.row_bytes(in_features)
+    except ValueError as err:
+        raise KernelShapeError(str(err)) from err
+    if blocks.ndim != 2 or blocks.shape[1] != width:
+        raise KernelShapeError(
+            f"{block_format} blocks of rows of {in_features} weights must have shape (out_features, {width}), "
+            f"got {tuple(blocks.shape)}"
+        )
+    return fmt
+
+
+def dequantize(blocks: Array, block_format: str, in_features: int) -> Array:
+    """The (out, in_features) float32 weight that ``blocks`` (uint8, (out, row bytes)) hold: the numpy
+    reference of every format."""
+    fmt = check_blocks(blocks, block_format, in_features)
+    raw = np.ascontiguousarray(blocks).reshape(-1, fmt.nbytes)
+    values: Array = _dequantize_blocks(fmt.name, raw).astype(np.float32, copy=False)
+    return values.reshape(blocks.shape[0], in_features)
+
+
+# Where each format keeps its fp16 scales (d, and dmin where it has one), in bytes from a block's start.
+SCALE_OFFSETS: Final[dict[str, tuple[int, ...]]] = {
+    "Q8_0": (0,),
+    "Q4_0": (0,),
+    "Q4_1": (0, 2),
+    "Q5_0": (0,),
+    "Q5_1": (0, 2),
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q6_K": (208,),
+}
+
+
+def random_blocks(rng: np.random.Generator, block_format: str, rows: int, in_features: int) -> Array:
+    """Rows of random blocks of ``block_format`` (every quant bit pattern) whose fp16 scales are small, finite
+    and normal: what tests and benchmarks multiply by (random bytes would hold NaN and subnormal scales)."""
+    fmt = BLOCK_FORMATS[block_format]
+    raw = rng.integers(0, 256, (rows, in_features // fmt.values, fmt.nbytes), dtype=np.uint8)
+    for at in SCALE_OFFSETS[block_format]:
+        scales = rng.uniform(0.001, 0.02, raw.shape[:2]).astype(np.float16)
+        raw[..., at : at + 2] = scales.view(np.uint8).reshape(*raw.shape[:2], 2)
+    return raw.reshape(rows, -1)
+
+
+def _loops() -> Any:
+    return compiled.module("packrt_kernels_cpu._numba_blocks")
+
+
+class PackedBlockLinear:
+    """``x @ W^T + b`` with ``W`` kept as quantized blocks (see the module docstring); ``b`` float32 or None.
+
+    ``owned``: the blocks are the pack's own copy (an owned pack, which ``unpack`` gives back); otherwise a
+    view of the declared array (borrowed), for which :attr:`nbytes` is 0."""
+
+    def __init__(self, blocks: Array, fmt: BlockFormat, in_features: int, b: Array | None, owned: bool) -> None:
+        self.blocks, self.format, self.b, self.owned = blocks, fmt, b, owned
+        self.out_features, self.in_features = int(blocks.shape[0]), in_features
+        self.code = CODES[fmt.name]
+        self.nbytes = int(blocks.nbytes) + (0 if b is None else int(b.nbytes)) if owned else 0
+
+    def unpack(self) -> tuple[Array, Array | None]:
+        """New arrays equal bit for bit to those packed: (blocks, bias)."""
+        return self.blocks.copy(), None if self.b is None else self.b.copy()
+
+    def panel_rows(self) -> int:
+        """Weight rows dequantized at a time on the panel road (their float32 fits :data:`PANEL_BYTES`)."""
+        return max(1, min(self.out_features, PANEL_BYTES // (4 * self.in_features)))
+
+    def forward(self, x: Array, /, out: Array | None = None) -> Array:
+        """``x @ W^T + b`` of float ``x`` (..., in_features), in x's dtype (float32 arithmetic for half
+        inputs; float64 inputs multiply in float64). ``out``: a float32 (rows, out_features) buffer to write
+        into when ``x`` is 2-D float32."""
+        dt = np.dtype(x.dtype)
+        lead = tuple(x.shape[:-1])
+        cd = compute_dtype(dt)
+        x2 = np.ascontiguousarray(astype(x, cd)).reshape(-1, self.in_features)
+        if out is None or out.dtype != cd or out.shape != (x2.shape[0], self.out_features):
+            out = np.empty((x2.shape[0], self.out_features), cd)
+        work = self.out_features * self.in_features
+        if (
+            cd == FLOAT32
+            and x2.shape[0] <= ROW_LOOP_ROWS
+            and self.format.name in block_tiles.FORMATS
+            and block_tiles.available()
+        ):
+            tile = block_tiles.address(self.format.name)
+            compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=_loops(), least=Q8_PARALLEL)
+        elif cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS and compiled.enabled():
+            compiled.launch(
+                "block_rows",
+                self.out_features * self.in_features,
+                x2,
+                self.blocks,
+                self.code,
+                _HALF,
+                out,
+                loops=_loops(),
+                least=1 << 16,
+            )
+        else:
+            self._panels(x2, out)
+        if self.b is not None:
+            out += astype(self.b, cd)
+        shaped = out if x.ndim == 2 else out.reshape((*lead, self.out_features))
+        return shaped if dt == cd else astype(shaped, dt)
+
+    def _panels(self, x2: Array, out: Array) -> None:
+        """``out = x2 @ W^T`` a dequantized panel of weight rows at a time."""
+        step = self.panel_rows()
+        compiled_road = compiled.enabled()
+        for r0 in range(0, self.out_features, step):
+            r1 = min(r0 + step, self.out_features)
+            if compiled_road:
+                panel = np.empty((r1 - r0, self.in_features), np.float32)
+                compiled.launch(
+                    "dequantize_rows",
+                    (r1 - r0) * self.in_features,
+                    self.blocks[r0:r1],
+                    self.code,
+                    _HALF,
+                    panel,
+                    loops=_loops(),
+                    least=1 << 16,
+                )
+            else:
+                panel = _dequantize_blocks(self.format.name, self.blocks[r0:r1].reshape(-1, self.format.nbytes))
+                panel = panel.reshape(r1 - r0, self.in_features)
+            w = panel if x2.dtype == np.float32 else panel.astype(x2.dtype)
+            out[:, r0:r1] = blas.matmul(x2, w.T)
+
+
+def _bias(b: Array | None, out_features: int) -> Array | None:
+    if b is None:
+        return None
+    if type(b) is not np.ndarray or b.shape != (out_features,):
+        raise KernelShapeError(f"bias must be a numpy array of shape ({out_features},), got {getattr(b, 'shape', b)}")
+    return np.ascontiguousarray(astype(b, compute_dtype(b.dtype)))
+
+
+def pack_block_linear(blocks: Array, block_format: str, in_features: int, b: Array | None = None) -> PackedBlockLinear:
+    """An owned pack: a C-contiguous copy of the blocks (and of the bias, widened to float32 from half)."""
+    fmt = check_blocks(blocks, block_format, in_features)
+    bias = _bias(b, int(blocks.shape[0]))
+    own = np.array(blocks, dtype=np.uint8, order="C", copy=True)
+    return PackedBlockLinear(own, fmt, in_features, None if bias is None else bias.copy(), owned=True)
+
+
+def borrow_block_linear(
+    blocks: Array, block_format: str, in_features: int, b: Array | None = None
+) -> PackedBlockLinear:
+    """A view over the declared blocks, copying nothing (a non-contiguous array is copied for the call)."""
+    fmt = check_blocks(blocks, block_format, in_features)
+    return PackedBlockLinear(
+        np.ascontiguousarray(blocks), fmt, in_features, _bias(b, int(blocks.shape[0])), owned=False
+    )
+
+
+__all__ = [
+    "CODES",
+    "PANEL_BYTES",
+    "ROW_LOOP_ROWS",
+    "SCALE_OFFSETS",
+    "PackedBlockLinear",
+    "borrow_block_linear",
+    "random_blocks",
+    "check_blocks",
+    "dequantize",
+    "pack_block_linear",
+]

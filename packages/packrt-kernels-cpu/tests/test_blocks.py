@@ -1,0 +1,153 @@
+"""Linears over quantized blocks (llama.cpp's GGML formats): every format holds the weights llama.cpp's own
+dequantization gives (the ``gguf`` package's, bit for bit), and a linear over the blocks gives ``x @ W^T + b``
+of those weights on both kernel roads, from the row loop (decode) and from dequantized panels (prefill)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from packrt_base.blocks import BLOCK_FORMATS
+from packrt_kernels_cpu import block_tiles, blocks, compiled
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
+from packrt_kernels_cpu.plan import plan_linear
+from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES
+
+try:
+    import gguf
+except ImportError:
+    if os.environ.get("PACKRT_REQUIRE_TORCH") == "1":  # CI installs the test extra, which holds gguf
+        raise
+    pytest.skip("gguf (llama.cpp's reader, in the test extra) is not installed", allow_module_level=True)
+
+FORMATS = list(BLOCK_FORMATS)
+random_blocks = blocks.random_blocks
+
+
+def test_every_format_says_where_its_scales_are() -> None:
+    assert set(blocks.SCALE_OFFSETS) == set(BLOCK_FORMATS)
+
+
+def gguf_weights(name: str, b: np.ndarray) -> np.ndarray:
+    values: np.ndarray = gguf.quants.dequantize(b, gguf.GGMLQuantizationType[name])
+    return values.astype(np.float32)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_every_format_holds_the_weights_llama_cpp_dequantizes(rng: np.random.Generator, name: str) -> None:
+    b = random_blocks(rng, name, 5, 512)
+    np.testing.assert_array_equal(blocks.dequantize(b, name, 512), gguf_weights(name, b))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_the_compiled_dequantization_gives_the_numpy_references_bits(rng: np.random.Generator, name: str) -> None:
+    if not compiled.enabled():
+        pytest.skip("numba is off here: the numpy reference is the only road")
+    b = random_blocks(rng, name, 7, 512)
+    out = np.empty((7, 512), np.float32)
+    blocks._loops().dequantize_rows_serial(b, blocks.CODES[name], blocks._HALF, out)
+    np.testing.assert_array_equal(out, blocks.dequantize(b, name, 512))
+
+
+def q8_expected(x: np.ndarray, name: str, b: np.ndarray) -> np.ndarray:
+    """What the q8 road computes exactly (float64): the activations as their q8 blocks hold them times the
+    dequantized weights; for Q4_1 each block's min times the fp16 ``d * sum`` q8_1 keeps, as llama.cpp does."""
+    width = x.shape[1]
+    q8 = block_tiles.quantize_reference(x).reshape(x.shape[0], -1, block_tiles.Q8_BYTES)
+    values = q8[..., :32].view(np.int8).astype(np.float64)
+    d16, exact, rounded = (q8[..., at : at + 4].view(np.float32)[..., 0].astype(np.float64) for at in (32, 36, 40))
+    expected = (values * d16[..., None]).reshape(x.shape[0], width) @ gguf_weights(name, b).T.astype(np.float64)
+    if name == "Q4_1":
+        mins = b.reshape(b.shape[0], -1, 20)[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+        expected += (rounded - exact) @ mins.T
+    return expected
+
+
+@pytest.mark.parametrize("rows", [1, 3, blocks.ROW_LOOP_ROWS, blocks.ROW_LOOP_ROWS + 5])
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_linear_over_blocks_gives_x_times_the_dequantized_weight_plus_bias(
+    rng: np.random.Generator, kernel_path: str, name: str, rows: int
+) -> None:
+    """Decode-sized inputs take the row loop, larger ones the panels; both sum in float32, in their own order.
+    Where the q8 road serves (Q4_0, Q4_1, Q8_0 on AVX2), the activations are its int8 blocks."""
+    width, out = 512, 40
+    b = random_blocks(rng, name, out, width)
+    bias = rng.standard_normal(out).astype(np.float32)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    q8_road = rows <= blocks.ROW_LOOP_ROWS and name in block_tiles.FORMATS and block_tiles.available()
+    product = q8_expected(x, name, b) if q8_road else x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
+    expected = product + bias
+    for pack in (blocks.pack_block_linear(b, name, width, bias), blocks.borrow_block_linear(b, name, width, bias)):
+        got = pack.forward(x)
+        assert got.dtype == np.float32 and got.shape == (rows, out)
+        rtol, atol = ROAD_TOLERANCES["float32"]
+        scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
+        np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * 10 + 1e-6 * scale)
+
+
+def test_q8_activations_are_llama_cpps_and_the_compiled_ones_give_the_references_bits(
+    rng: np.random.Generator,
+) -> None:
+    x = (rng.standard_normal((3, 256)) * np.logspace(-9, 3, 256)).astype(np.float32)
+    x[0, :32] = 0  # a block of zeros: scale 0, values 0
+    q8 = block_tiles.quantize_reference(x).reshape(3, -1, block_tiles.Q8_BYTES)
+    values, d16 = q8[..., :32].view(np.int8), q8[..., 32:36].view(np.float32)[..., 0]
+    amax = np.abs(x.reshape(3, -1, 32)).max(axis=2)
+    np.testing.assert_array_equal(d16, (amax / np.float32(127)).astype(np.float16).astype(np.float32))
+    assert (np.abs(values.astype(np.int32)).max(axis=2) == np.where(amax > 0, 127, 0)).all()
+    assert (values[0, 0] == 0).all() and d16[0, 0] == 0
+    if compiled.enabled():
+        compiled_rows = np.empty((3, 8 * block_tiles.Q8_BYTES), np.uint8)
+        blocks._loops().quantize_q8(x, compiled_rows)
+        np.testing.assert_array_equal(compiled_rows, q8.reshape(3, -1))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64])
+def test_the_output_has_the_inputs_dtype_and_leading_shape(rng: np.random.Generator, dtype: Any) -> None:
+    b = random_blocks(rng, "Q4_1", 8, 64)
+    x = rng.standard_normal((2, 3, 64)).astype(dtype)
+    got = blocks.pack_block_linear(b, "Q4_1", 64).forward(x)
+    assert got.dtype == np.dtype(dtype) and got.shape == (2, 3, 8)
+    expected = x.astype(np.float64) @ gguf_weights("Q4_1", b).T.astype(np.float64)
+    np.testing.assert_allclose(got.astype(np.float64), expected, rtol=ROAD_TOLERANCES[np.dtype(dtype).name][0] * 4)
+
+
+def test_an_owned_pack_holds_a_copy_and_gives_it_back_a_borrowed_one_holds_nothing(rng: np.random.Generator) -> None:
+    b = random_blocks(rng, "Q8_0", 6, 64)
+    bias = rng.standard_normal(6).astype(np.float32)
+    owned = blocks.pack_block_linear(b, "Q8_0", 64, bias)
+    assert owned.nbytes == b.nbytes + bias.nbytes and not np.shares_memory(owned.blocks, b)
+    again, again_bias = owned.unpack()
+    np.testing.assert_array_equal(again, b)
+    np.testing.assert_array_equal(again_bias, bias)
+    borrowed = blocks.borrow_block_linear(b, "Q8_0", 64, bias)
+    assert borrowed.nbytes == 0 and np.shares_memory(borrowed.blocks, b)
+
+
+def test_a_plan_linear_over_blocks_applies_its_activation_to_the_pack_output(rng: np.random.Generator) -> None:
+    b = random_blocks(rng, "Q4_K", 16, 256)
+    pack = blocks.pack_block_linear(b, "Q4_K", 256)
+    x = rng.standard_normal((2, 256)).astype(np.float32)
+    planned = plan_linear([pack], "relu")
+    assert planned.nbytes == 0 and planned.out_features == 16
+    np.testing.assert_array_equal(planned.forward(x), np.maximum(pack.forward(x), 0))
+
+
+def test_blocks_of_another_format_dtype_or_width_are_refused_naming_what_differs(rng: np.random.Generator) -> None:
+    b = random_blocks(rng, "Q4_0", 4, 64)
+    with pytest.raises(KernelShapeError, match=r"block format 'Q3_K' is not one these kernels serve; known: Q8_0"):
+        blocks.pack_block_linear(b, "Q3_K", 64)
+    with pytest.raises(KernelDTypeError, match=r"Q4_0 blocks must be a uint8 numpy array, got ndarray of int8"):
+        blocks.pack_block_linear(b.view(np.int8), "Q4_0", 64)
+    with pytest.raises(
+        KernelShapeError, match=r"rows of 96 weights must have shape \(out_features, 54\), got \(4, 36\)"
+    ):
+        blocks.borrow_block_linear(b, "Q4_0", 96)
+    with pytest.raises(KernelShapeError, match=r"a row of 48 weights does not fit: in_features must be a positive"):
+        blocks.pack_block_linear(b, "Q4_0", 48)
+    with pytest.raises(KernelShapeError, match=r"bias must be a numpy array of shape \(4,\), got \(5,\)"):
+        blocks.pack_block_linear(b, "Q4_0", 64, np.zeros(5, np.float32))
