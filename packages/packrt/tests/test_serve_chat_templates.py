@@ -70,13 +70,14 @@ def test_a_gguf_files_own_chat_template_and_special_tokens_are_read(smollm2_gguf
 def _residencies(served: ServedModel) -> set[str]:
     from packrt import nn
 
-    return {m.weight_residency for m in served.module.modules() if isinstance(m, nn.Linear)}
+    return {m.weight_residency for m in served.module.modules() if isinstance(m, nn.Linear | nn.BlockQuantizedLinear)}
 
 
 def test_a_gguf_file_is_served_packed_unless_told_and_a_directory_borrowed(
     smollm2_gguf: Path, tmp_path: Path, transformers: ModuleType
 ) -> None:
-    """A GGUF file's quantized tensors are dequantized at load (no mapped copy to borrow): packed by default."""
+    """A GGUF file is packed by default: its dequantized tensors have no mapped copy to borrow, and an F16 one's
+    packed weights are converted once instead of on every call."""
     assert _residencies(ServedModel.load(smollm2_gguf)) == {"packed"}
     assert _residencies(ServedModel.load(smollm2_gguf, weight_residency="borrowed")) == {"borrowed"}
     assert _residencies(ServedModel.load(tiny_llama(tmp_path, transformers))) == {"borrowed"}

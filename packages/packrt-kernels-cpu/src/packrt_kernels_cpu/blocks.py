@@ -26,7 +26,7 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
-from packrt_kernels_cpu import blas, block_tiles, compiled
+from packrt_kernels_cpu import blas, block_tiles, compiled, settings
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
 
 # Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
@@ -193,6 +193,7 @@ class PackedBlockLinear:
         self.blocks, self.format, self.b, self.owned = blocks, fmt, b, owned
         self.out_features, self.in_features = int(blocks.shape[0]), in_features
         self.code = CODES[fmt.name]
+        self._chosen: tuple[Any, Any, int] | None = None  # (settings, loops, q8 tile) of _road
         self.nbytes = int(blocks.nbytes) + (0 if b is None else int(b.nbytes)) if owned else 0
 
     def unpack(self) -> tuple[Array, Array | None]:
@@ -202,6 +203,22 @@ class PackedBlockLinear:
     def panel_rows(self) -> int:
         """Weight rows dequantized at a time on the panel road (their float32 fits :data:`PANEL_BYTES`)."""
         return max(1, min(self.out_features, PANEL_BYTES // (4 * self.in_features)))
+
+    def _road(self) -> tuple[Any, int]:
+        """(the compiled loops or None, the q8 tile's address or 0) under the current settings, decided once per
+        settings object: a decode step asks on every layer, and the answer changes only with the settings."""
+        now = settings.current()
+        cached = self._chosen
+        if cached is not None and cached[0] is now:
+            return cached[1], cached[2]
+        loops = _loops() if compiled.enabled() else None
+        tile = (
+            block_tiles.address(self.format.name)
+            if self.format.name in block_tiles.FORMATS and block_tiles.available()
+            else 0
+        )
+        self._chosen = (now, loops, tile)
+        return loops, tile
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``x @ W^T + b`` of float ``x`` (..., in_features), in x's dtype (float32 arithmetic for half
@@ -214,26 +231,13 @@ class PackedBlockLinear:
         if out is None or out.dtype != cd or out.shape != (x2.shape[0], self.out_features):
             out = np.empty((x2.shape[0], self.out_features), cd)
         work = self.out_features * self.in_features
-        if (
-            cd == FLOAT32
-            and x2.shape[0] <= ROW_LOOP_ROWS
-            and self.format.name in block_tiles.FORMATS
-            and block_tiles.available()
-        ):
-            tile = block_tiles.address(self.format.name)
-            compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=_loops(), least=Q8_PARALLEL)
-        elif cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS and compiled.enabled():
-            compiled.launch(
-                "block_rows",
-                self.out_features * self.in_features,
-                x2,
-                self.blocks,
-                self.code,
-                _HALF,
-                out,
-                loops=_loops(),
-                least=1 << 16,
-            )
+        loops, tile = self._road() if cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS else (None, 0)
+        if tile and work < Q8_PARALLEL and loops is not None:  # the common decode call: the loop, on this thread
+            loops.block_q8_rows_serial(x2, self.blocks, tile, out)
+        elif tile:
+            compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=loops, least=Q8_PARALLEL)
+        elif loops is not None:
+            compiled.launch("block_rows", work, x2, self.blocks, self.code, _HALF, out, loops=loops, least=1 << 16)
         else:
             self._panels(x2, out)
         if self.b is not None:

@@ -40,8 +40,8 @@ loading sets them.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any, Final
 
@@ -318,6 +318,8 @@ class GGUFSource:
     file: packrt_io.GGUFFile
     spec: GGUFArchitecture
     config: HFConfig
+    # packrt key -> GGUF tensor for the heads keep_blocks untied from a quantised embedding (filled by it)
+    untied: dict[str, str] = dataclass_field(default_factory=dict)
 
     @property
     def family(self) -> Family:
@@ -337,7 +339,10 @@ class GGUFSource:
         """Each ``nn.Linear`` whose weight the file holds in a block format packrt serves as blocks
         (:data:`packrt_base.BLOCK_FORMATS`), and no other module holds, becomes a
         :class:`~packrt.nn.BlockQuantizedLinear` of that format; its path is returned."""
-        holders = Counter(id(p) for _, p in model.named_parameters(remove_duplicate=False))
+        holders: dict[int, list[str]] = {}
+        for path, module in model.named_modules(remove_duplicate=False):
+            for leaf, param in module.named_parameters(recurse=False):
+                holders.setdefault(id(param), []).append(f"{path}.{leaf}" if path else leaf)
         kept = []
         for name, tensor in self.file.tensors.items():
             found = keymap.lookup(name)
@@ -348,13 +353,24 @@ class GGUFSource:
                 layer = model.get_submodule(path)
             except AttributeError:
                 continue  # no such layer: plan_gguf names the tensor as unexpected
-            if leaf != "weight" or type(layer) is not nn.Linear or holders[id(layer.weight)] != 1:
-                continue  # a tied weight stays float: the module it is shared with reads it as floats
-            width, out = layer.in_features, layer.out_features
-            if tensor.shape != (out, width) or width % BLOCK_FORMATS[tensor.type].values:
-                continue  # plan_gguf says what is wrong with the shape
-            model.set_submodule(path, nn.BlockQuantizedLinear(width, out, tensor.type, layer.bias is not None))
-            kept.append(path)
+            if leaf != "weight":
+                continue
+            # a linear sharing this tensor (a head tied to the embedding) multiplies the blocks instead; the
+            # embedding, a lookup, keeps reading floats
+            sharing = [key for key in holders.get(id(getattr(layer, "weight", None)), []) if key != found.model]
+            for key in sharing if type(layer) is not nn.Linear else [found.model]:
+                head_path = key.rpartition(".")[0]
+                head = model.get_submodule(head_path)
+                if type(head) is not nn.Linear or key.rpartition(".")[2] != "weight" or len(sharing) > 1:
+                    continue
+                width, out = head.in_features, head.out_features
+                if tensor.shape != (out, width) or width % BLOCK_FORMATS[tensor.type].values:
+                    continue  # plan_gguf says what is wrong with the shape
+                block = nn.BlockQuantizedLinear(width, out, tensor.type, head.bias is not None)
+                model.set_submodule(head_path, block)
+                kept.append(head_path)
+                if key != found.model:
+                    self.untied[key] = name
         return kept
 
     def tensors(
@@ -366,7 +382,9 @@ class GGUFSource:
         cast: packrt.dtype | None,
         progress: bool | None,
     ) -> tuple[dict[str, packrt.Tensor], tuple[packrt_io.MappedFile, ...]]:
-        plan = plan_gguf(self.file, keymap, expected, strict, self.name)
+        untied = {key: name for key, name in self.untied.items() if key in expected}
+        plan = plan_gguf(self.file, keymap, {k: v for k, v in expected.items() if k not in untied}, strict, self.name)
+        plan.update(untied)  # a head untied from a quantised embedding reads the embedding's blocks
         state: dict[str, packrt.Tensor] = {}
         for model_key, gguf_name in plan.items():
             template = template_of(gguf_name)[0]

@@ -43,9 +43,10 @@ def endpoint(described: models.ModelDescription) -> Kind:
 
 def default_residency(described: models.ModelDescription) -> str:
     """How ``packrt serve`` keeps a model's weights when not told: ``borrowed`` (the mapped checkpoint is the one
-    copy, whatever the number of server processes), but ``packed`` for a GGUF file, whose quantized tensors are
-    dequantized at load: there is no mapped copy to borrow, and its packed weights decode many times faster
-    (18x on a Q4_1 SmolLM2, issue 47's measurement)."""
+    copy, whatever the number of server processes), but ``packed`` for a GGUF file: its embedding (and any tensor
+    not served as quantized blocks) is dequantized at load, so there is no mapped copy of it to borrow, and an F16
+    file's borrowed weights would be widened on every call (18x slower decode on the float road, issue 47's
+    measurement; a file's quantized blocks serve as fast either way)."""
     return "packed" if described.format == "gguf" else "borrowed"
 
 
