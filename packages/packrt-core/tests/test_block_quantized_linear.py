@@ -43,14 +43,25 @@ def loaded(rng: np.random.Generator, residency: str = "packed") -> tuple[BlockQu
     return layer, weights, bias
 
 
+def activation_rounding(x: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The most int8 activations move each output: half a step (max |x| of the block / 127, its scale kept in
+    fp16: 0.1% more) times the block's absolute weights, summed over blocks; (rows, out)."""
+    steps = np.abs(x.reshape(x.shape[0], -1, 32)).max(axis=2) / 127 * 1.001 / 2
+    return steps @ np.abs(weights.reshape(weights.shape[0], -1, 32)).sum(axis=2).T
+
+
 @pytest.mark.parametrize("residency", RESIDENCIES)
 def test_each_residency_serves_x_times_the_weights_the_blocks_hold(rng: np.random.Generator, residency: str) -> None:
     layer, weights, bias = loaded(rng, residency)
     for rows in (1, 2, 9):
         x = rng.standard_normal((rows, 64)).astype(np.float32)
-        got = layer(prt.from_numpy(x)).numpy()
+        got = layer(prt.from_numpy(x)).numpy().astype(np.float64)
+        expected = x.astype(np.float64) @ weights.T.astype(np.float64) + bias
         rtol, atol = ROAD_TOLERANCES["float32"]
-        np.testing.assert_allclose(got, x @ weights.T + bias, rtol=rtol * 10, atol=atol * 10)
+        bound = atol * 10 + rtol * 10 * np.abs(expected)
+        if rows <= 4:  # decode rows may take int8 activations (llama.cpp's q8, documented)
+            bound = bound + activation_rounding(x, weights)
+        assert (np.abs(got - expected) <= bound).all(), f"{rows} rows: {np.abs(got - expected).max():.2e} off"
     assert layer.residency_decision in ("packed", "borrowed", "per_call")
 
 
