@@ -89,6 +89,21 @@ def test_a_linear_over_blocks_gives_x_times_the_dequantized_weight_plus_bias(
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * 10 + 1e-6 * scale)
 
 
+@pytest.mark.parametrize("name", block_tiles.FORMATS)
+def test_where_the_q8_dots_cannot_serve_the_float_row_loop_gives_the_float_product(
+    rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """A CPU without AVX2 (or the tiles not compiled) multiplies decode rows in float32 from the blocks."""
+    if not compiled.enabled():
+        pytest.skip("numba is off here: the panels are the only road")
+    monkeypatch.setattr(block_tiles, "available", lambda: False)
+    b = random_blocks(rng, name, 40, 512)
+    x = rng.standard_normal((2, 512)).astype(np.float32)
+    expected = x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
+    rtol, atol = ROAD_TOLERANCES["float32"]
+    np.testing.assert_allclose(blocks.pack_block_linear(b, name, 512).forward(x), expected, rtol=rtol, atol=atol * 10)
+
+
 def test_q8_activations_are_llama_cpps_and_the_compiled_ones_give_the_references_bits(
     rng: np.random.Generator,
 ) -> None:

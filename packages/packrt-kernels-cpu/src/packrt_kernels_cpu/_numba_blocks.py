@@ -189,34 +189,20 @@ def _dot_q8_0(row: Array, x: Array, half: Array, acc: Array) -> np.float32:
 
 
 @_dotting
-def _dot_q4_0(row: Array, x: Array, sums: Array, half: Array, acc: Array) -> np.float32:
-    """Q4_0: 18-byte blocks, each quant less 8 (the 8 applied through the input's block sums)."""
+def _dot_q4(row: Array, x: Array, sums: Array, half: Array, acc: Array, offset: bool) -> np.float32:
+    """Q4_0 (``offset``: 18-byte blocks, each quant less 8) and Q4_1 (20 bytes, a min each); the 8 or the min
+    applied through the input's block sums."""
     acc[:] = 0
     tail = np.float32(0)
+    size, start = (18, 2) if offset else (20, 4)
     for b in range(x.shape[0] // 32):
-        at, o = 18 * b, 32 * b
+        at, o = size * b, 32 * b
         d = _scale(row, at, half)
         for i in range(16):
-            lo, hi = _split(np.float32(row[at + 2 + i]), 16.0)
+            lo, hi = _split(np.float32(row[at + start + i]), 16.0)
             acc[i] += (d * lo) * x[o + i]
             acc[16 + i] += (d * hi) * x[o + 16 + i]
-        tail -= np.float32(8) * d * sums[b]
-    return _lanes(acc) + tail
-
-
-@_dotting
-def _dot_q4_1(row: Array, x: Array, sums: Array, half: Array, acc: Array) -> np.float32:
-    """Q4_1: 20-byte blocks with a min each (applied through the input's block sums)."""
-    acc[:] = 0
-    tail = np.float32(0)
-    for b in range(x.shape[0] // 32):
-        at, o = 20 * b, 32 * b
-        d = _scale(row, at, half)
-        for i in range(16):
-            lo, hi = _split(np.float32(row[at + 4 + i]), 16.0)
-            acc[i] += (d * lo) * x[o + i]
-            acc[16 + i] += (d * hi) * x[o + 16 + i]
-        tail += _scale(row, at + 2, half) * sums[b]
+        tail += (np.float32(-8) * d if offset else _scale(row, at + 2, half)) * sums[b]
     return _lanes(acc) + tail
 
 
@@ -275,10 +261,8 @@ def _row_dot(code: int, row: Array, x: Array, sums: Array, half: Array, w: Array
     the others through ``w``, the row dequantized."""
     if code == Q8_0:
         return _dot_q8_0(row, x, half, acc)
-    if code == Q4_0:
-        return _dot_q4_0(row, x, sums, half, acc)
-    if code == Q4_1:
-        return _dot_q4_1(row, x, sums, half, acc)
+    if code in (Q4_0, Q4_1):
+        return _dot_q4(row, x, sums, half, acc, code == Q4_0)
     if code == Q4_K:
         return _dot_q4_k(row, x, sums, half, acc)
     if code == Q6_K:
