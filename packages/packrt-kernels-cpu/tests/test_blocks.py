@@ -55,14 +55,16 @@ def test_the_compiled_dequantization_gives_the_numpy_references_bits(rng: np.ran
 
 def q8_expected(x: np.ndarray, name: str, b: np.ndarray) -> np.ndarray:
     """What the q8 road computes exactly (float64): the activations as their q8 blocks hold them times the
-    dequantized weights; for Q4_1 each block's min times the fp16 ``d * sum`` q8_1 keeps, as llama.cpp does."""
+    dequantized weights; for Q4_1 and Q5_1 each block's min times the fp16 ``d * sum`` q8_1 keeps, as llama.cpp
+    does."""
     width = x.shape[1]
     q8 = block_tiles.quantize_reference(x).reshape(x.shape[0], -1, block_tiles.Q8_BYTES)
     values = q8[..., :32].view(np.int8).astype(np.float64)
     d16, exact, rounded = (q8[..., at : at + 4].view(np.float32)[..., 0].astype(np.float64) for at in (32, 36, 40))
     expected = (values * d16[..., None]).reshape(x.shape[0], width) @ gguf_weights(name, b).T.astype(np.float64)
-    if name == "Q4_1":
-        mins = b.reshape(b.shape[0], -1, 20)[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
+    if name in ("Q4_1", "Q5_1"):
+        size = BLOCK_FORMATS[name].nbytes
+        mins = b.reshape(b.shape[0], -1, size)[..., 2:4].copy().view(np.float16)[..., 0].astype(np.float64)
         expected += (rounded - exact) @ mins.T
     return expected
 

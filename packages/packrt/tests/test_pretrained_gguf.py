@@ -136,7 +136,7 @@ def test_quantised_linears_serve_their_blocks_and_give_transformers_gguf_logits(
 ) -> None:
     """Without a dtype every quantised linear keeps its blocks (borrowed: the file's pages) and multiplies from
     them, a head tied to the embedding included (qwen2: the embedding, a lookup, is dequantised; the head reads
-    the same tensor's blocks). Decode steps of Q4_0/Q4_1/Q8_0 quantise the activations to int8 per 32 values as
+    the same tensor's blocks). Decode steps of Q4_0..Q8_0 quantise the activations to int8 per 32 values as
     llama.cpp does, so the logits of a step are within a few percent of transformers' float32 ones, and where the
     greedy tokens part, transformers' own best two were that close."""
     path = write_gguf(gguf, models[arch], tmp_path / f"{kind}.gguf", kind)

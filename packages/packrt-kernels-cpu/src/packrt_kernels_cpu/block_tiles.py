@@ -1,6 +1,6 @@
 """Dot products of a weight row of quantized blocks with int8-quantized activations, as LLVM IR for AVX2.
 
-llama.cpp multiplies its Q4_0, Q4_1 and Q8_0 blocks by activations quantized per block of 32 to int8 (its
+llama.cpp multiplies its Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 blocks by activations quantized per block of 32 to int8 (its
 ``q8_0`` / ``q8_1`` types: 32 int8 values and an fp16 scale, plus, for ``q8_1``, the fp16 of scale times their
 sum), so each block's dot product is an integer one: ``vpmaddubsw`` multiplies 32 unsigned weight bytes by 32
 signed activation bytes into 16 int16 pair sums, ``vpmaddwd`` adds those into 8 int32 lanes, and one FMA
@@ -18,6 +18,7 @@ half a step (``d / 2``) times the sum of the block's absolute weights, per block
 - Q4_0 (18-byte blocks: fp16 ``d``, 16 bytes of nibbles, each weight ``d * (q - 8)``): the nibbles times the
   activations, less 8 times the activations' sum;
 - Q4_1 (20 bytes: fp16 ``d`` and ``m``, 16 bytes of nibbles, ``d * q + m``): plus ``m`` times their sum;
+- Q5_0 and Q5_1: as Q4_0 (less 16) and Q4_1, each weight's fifth bit (a 32-bit word per block) or-ed in as 16;
 - Q8_0 (34 bytes: fp16 ``d``, 32 int8): ``vpmaddubsw`` takes unsigned bytes first, so the weights' absolute
   values are multiplied by the activations carrying the weights' signs (``vpsignb``).
 """
@@ -32,9 +33,18 @@ from packrt_kernels_cpu import compiled, llvm_tiles, settings
 
 Array = Any
 Q8_BYTES: Final = 44  # a q8 activation block: 32 int8, scale, scale * sum exactly, the same through fp16
-FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q8_0")  # the formats with a tile, in the tiles' order
+FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # the formats with a tile, in order
 _FEATURES = ("avx2", "fma", "f16c")
-_LAYOUT: Final[dict[str, tuple[int, int]]] = {"Q4_0": (18, 2), "Q4_1": (20, 4), "Q8_0": (34, 2)}  # bytes, quants at
+# (bytes a block, where its quants start, where its 32 fifth bits are or -1)
+_LAYOUT: Final[dict[str, tuple[int, int, int]]] = {
+    "Q4_0": (18, 2, -1),
+    "Q4_1": (20, 4, -1),
+    "Q5_0": (22, 6, 2),
+    "Q5_1": (24, 8, 4),
+    "Q8_0": (34, 2, -1),
+}
+_MINS: Final = ("Q4_1", "Q5_1")  # a min per block, applied through q8_1's rounded sum
+_OFFSETS: Final[dict[str, int]] = {"Q4_0": 8, "Q5_0": 16}  # what each quant is less, applied through the exact sum
 
 
 def _splat(kind: str, value: int, lanes: int) -> str:
@@ -44,7 +54,7 @@ def _splat(kind: str, value: int, lanes: int) -> str:
 def _dot_ir(name: str, block_format: str) -> str:
     """``out[0] = sum over nb blocks of dot(weight block, q8 block)`` for one weight row at ``w`` and one q8 row at
     ``x``; the tile signature ``(out, ldo, w, lda, x, nb)`` (``ldo``, ``lda`` unused)."""
-    size, quants = _LAYOUT[block_format]
+    size, quants, fifth = _LAYOUT[block_format]
     lines = [
         f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{",
         "entry:",
@@ -62,7 +72,7 @@ def _dot_ir(name: str, block_format: str) -> str:
         "  %x32 = load <32 x i8>, ptr %xp, align 1",
         "  %dxp = getelementptr i8, ptr %xp, i64 32",
         "  %dx = load float, ptr %dxp, align 4",
-        f"  %sxp = getelementptr i8, ptr %xp, i64 {40 if block_format == 'Q4_1' else 36}",
+        f"  %sxp = getelementptr i8, ptr %xp, i64 {40 if block_format in _MINS else 36}",
         "  %sx = load float, ptr %sxp, align 4",
         f"  %qp = getelementptr i8, ptr %wp, i64 {quants}",
     ]
@@ -80,8 +90,17 @@ def _dot_ir(name: str, block_format: str) -> str:
             f"  %lo = and <16 x i8> %q16, {_splat('i8', 15, 16)}",
             f"  %hi = lshr <16 x i8> %q16, {_splat('i8', 4, 16)}",
             f"  %w32 = shufflevector <16 x i8> %lo, <16 x i8> %hi, <32 x i32> {order}",
-            "  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %w32, <32 x i8> %x32)",
         ]
+        if fifth >= 0:  # bit j of the little-endian word is weight j's fifth bit (16)
+            lines += [
+                f"  %hp = getelementptr i8, ptr %wp, i64 {fifth}",
+                "  %hw = load i32, ptr %hp, align 1",
+                "  %hbits = bitcast i32 %hw to <32 x i1>",
+                f"  %high = select <32 x i1> %hbits, <32 x i8> {_splat('i8', 16, 32)}, <32 x i8> zeroinitializer",
+                "  %w32f = or <32 x i8> %w32, %high",
+            ]
+        weights = "%w32f" if fifth >= 0 else "%w32"
+        lines += [f"  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {weights}, <32 x i8> %x32)"]
     lines += [
         f"  %p8 = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16, <16 x i16> {_splat('i16', 1, 16)})",
         "  %pf = sitofp <8 x i32> %p8 to <8 x float>",
@@ -90,16 +109,16 @@ def _dot_ir(name: str, block_format: str) -> str:
         "  %sv = shufflevector <8 x float> %s0, <8 x float> poison, <8 x i32> zeroinitializer",
         "  %accn = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf, <8 x float> %sv, <8 x float> %acc)",
     ]
-    if block_format == "Q4_1":
+    if block_format in _MINS:
         lines += [
             "  %mp = getelementptr i8, ptr %wp, i64 2",
             "  %mh = load half, ptr %mp, align 1",
             "  %m = fpext half %mh to float",
             "  %tailn = call float @llvm.fma.f32(float %m, float %sx, float %tail)",
         ]
-    elif block_format == "Q4_0":
+    elif block_format in _OFFSETS:
         lines += [
-            "  %d8 = fmul float %d, -8.0",
+            f"  %d8 = fmul float %d, -{_OFFSETS[block_format]}.0",
             "  %tailn = call float @llvm.fma.f32(float %d8, float %sx, float %tail)",
         ]
     else:
