@@ -19,6 +19,10 @@ half a step (``d / 2``) times the sum of the block's absolute weights, per block
   activations, less 8 times the activations' sum;
 - Q4_1 (20 bytes: fp16 ``d`` and ``m``, 16 bytes of nibbles, ``d * q + m``): plus ``m`` times their sum;
 - Q5_0 and Q5_1: as Q4_0 (less 16) and Q4_1, each weight's fifth bit (a 32-bit word per block) or-ed in as 16;
+- Q4_K and Q6_K (super-blocks of 256): each 32 weights against their own q8 block, their 6-bit scale (Q6_K: the
+  two int8 scales of its halves, through ``vpmaddwd``) folded in; Q4_K's mins through the exact sums, Q6_K's
+  weights less 32 and signed like Q8_0's. (llama.cpp quantizes these activations per 256, with one scale: packrt's
+  finer blocks round them less.)
 - Q8_0 (34 bytes: fp16 ``d``, 32 int8): ``vpmaddubsw`` takes unsigned bytes first, so the weights' absolute
   values are multiplied by the activations carrying the weights' signs (``vpsignb``).
 """
@@ -33,7 +37,8 @@ from packrt_kernels_cpu import compiled, llvm_tiles, settings
 
 Array = Any
 Q8_BYTES: Final = 44  # a q8 activation block: 32 int8, scale, scale * sum exactly, the same through fp16
-FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0")  # the formats with a tile, in order
+# the formats with a tile, in order
+FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
 _FEATURES = ("avx2", "fma", "f16c")
 # (bytes a block, where its quants start, where its 32 fifth bits are or -1)
 _LAYOUT: Final[dict[str, tuple[int, int, int]]] = {
@@ -136,6 +141,169 @@ def _dot_ir(name: str, block_format: str) -> str:
     return "\n".join(lines)
 
 
+def _k_scales(lines: list[str]) -> None:
+    """Q4_K's eight 6-bit scales ``%sc{j}`` and mins ``%mn{j}`` (float) from the 12 bytes at ``%wp + 4``."""
+    for i in range(12):
+        lines += [
+            f"  %sbp{i} = getelementptr i8, ptr %wp, i64 {4 + i}",
+            f"  %sb{i}b = load i8, ptr %sbp{i}, align 1",
+            f"  %sb{i} = zext i8 %sb{i}b to i32",
+        ]
+    for j in range(8):
+        if j < 4:
+            lines += [f"  %sci{j} = and i32 %sb{j}, 63", f"  %mni{j} = and i32 %sb{j + 4}, 63"]
+        else:
+            lines += [
+                f"  %sclo{j} = and i32 %sb{j + 4}, 15",
+                f"  %schi{j}a = lshr i32 %sb{j - 4}, 6",
+                f"  %schi{j} = shl i32 %schi{j}a, 4",
+                f"  %sci{j} = or i32 %sclo{j}, %schi{j}",
+                f"  %mnlo{j} = lshr i32 %sb{j + 4}, 4",
+                f"  %mnhi{j}a = lshr i32 %sb{j}, 6",
+                f"  %mnhi{j} = shl i32 %mnhi{j}a, 4",
+                f"  %mni{j} = or i32 %mnlo{j}, %mnhi{j}",
+            ]
+        lines += [f"  %sc{j} = uitofp i32 %sci{j} to float", f"  %mn{j} = uitofp i32 %mni{j} to float"]
+
+
+def _q8_block(lines: list[str], tag: str, block: int) -> None:
+    """``%x{tag}`` (32 int8), ``%dx{tag}`` and ``%sx{tag}`` (the exact sum) of q8 block ``block`` after ``%xp``."""
+    lines += [
+        f"  %xb{tag} = getelementptr i8, ptr %xp, i64 {block * Q8_BYTES}",
+        f"  %x{tag} = load <32 x i8>, ptr %xb{tag}, align 1",
+        f"  %dxp{tag} = getelementptr i8, ptr %xb{tag}, i64 32",
+        f"  %dx{tag} = load float, ptr %dxp{tag}, align 4",
+        f"  %sxp{tag} = getelementptr i8, ptr %xb{tag}, i64 36",
+        f"  %sx{tag} = load float, ptr %sxp{tag}, align 4",
+    ]
+
+
+def _k_dot_ir(name: str, block_format: str) -> str:
+    """Q4_K and Q6_K: one super-block of 256 weights a loop step (``nb`` counts blocks of 32), each 32 weights
+    against their own q8 block (finer than llama.cpp's one scale per 256 activations); Q4_K's mins through the
+    q8 blocks' exact sums, Q6_K's signed 6-bit weights (less 32) times the activations carrying their signs."""
+    size = 144 if block_format == "Q4_K" else 210
+    lines = [
+        f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{",
+        "entry:",
+        "  %ns = lshr i64 %nb, 3",
+        "  br label %loop",
+        "loop:",
+        "  %b = phi i64 [0, %entry], [%bn, %loop]",
+        "  %acc = phi <8 x float> [zeroinitializer, %entry], [%acc8, %loop]",
+        "  %tail = phi float [0.0, %entry], [%tail8, %loop]",
+        f"  %woff = mul i64 %b, {size}",
+        "  %wp = getelementptr i8, ptr %w, i64 %woff",
+        f"  %xoff = mul i64 %b, {8 * Q8_BYTES}",
+        "  %xp = getelementptr i8, ptr %x, i64 %xoff",
+    ]
+    ones = _splat("i16", 1, 16)
+    chunks: list[tuple[str, str]] = []  # (weights <32 x i8>, how they are multiplied: "u" unsigned or "s" signed)
+    if block_format == "Q4_K":
+        lines += [
+            "  %dh = load half, ptr %wp, align 1",
+            "  %d = fpext half %dh to float",
+            "  %dmp = getelementptr i8, ptr %wp, i64 2",
+            "  %dmh = load half, ptr %dmp, align 1",
+            "  %dmin = fpext half %dmh to float",
+            "  %ndmin = fneg float %dmin",
+        ]
+        _k_scales(lines)
+        for c in range(4):
+            lines += [
+                f"  %qp{c} = getelementptr i8, ptr %wp, i64 {16 + 32 * c}",
+                f"  %q{c} = load <32 x i8>, ptr %qp{c}, align 1",
+                f"  %w{2 * c} = and <32 x i8> %q{c}, {_splat('i8', 15, 32)}",
+                f"  %w{2 * c + 1} = lshr <32 x i8> %q{c}, {_splat('i8', 4, 32)}",
+            ]
+        chunks = [(f"%w{j}", "u") for j in range(8)]
+    else:
+        lines += ["  %dp = getelementptr i8, ptr %wp, i64 208", "  %dh = load half, ptr %dp, align 1"]
+        lines += ["  %d = fpext half %dh to float"]
+        three, fifteen = _splat("i8", 3, 32), _splat("i8", 15, 32)
+        for h in range(2):
+            lines += [
+                f"  %qap{h} = getelementptr i8, ptr %wp, i64 {64 * h}",
+                f"  %qa{h} = load <32 x i8>, ptr %qap{h}, align 1",
+                f"  %qbp{h} = getelementptr i8, ptr %wp, i64 {64 * h + 32}",
+                f"  %qb{h} = load <32 x i8>, ptr %qbp{h}, align 1",
+                f"  %qhp{h} = getelementptr i8, ptr %wp, i64 {128 + 32 * h}",
+                f"  %qh{h} = load <32 x i8>, ptr %qhp{h}, align 1",
+            ]
+            for t in range(4):
+                j = 4 * h + t
+                source = f"%qa{h}" if t in (0, 2) else f"%qb{h}"
+                low = (
+                    f"  %lo{j} = and <32 x i8> {source}, {fifteen}"
+                    if t < 2
+                    else f"  %lo{j} = lshr <32 x i8> {source}, {_splat('i8', 4, 32)}"
+                )
+                lines += [
+                    low,
+                    f"  %hs{j} = lshr <32 x i8> %qh{h}, {_splat('i8', 2 * t, 32)}",
+                    f"  %hm{j} = and <32 x i8> %hs{j}, {three}",
+                    f"  %hv{j} = shl <32 x i8> %hm{j}, {_splat('i8', 4, 32)}",
+                    f"  %u{j} = or <32 x i8> %lo{j}, %hv{j}",
+                    f"  %w{j} = sub <32 x i8> %u{j}, {_splat('i8', 32, 32)}",
+                ]
+        chunks = [(f"%w{j}", "s") for j in range(8)]
+    acc, tail = "%acc", "%tail"
+    for j, (weights, kind) in enumerate(chunks):
+        _q8_block(lines, str(j), j)
+        if kind == "u":
+            lines += [f"  %p16_{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {weights}, <32 x i8> %x{j})"]
+            lines += [f"  %p8_{j} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16_{j}, <16 x i16> {ones})"]
+            lines += [f"  %dsc{j} = fmul float %d, %sc{j}", f"  %s{j} = fmul float %dsc{j}, %dx{j}"]
+        else:
+            h, t = divmod(j, 4)
+            lines += [
+                f"  %wa{j} = call <32 x i8> @llvm.abs.v32i8(<32 x i8> {weights}, i1 false)",
+                f"  %xs{j} = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x{j}, <32 x i8> {weights})",
+                f"  %p16_{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %wa{j}, <32 x i8> %xs{j})",
+            ]
+            for half, at in (("a", 192 + 8 * h + 2 * t), ("b", 193 + 8 * h + 2 * t)):
+                lines += [
+                    f"  %sp{half}{j} = getelementptr i8, ptr %wp, i64 {at}",
+                    f"  %s8{half}{j} = load i8, ptr %sp{half}{j}, align 1",
+                    f"  %s16{half}{j} = sext i8 %s8{half}{j} to i16",
+                ]
+            mask = "<" + ", ".join(["i32 0"] * 8 + ["i32 8"] * 8) + ">"
+            lines += [
+                f"  %sva{j} = insertelement <16 x i16> poison, i16 %s16a{j}, i64 0",
+                f"  %svb{j} = insertelement <16 x i16> %sva{j}, i16 %s16b{j}, i64 8",
+                f"  %sv{j} = shufflevector <16 x i16> %svb{j}, <16 x i16> poison, <16 x i32> {mask}",
+                f"  %p8_{j} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16_{j}, <16 x i16> %sv{j})",
+                f"  %s{j} = fmul float %d, %dx{j}",
+            ]
+        lines += [
+            f"  %pf{j} = sitofp <8 x i32> %p8_{j} to <8 x float>",
+            f"  %s0_{j} = insertelement <8 x float> poison, float %s{j}, i64 0",
+            f"  %sv_{j} = shufflevector <8 x float> %s0_{j}, <8 x float> poison, <8 x i32> zeroinitializer",
+            f"  %acc{j + 1} = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf{j}, <8 x float> %sv_{j}, "
+            f"<8 x float> {acc})",
+        ]
+        acc = f"%acc{j + 1}"
+        if block_format == "Q4_K":
+            lines += [
+                f"  %mdm{j} = fmul float %ndmin, %mn{j}",
+                f"  %tail{j + 1} = call float @llvm.fma.f32(float %mdm{j}, float %sx{j}, float {tail})",
+            ]
+        else:
+            lines += [f"  %tail{j + 1} = fadd float {tail}, 0.0"]
+        tail = f"%tail{j + 1}"
+    lines += [
+        "  %bn = add i64 %b, 1",
+        "  %done = icmp eq i64 %bn, %ns",
+        "  br i1 %done, label %exit, label %loop",
+        "exit:",
+        "  %r = call reassoc float @llvm.vector.reduce.fadd.v8f32(float %tail8, <8 x float> %acc8)",
+        "  store float %r, ptr %out, align 4",
+        "  ret void",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
 _DECLARATIONS = """declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
 declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
 declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)
@@ -150,7 +318,7 @@ def _compile() -> llvm_tiles.Tiles | None:
     source = "\n".join(
         [
             _DECLARATIONS,
-            *(_dot_ir(name, f) for name, f in zip(names, FORMATS, strict=True)),
+            *((_k_dot_ir if f.endswith("_K") else _dot_ir)(name, f) for name, f in zip(names, FORMATS, strict=True)),
             'attributes #0 = { nounwind "target-features"="+avx2,+fma,+f16c" }',
         ]
     )

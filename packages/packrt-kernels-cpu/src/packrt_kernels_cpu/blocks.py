@@ -6,10 +6,10 @@ blocks themselves: no float copy of the weight is ever resident.
   integer quants).
 - :class:`PackedBlockLinear` serves ``x @ W^T + b``. A few rows (decode: one token a sequence) are multiplied
   straight from the blocks, so the weight is read once, in blocks (a quarter to a ninth of its float32 bytes):
-  for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 on AVX2, as llama.cpp does, with the activations quantized per block of
-  32 to int8 and integer dot products (:mod:`.block_tiles`: 0.09-0.1 ns a weight on one Zen 3 core); for the
-  K-quants (and without AVX2) through compiled loops of float32 products (0.2-0.5 ns a weight, Q5_K and Q5
-  slower). More rows (prefill) dequantize a panel
+  on AVX2, as llama.cpp does, with the activations quantized per block of 32 to int8 and integer dot products
+  (:mod:`.block_tiles`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K, 0.1-0.3 ns a weight on one Zen 3 core);
+  Q5_K (and every format without AVX2) through compiled loops of float32 products (0.2-0.8 ns a weight).
+  More rows (prefill) dequantize a panel
   of weight rows at a time into float32 scratch and multiply it through BLAS, whose GEMM outruns the loops
   once the panel is reused across enough rows.
 - Without numba (``PACKRT_NUMBA=0``) both roads dequantize panels with the numpy reference.

@@ -42,7 +42,7 @@ class BlockQuantizedLinear(AffineLayer):
     llama.cpp writes them; ``bias`` is float32 (out_features,) or None. Each output is the input row's dot
     product with the dequantized weight row (the weights llama.cpp's own dequantization gives), summed in
     float32; the output has the input's dtype. A device may quantize a few rows of activations per block of 32
-    to int8 as llama.cpp does (the CPU does for up to 4 float32 rows of Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0): an output then
+    to int8 as llama.cpp does (the CPU does for up to 4 float32 rows of every format but Q5_K): an output then
     differs from that dot product by at most half a step (the block's max |x| / 127) times the block's absolute
     weights, summed over the blocks. ``in_features`` must be a multiple of the format's block (32,
     or 256 for the K-quants): ValueError otherwise, as for an unknown format.
