@@ -13,7 +13,7 @@ import pytest
 
 from packrt_base.blocks import BLOCK_FORMATS
 from packrt_kernels_cpu import block_tiles, blocks, compiled
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.plan import plan_linear
 from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES
 
@@ -168,3 +168,26 @@ def test_blocks_of_another_format_dtype_or_width_are_refused_naming_what_differs
         blocks.pack_block_linear(b, "Q4_0", 48)
     with pytest.raises(KernelShapeError, match=r"bias must be a numpy array of shape \(4,\), got \(5,\)"):
         blocks.pack_block_linear(b, "Q4_0", 64, np.zeros(5, np.float32))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_an_embedding_over_blocks_gives_the_rows_its_ids_pick(
+    rng: np.random.Generator, kernel_path: str, name: str
+) -> None:
+    b = random_blocks(rng, name, 12, 256)
+    ids = np.array([[3, 0, 11], [3, 7, 5]], np.int64)
+    for pack in (blocks.pack_block_embedding(b, name, 256), blocks.borrow_block_embedding(b, name, 256)):
+        got = pack.forward(ids)
+        assert got.dtype == np.float32 and got.shape == (2, 3, 256)
+        np.testing.assert_array_equal(got, gguf_weights(name, b)[ids])
+    owned, borrowed = blocks.pack_block_embedding(b, name, 256), blocks.borrow_block_embedding(b, name, 256)
+    assert owned.nbytes == b.nbytes and borrowed.nbytes == 0 and np.shares_memory(borrowed.blocks, b)
+    np.testing.assert_array_equal(owned.unpack(), b)
+
+
+def test_an_id_outside_the_block_table_is_refused_naming_it(rng: np.random.Generator) -> None:
+    pack = blocks.pack_block_embedding(random_blocks(rng, "Q8_0", 4, 32), "Q8_0", 32)
+    with pytest.raises(KernelIndexError, match=r"embedding id 4 is outside the table of 4 rows \(ids must lie in"):
+        pack.forward(np.array([0, 4]))
+    with pytest.raises(KernelIndexError, match=r"embedding id -1 is outside the table of 4 rows"):
+        pack.forward(np.array([-1]))

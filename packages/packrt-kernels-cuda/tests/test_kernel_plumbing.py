@@ -284,6 +284,8 @@ def test_the_record_replaces_exactly_the_gpu_entries() -> None:
         "plan_kernels",
         "pack_block_linear",  # None: no GPU kernels over quantized blocks
         "borrow_block_linear",
+        "pack_block_embedding",
+        "borrow_block_embedding",
     }
     for name in CPU_KERNELS.__dataclass_fields__:
         mine, cpu = getattr(kernels.CUDA_KERNELS, name), getattr(CPU_KERNELS, name)

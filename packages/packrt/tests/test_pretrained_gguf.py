@@ -135,15 +135,16 @@ def test_quantised_linears_serve_their_blocks_and_give_transformers_gguf_logits(
     residency: str,
 ) -> None:
     """Without a dtype every quantised linear keeps its blocks (borrowed: the file's pages) and multiplies from
-    them, a head tied to the embedding included (qwen2: the embedding, a lookup, is dequantised; the head reads
-    the same tensor's blocks). Decode steps of Q4_0..Q8_0 quantise the activations to int8 per 32 values as
-    llama.cpp does, so the logits of a step are within a few percent of transformers' float32 ones, and where the
-    greedy tokens part, transformers' own best two were that close."""
+    them, a head tied to the embedding included (qwen2: the head reads the same tensor's blocks); the embedding,
+    a lookup, dequantises the rows it picks. Decode steps quantise the activations to int8 per 32 values as
+    llama.cpp does, so the logits of a step are within a few percent of transformers' float32 ones, and where
+    the greedy tokens part, transformers' own best two were that close."""
     path = write_gguf(gguf, models[arch], tmp_path / f"{kind}.gguf", kind)
     model = from_pretrained(path, weight_residency=residency)
     blocks = [m for m in model.modules() if isinstance(m, nn.BlockQuantizedLinear)]
     assert len(blocks) == 7 * SMALL["num_hidden_layers"] + 1 and {m.block_format for m in blocks} == {kind}
-    assert type(model.embed) is nn.Embedding and model.lm_head.weight is not model.embed.weight
+    assert isinstance(model.embed, nn.BlockQuantizedEmbedding) and model.embed.block_format == kind
+    assert model.lm_head.weight is not model.embed.weight
     reference = gguf_reference(path)
     ids = _ids(1)
     diff = max_logits_diff(torch, model, reference, ids)  # a prompt: many rows, the float panels
@@ -183,13 +184,16 @@ def test_memory_report_shows_mapped_views_blocks_included_and_converted_copies(
     report = nn.memory_report(from_pretrained(path, weight_residency="borrowed"))
     rows = {row.path: row for row in report}
     assert rows["layers.0.attention_norm"].mapped > 0 and rows["layers.0.attention_norm"].converted == 0
-    # a linear's Q8_0 blocks are served from the file's pages; the token embedding (a lookup) is dequantised
-    assert rows["layers.0.mlp.up"].mapped > 0 and rows["layers.0.mlp.up"].converted == 0
-    assert "Q8_0 dequantised to float32 from mixed.gguf" in rows["embed"].origins
+    # the Q8_0 blocks of a linear and of the token embedding are served from the file's pages; llama's query and
+    # key rows, stored permuted, are the only copies
+    for path_name in ("layers.0.mlp.up", "embed", "lm_head"):
+        assert rows[path_name].mapped > 0 and rows[path_name].converted == 0, path_name
     assert any("rows un-permuted" in origin for origin in rows["layers.0.attention.q_proj"].origins)
     assert report.files() == (str(path),)
     text = str(report)
-    assert "converted:" in text and "Q8_0 dequantised to float32" in text and "mixed.gguf" in text
+    assert "converted:" in text and "Q8_0 rows un-permuted" in text and "dequantised" not in text
+    dequantised = nn.memory_report(from_pretrained(path, weight_residency="borrowed", dtype=packrt.float32))
+    assert "Q8_0 dequantised to float32 from mixed.gguf" in {o for row in dequantised for o in row.origins}
     f32 = nn.memory_report(from_pretrained(write_gguf(gguf, models["qwen2"], tmp_path / "f.gguf")))
     assert f32.converted() == 0, "an F32 qwen2 file (no permuted rows) is served from its pages alone"
 

@@ -191,6 +191,19 @@ class BorrowBlockLinear(Protocol):
     def __call__(self, blocks: Array, block_format: str, in_features: int, b: Array | None = None) -> Pack: ...
 
 
+class PackBlockEmbedding(Protocol):
+    """The owned serving form of an embedding table kept in quantized blocks (uint8 (rows, row bytes) of format
+    ``block_format``): ``forward(ids)`` gives the rows' float32 values."""
+
+    def __call__(self, blocks: Array, block_format: str, embedding_dim: int) -> OwnedPack: ...
+
+
+class BorrowBlockEmbedding(Protocol):
+    """A serving form over the declared blocks, copying nothing."""
+
+    def __call__(self, blocks: Array, block_format: str, embedding_dim: int) -> Pack: ...
+
+
 class QuantizePerChannel(Protocol):
     """Symmetric int8 quantization, one float32 scale per output row: ``(q, scale)``."""
 
@@ -225,14 +238,17 @@ class Kernels:
     borrow_quantized_linear: BorrowQuantizedLinear
     quantize_per_channel: QuantizePerChannel
     plan_kernels: PlanKernelsOf  # the serving plan's kernels (packrt_base.plan), or None: module by module
-    # Linears over quantized blocks (packrt_base.blocks), or None where a device serves none: such a layer
-    # says so when it is moved there. Defaulted so that a kernels table written before them still builds.
+    # Linears and embeddings over quantized blocks (packrt_base.blocks), or None where a device serves none: such
+    # a layer says so when it is moved there. Defaulted so that a kernels table written before them still builds.
     pack_block_linear: PackBlockLinear | None = None
     borrow_block_linear: BorrowBlockLinear | None = None
+    pack_block_embedding: PackBlockEmbedding | None = None
+    borrow_block_embedding: BorrowBlockEmbedding | None = None
 
 
 __all__ = [
     "AttentionKernel",
+    "BorrowBlockEmbedding",
     "BorrowBlockLinear",
     "BorrowConv2d",
     "BorrowEmbedding",
@@ -248,6 +264,7 @@ __all__ = [
     "LinearKernel",
     "OwnedPack",
     "Pack",
+    "PackBlockEmbedding",
     "PackBlockLinear",
     "PackConv2d",
     "PackEmbedding",

@@ -28,7 +28,7 @@ import numpy as np
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
 from packrt_kernels_cpu import blas, block_tiles, compiled, settings
-from packrt_kernels_cpu.errors import KernelDTypeError, KernelShapeError
+from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 
 # Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
 ROW_LOOP_ROWS: Final = 4
@@ -271,6 +271,50 @@ class PackedBlockLinear:
             out[:, r0:r1] = blas.matmul(x2, w.T)
 
 
+class PackedBlockEmbedding:
+    """Rows of an embedding table kept as quantized blocks: ``forward(ids)`` dequantizes the rows it picks (float32,
+    ``ids.shape + (embedding_dim,)``), the blocks of the others untouched. ``owned``: as :class:`PackedBlockLinear`."""
+
+    def __init__(self, blocks: Array, fmt: BlockFormat, embedding_dim: int, owned: bool) -> None:
+        self.blocks, self.format, self.embedding_dim, self.owned = blocks, fmt, embedding_dim, owned
+        self.code = CODES[fmt.name]
+        self.nbytes = int(blocks.nbytes) if owned else 0
+
+    def unpack(self) -> Array:
+        """A new array equal bit for bit to the blocks packed."""
+        return self.blocks.copy()
+
+    def forward(self, ids: Array, /) -> Array:
+        """The rows of integer ``ids`` (any shape); KernelIndexError naming the first id outside the table."""
+        flat = np.asarray(ids).reshape(-1)
+        rows = int(self.blocks.shape[0])
+        outside = (flat < 0) | (flat >= rows)
+        if outside.any():
+            raise KernelIndexError(
+                f"embedding id {int(flat[outside][0])} is outside the table of {rows} rows "
+                f"(ids must lie in [0, {rows}))"
+            )
+        picked = np.ascontiguousarray(self.blocks[flat])
+        out = np.empty((flat.shape[0], self.embedding_dim), np.float32)
+        if compiled.enabled():
+            _loops().dequantize_rows_serial(picked, self.code, _HALF, out)
+        else:
+            out[...] = _dequantize_blocks(self.format.name, picked.reshape(-1, self.format.nbytes)).reshape(out.shape)
+        return out.reshape((*np.shape(ids), self.embedding_dim))
+
+
+def pack_block_embedding(blocks: Array, block_format: str, embedding_dim: int) -> PackedBlockEmbedding:
+    """An owned pack: a C-contiguous copy of the table's blocks."""
+    fmt = check_blocks(blocks, block_format, embedding_dim)
+    return PackedBlockEmbedding(np.array(blocks, dtype=np.uint8, order="C", copy=True), fmt, embedding_dim, True)
+
+
+def borrow_block_embedding(blocks: Array, block_format: str, embedding_dim: int) -> PackedBlockEmbedding:
+    """A view over the declared blocks, copying nothing."""
+    fmt = check_blocks(blocks, block_format, embedding_dim)
+    return PackedBlockEmbedding(blocks, fmt, embedding_dim, False)
+
+
 def _bias(b: Array | None, out_features: int) -> Array | None:
     if b is None:
         return None
@@ -302,7 +346,9 @@ __all__ = [
     "PANEL_BYTES",
     "ROW_LOOP_ROWS",
     "SCALE_OFFSETS",
+    "PackedBlockEmbedding",
     "PackedBlockLinear",
+    "borrow_block_embedding",
     "borrow_block_linear",
     "random_blocks",
     "check_blocks",

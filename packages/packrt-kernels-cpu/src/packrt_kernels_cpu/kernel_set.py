@@ -12,7 +12,12 @@ from __future__ import annotations
 from packrt_base.kernels import Kernels
 from packrt_kernels_cpu import functional
 from packrt_kernels_cpu.attention import scaled_dot_product_attention
-from packrt_kernels_cpu.blocks import borrow_block_linear, pack_block_linear
+from packrt_kernels_cpu.blocks import (
+    borrow_block_embedding,
+    borrow_block_linear,
+    pack_block_embedding,
+    pack_block_linear,
+)
 from packrt_kernels_cpu.conv import conv2d, conv2d_geometry
 from packrt_kernels_cpu.packing import (
     borrow_conv2d,
@@ -51,6 +56,8 @@ CPU_KERNELS = Kernels(  # keywords by kind: layers with weights, rows, attention
     plan_kernels=plan_kernels,
     pack_block_linear=pack_block_linear,
     borrow_block_linear=borrow_block_linear,
+    pack_block_embedding=pack_block_embedding,
+    borrow_block_embedding=borrow_block_embedding,
 )
 
 

@@ -435,4 +435,6 @@ CUDA_KERNELS = replace(
     # to the CPU's numpy loops (a GGUF model loaded for CUDA has its blocks dequantized at load).
     pack_block_linear=None,
     borrow_block_linear=None,
+    pack_block_embedding=None,
+    borrow_block_embedding=None,
 )

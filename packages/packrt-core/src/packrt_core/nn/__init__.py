@@ -2,7 +2,7 @@
 
 from packrt_core.nn import functional
 from packrt_core.nn.activation import GELU, Dropout, ReLU, Sigmoid, SiLU, Softmax
-from packrt_core.nn.blocks import BlockQuantizedLinear
+from packrt_core.nn.blocks import BlockQuantizedEmbedding, BlockQuantizedLinear
 from packrt_core.nn.containers import Identity, ModuleDict, ModuleList, Sequential
 from packrt_core.nn.conv import Conv2d
 from packrt_core.nn.embedding import Embedding
@@ -19,6 +19,7 @@ from packrt_core.nn.residency import WEIGHT_RESIDENCIES, free_memory_override
 from packrt_core.nn.state import LoadResult, _IncompatibleKeys
 
 __all__ = [
+    "BlockQuantizedEmbedding",
     "BlockQuantizedLinear",
     "Conv2d",
     "Embedding",

@@ -337,8 +337,9 @@ class GGUFSource:
 
     def keep_blocks(self, model: nn.Module, keymap: KeyMap) -> list[str]:
         """Each ``nn.Linear`` whose weight the file holds in a block format packrt serves as blocks
-        (:data:`packrt_base.BLOCK_FORMATS`), and no other module holds, becomes a
-        :class:`~packrt.nn.BlockQuantizedLinear` of that format; its path is returned."""
+        (:data:`packrt_base.BLOCK_FORMATS`) becomes a :class:`~packrt.nn.BlockQuantizedLinear` of that format, and
+        each such ``nn.Embedding`` a :class:`~packrt.nn.BlockQuantizedEmbedding` (a head tied to it is untied, and
+        reads the same blocks); their paths are returned."""
         holders: dict[int, list[str]] = {}
         for path, module in model.named_modules(remove_duplicate=False):
             for leaf, param in module.named_parameters(recurse=False):
@@ -371,6 +372,11 @@ class GGUFSource:
                 kept.append(head_path)
                 if key != found.model:
                     self.untied[key] = name
+            if type(layer) is nn.Embedding and layer.padding_idx is None:  # a lookup: dequantizes the rows it picks
+                rows, width = layer.num_embeddings, layer.embedding_dim
+                if tensor.shape == (rows, width) and width % BLOCK_FORMATS[tensor.type].values == 0:
+                    model.set_submodule(path, nn.BlockQuantizedEmbedding(rows, width, tensor.type))
+                    kept.append(path)
         return kept
 
     def tensors(

@@ -97,7 +97,7 @@ def support_rows() -> list[tuple[str, str, str]]:
     rows += [
         ("GGUF tensor type", _code(list(packrt_io.GGUF_STORED_TYPES)), "as stored, mapped from the file"),
         (
-            "GGUF tensor type, a linear's weight",
+            "GGUF tensor type, a linear's weight or the token embedding",
             _code(list(BLOCK_FORMATS)),
             "kept as its blocks, multiplied from them (`dtype=` or `quantize=`: dequantised instead)",
         ),

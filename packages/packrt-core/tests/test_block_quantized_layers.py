@@ -1,4 +1,5 @@
-"""BlockQuantizedLinear: a linear over quantized blocks serves the weights its blocks hold in every residency,
+"""BlockQuantizedLinear and BlockQuantizedEmbedding: a layer over quantized blocks serves the weights its blocks
+hold in every residency,
 keeps its blocks as bytes (the casts and float checkpoints that would change them are refused, nothing changed),
 and says what it needs of its format, width and device.
 
@@ -12,8 +13,8 @@ import numpy as np
 import pytest
 
 import packrt_core as prt
-from packrt_core.errors import DTypeError, ShapeError, StateDictError
-from packrt_core.nn.blocks import BlockQuantizedLinear
+from packrt_core.errors import DTypeError, IndexingError, ShapeError, StateDictError
+from packrt_core.nn.blocks import BlockQuantizedEmbedding, BlockQuantizedLinear
 from packrt_core.nn.containers import Sequential
 from packrt_core.nn.linear import Linear
 from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES
@@ -126,3 +127,35 @@ def test_input_of_another_width_or_an_integer_dtype_is_refused(rng: np.random.Ge
         layer(prt.zeros(2, 32))
     with pytest.raises(DTypeError, match=r"BlockQuantizedLinear takes floating-point input, got int64"):
         layer(prt.zeros(2, 64, dtype=prt.int64))
+
+
+@pytest.mark.parametrize("residency", RESIDENCIES)
+def test_an_embedding_over_blocks_gives_the_rows_of_the_weights_they_hold(
+    rng: np.random.Generator, residency: str
+) -> None:
+    blocks, weights = q8_0(rng, 10, 64)
+    table = BlockQuantizedEmbedding(10, 64, "Q8_0", weight_residency=residency)
+    assert repr(table) == "BlockQuantizedEmbedding(10, 64, block_format='Q8_0')"
+    table.load_state_dict({"weight": prt.from_numpy(blocks)})
+    ids = np.array([[9, 0], [4, 4]], np.int64)
+    got = table(prt.from_numpy(ids))
+    assert got.dtype is prt.float32 and tuple(got.shape) == (2, 2, 64)
+    np.testing.assert_array_equal(got.numpy(), weights[ids])
+
+
+def test_an_embedding_over_blocks_refuses_float_ids_ids_outside_it_float_tables_and_casts(
+    rng: np.random.Generator,
+) -> None:
+    table = BlockQuantizedEmbedding(10, 64, "Q8_0")
+    with pytest.raises(
+        DTypeError, match=r"BlockQuantizedEmbedding takes integer ids \(int64, int32, \.\.\.\), got float32"
+    ):
+        table(prt.zeros(3))
+    with pytest.raises(IndexingError, match=r"10"):
+        table(prt.tensor([10]))
+    with pytest.raises(StateDictError, match=r"weight: BlockQuantizedEmbedding \(Q8_0\) expects its uint8 blocks"):
+        table.load_state_dict({"weight": prt.zeros(10, 68)})
+    with pytest.raises(DTypeError, match=r"<root> \(BlockQuantizedEmbedding\): Q8_0 blocks cannot change dtype"):
+        table.half()
+    with pytest.raises(ValueError, match=r"BlockQuantizedEmbedding: Q6_K stores weights in blocks of 256"):
+        BlockQuantizedEmbedding(10, 64, "Q6_K")
