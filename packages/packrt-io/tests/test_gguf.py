@@ -174,3 +174,17 @@ def test_paths_that_are_not_gguf_files_are_refused_naming_them(tmp_path: Path, v
     assert packrt_io.is_gguf(cut)
     with pytest.raises(CheckpointError, match=r"cut\.gguf': the header gives 2 key/value pairs, .* bytes are left"):
         packrt_io.open_gguf(cut)
+
+
+def test_the_architecture_is_read_from_the_start_of_the_header_alone(tmp_path: Path, values: np.ndarray) -> None:
+    path = tmp_path / "a.gguf"
+    write_gguf(path, {"w": ("F32", values)}, {"tokenizer.ggml.tokens": [f"t{i}" for i in range(1000)]})
+    assert packrt_io.gguf_architecture(path) == "llama" == packrt_io.open_gguf(path).architecture
+    text = tmp_path / "a.txt"
+    text.write_text("not a model")
+    with pytest.raises(CheckpointError, match=r"does not start with the GGUF magic b'GGUF'; it is not a GGUF file"):
+        packrt_io.gguf_architecture(text)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:30])  # inside the first key
+    with pytest.raises(CheckpointError, match=r"cut\.gguf'"):
+        packrt_io.gguf_architecture(cut)

@@ -9,8 +9,9 @@
   module loaded from mapped files the check of those files before each call that ``load_checkpoint`` gives.
 - :func:`inspect_checkpoint` reads a checkpoint's layout from its headers alone; :func:`check_checkpoint`
   compares it with a module's keys, shapes and dtypes without reading tensor data.
-- :func:`open_gguf` reads a GGUF file (llama.cpp's format; the ``gguf`` extra): metadata, layout, and
-  each tensor as a view of the file (F32/F16/BF16) or dequantised to float32 (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K).
+- :func:`gguf_architecture` reads a GGUF file's ``general.architecture`` from the start of its header only;
+  :func:`open_gguf` reads a GGUF file (llama.cpp's format; the ``gguf`` extra): metadata, layout, and
+  each tensor as a view of the file (F32/F16/BF16), dequantised to float32, or as its quantised blocks.
 
 :func:`json_depth` measures how deep a JSON text nests before any parser recurses into it (the scan every
 header, index and metadata value is held to, and ``packrt serve``'s request bodies).
@@ -43,7 +44,7 @@ from packrt_io._dtypes import SUPPORTED_NAMES
 from packrt_io._fs import CheckpointWriteError
 from packrt_io._gguf import DEQUANTISED_TYPES as GGUF_DEQUANTISED_TYPES
 from packrt_io._gguf import STORED_TYPES as GGUF_STORED_TYPES
-from packrt_io._gguf import GGUFFile, GGUFTensor, is_gguf, named_gguf, open_gguf
+from packrt_io._gguf import GGUFFile, GGUFTensor, gguf_architecture, is_gguf, named_gguf, open_gguf
 from packrt_io._guard import MappedFile
 from packrt_io._json import json_depth
 from packrt_io._layout import CheckpointInfo, CheckpointLeftoverWarning, TensorInfo, inspect_checkpoint
@@ -112,6 +113,7 @@ __all__ = [
     "check_checkpoint",
     "guarding",
     "inspect_checkpoint",
+    "gguf_architecture",
     "is_gguf",
     "named_gguf",
     "json_depth",

@@ -32,7 +32,7 @@ from packrt_core.errors import CheckpointError
 from packrt_core.nn.memory import name_converted_array, name_mapped_file
 from packrt_io._checkpoint import _guard_mapped_files
 from packrt_io._fs import identity
-from packrt_io._gguf_bounds import check_header
+from packrt_io._gguf_bounds import check_header, find_architecture
 from packrt_io._guard import MappedFile
 from packrt_io._layout import CheckpointInfo, TensorInfo
 
@@ -241,14 +241,8 @@ class GGUFFile:
         return raw.reshape(rows, tensor.nbytes // rows)
 
 
-def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    """The GGUF file at ``path``, parsed by the ``gguf`` package over a copy-on-write mapping.
-
-    A missing file, a file that is not GGUF, a header that cannot be read within the file (a count, a length
-    or an offset past its end, arrays nested too deep, tensors out of order or overlapping:
-    :mod:`packrt_io._gguf_bounds`), or one the reader rejects raises
-    :class:`~packrt_core.errors.CheckpointError` naming the path and the key or tensor.
-    """
+def _gguf_file(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a Path, after checking it is a regular file that starts with the GGUF magic."""
     where = Path(os.fspath(path))
     if not where.is_file():
         raise CheckpointError(f"GGUF file {str(where)!r} does not exist or is not a regular file")
@@ -257,6 +251,30 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
             f"{str(where)!r} does not start with the GGUF magic b'GGUF'; it is not a GGUF file (a Hugging Face "
             "model is a directory with config.json and safetensors)"
         )
+    return where
+
+
+def gguf_architecture(path: str | os.PathLike[str]) -> str:
+    """``general.architecture`` of the GGUF file at ``path``, read from the start of its header only (a 262,144-token
+    vocabulary after it is not parsed; :func:`open_gguf` reads the whole header). CheckpointError as
+    :func:`open_gguf` raises it for a file that is missing, not GGUF, damaged before that key, or without it."""
+    where = _gguf_file(path)
+    with open(where, "rb") as handle, _mmap.mmap(handle.fileno(), 0, access=_mmap.ACCESS_READ) as pages:
+        found = find_architecture(pages, where)
+    if found is None:
+        raise CheckpointError(f"GGUF file {str(where)!r} has no general.architecture string in its metadata")
+    return found
+
+
+def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
+    """The GGUF file at ``path``, parsed by the ``gguf`` package over a copy-on-write mapping.
+
+    A missing file, a file that is not GGUF, a header that cannot be read within the file (a count, a length
+    or an offset past its end, arrays nested too deep, tensors out of order or overlapping:
+    :mod:`packrt_io._gguf_bounds`), or one the reader rejects raises
+    :class:`~packrt_core.errors.CheckpointError` naming the path and the key or tensor.
+    """
+    where = _gguf_file(path)
     package = _gguf_package()
     reader_class = _fast_reader(package)
     fd = os.open(where, os.O_RDONLY)
@@ -287,6 +305,7 @@ __all__ = [
     "SUPPORTED_TYPES",
     "GGUFFile",
     "GGUFTensor",
+    "gguf_architecture",
     "is_gguf",
     "open_gguf",
 ]

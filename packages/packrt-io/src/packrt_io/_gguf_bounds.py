@@ -138,6 +138,28 @@ class _Walk:
         self.at = at
 
 
+def find_architecture(data: Any, path: Path) -> str | None:
+    """``general.architecture`` of the GGUF header in ``data``, read by the same bounded walk as
+    :func:`check_header` but only as far as that key (llama.cpp writes it first), or None where the header has
+    no such string; CheckpointError for what cannot be read on the way."""
+    walk = _Walk(data, path)
+    walk.take(4, "magic")
+    version = walk.u32("version")
+    if version not in (2, 3):
+        raise walk.fail(f"says version {version}; packrt reads GGUF versions 2 and 3")
+    walk.count("tensors", 8 + 4 + 4 + 8)
+    pairs = walk.count("key/value pairs", 8 + 4 + 1)
+    for _ in range(pairs):
+        walk.key = "a key"
+        key = walk.string("key")
+        walk.key = f"key {key!r}"
+        kind = walk.u32("value type")
+        if key == "general.architecture" and kind == _STRING:
+            return walk.string("string value")
+        walk.value(kind, 0)
+    return None
+
+
 def check_header(data: Any, path: Path, blocks: Mapping[int, tuple[int, int]]) -> None:
     """CheckpointError unless the GGUF header in ``data`` (the file's bytes, e.g. a mapping) can be read
     within the file: see the module docstring for every rule. ``blocks``: GGML type -> (values, bytes) per
@@ -197,4 +219,4 @@ def check_header(data: Any, path: Path, blocks: Mapping[int, tuple[int, int]]) -
         end = offset + nbytes
 
 
-__all__ = ["MAX_DIMS", "MAX_NESTING", "check_header"]
+__all__ = ["MAX_DIMS", "MAX_NESTING", "check_header", "find_architecture"]

@@ -506,7 +506,7 @@ def _describe_directory(where: Path, weights: Path) -> ModelDescription:
 
 
 def _describe_gguf(where: Path) -> ModelDescription:
-    arch = packrt_io.open_gguf(where).architecture  # the gguf extra; metadata and tensor list only
+    arch = packrt_io.gguf_architecture(where)  # the start of the header: the full read is the load's
     spec = ARCHITECTURES.get(arch)
     if spec is None:
         listed = ", ".join(f"{name} (as {known.architecture})" for name, known in ARCHITECTURES.items())
