@@ -22,9 +22,10 @@ safetensors files. Loading it takes these steps, each checked before the next:
 4. F32/F16/BF16 tensors are bound as views of the mapped file (under ``"borrowed"`` the file stays
    the only copy). A linear whose weight is quantised in a block format packrt multiplies from
    (:data:`packrt_base.BLOCK_FORMATS`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K) is declared as a
-   :class:`~packrt.nn.BlockQuantizedLinear` and bound to the file's blocks, also views, unless ``dtype``,
-   ``quantize`` or another device asks for floats; every other quantised tensor (the token embedding, a
-   lookup; a tied head; Q2_K, Q3_K, IQ4_NL, IQ4_XS) is dequantised to float32 at load.
+   :class:`~packrt.nn.BlockQuantizedLinear` and the token embedding as a
+   :class:`~packrt.nn.BlockQuantizedEmbedding` (a head tied to it untied, reading the same blocks), bound to
+   the file's blocks, also views, unless ``dtype``, ``quantize`` or another device asks for floats; the other
+   quantised types (Q2_K, Q3_K, IQ4_NL, IQ4_XS) are dequantised to float32 at load.
    llama.cpp stores a llama model's query and key rows permuted for its rotary layout, and Gemma's
    norm weights as ``1 + w``; those are put back as transformers holds them, which makes a copy.
    ``memory_report`` counts the views as mapped and the copies as converted, naming what each was
