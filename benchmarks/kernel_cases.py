@@ -296,16 +296,24 @@ def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
     panels through BLAS); torch multiplies the dequantized float32 weight."""
 
     def build() -> Built:
-        from packrt_kernels_cpu import blocks
+        from packrt_kernels_cpu import block_tiles, blocks
 
         width = 2304 if block_format.endswith("_K") else 576
         b = blocks.random_blocks(np.random.default_rng(3), block_format, 1536, width)
         x, w = _rand((rows, width)), blocks.dequantize(b, block_format, width)
         pack = blocks.pack_block_linear(b, block_format, width)
+        # decode rows of a format with a q8 dot multiply int8 activations (llama.cpp's): the reference takes the
+        # activations as their q8 blocks hold them (Q4_1/Q5_1's mins then differ by the fp16 sum q8_1 keeps)
+        seen, tolerance = x, 1e-5
+        if rows <= blocks.ROW_LOOP_ROWS and block_format in block_tiles.FORMATS and block_tiles.available():
+            q8 = block_tiles.quantize_reference(x).reshape(rows, -1, block_tiles.Q8_BYTES)
+            scales = q8[..., 32:36].copy().view(np.float32)
+            seen = (q8[..., :32].view(np.int8).astype(np.float32) * scales).reshape(rows, width)
+            tolerance = 1e-4
         return Built(
             lambda: pack.forward(x),
-            lambda: _f64(x) @ _f64(w).T,
-            1e-5,
+            lambda: _f64(seen) @ _f64(w).T,
+            tolerance,
             _torch(lambda torch, tx, tw: torch.nn.functional.linear(tx, tw), x, w),
         )
 
