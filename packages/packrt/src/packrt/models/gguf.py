@@ -321,6 +321,8 @@ class GGUFSource:
     config: HFConfig
     # packrt key -> GGUF tensor for the heads keep_blocks untied from a quantised embedding (filled by it)
     untied: dict[str, str] = dataclass_field(default_factory=dict)
+    # packrt keys keep_blocks declared to serve quantised blocks as stored: tensors() binds the blocks to them
+    as_blocks: set[str] = dataclass_field(default_factory=set)
 
     @property
     def family(self) -> Family:
@@ -357,8 +359,7 @@ class GGUFSource:
                 continue  # no such layer: plan_gguf names the tensor as unexpected
             if leaf != "weight":
                 continue
-            # a linear sharing this tensor (a head tied to the embedding) multiplies the blocks instead; the
-            # embedding, a lookup, keeps reading floats
+            # a linear sharing this tensor (a head tied to the embedding) is untied and multiplies the same blocks
             sharing = [key for key in holders.get(id(getattr(layer, "weight", None)), []) if key != found.model]
             for key in sharing if type(layer) is not nn.Linear else [found.model]:
                 head_path = key.rpartition(".")[0]
@@ -371,6 +372,7 @@ class GGUFSource:
                 block = nn.BlockQuantizedLinear(width, out, tensor.type, head.bias is not None)
                 model.set_submodule(head_path, block)
                 kept.append(head_path)
+                self.as_blocks.add(key)
                 if key != found.model:
                     self.untied[key] = name
             if type(layer) is nn.Embedding and layer.padding_idx is None:  # a lookup: dequantizes the rows it picks
@@ -378,6 +380,7 @@ class GGUFSource:
                 if tensor.shape == (rows, width) and width % BLOCK_FORMATS[tensor.type].values == 0:
                     model.set_submodule(path, nn.BlockQuantizedEmbedding(rows, width, tensor.type))
                     kept.append(path)
+                    self.as_blocks.add(found.model)
         return kept
 
     def tensors(
@@ -399,8 +402,7 @@ class GGUFSource:
             heads = None
             if heads_field is not None:
                 heads = self.config.integer(heads_field, self.config.get("num_attention_heads"))
-            tensor = self.file.tensors[gguf_name]
-            blocks = not tensor.stored_as_served and expected[model_key] == stored_shape(tensor) != tensor.shape
+            blocks = model_key in self.as_blocks
             state[model_key] = _tensor(self.file, gguf_name, heads, template in self.spec.shifted, cast, blocks)
         return state, (self.file.mapped_file,)
 
