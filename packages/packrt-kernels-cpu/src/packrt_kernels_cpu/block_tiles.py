@@ -56,6 +56,20 @@ def _splat(kind: str, value: int, lanes: int) -> str:
     return "<" + ", ".join([f"{kind} {value}"] * lanes) + ">"
 
 
+def _halves(lines: list[str], names: tuple[str, str], pointer: str) -> None:
+    """``%{names[0]}`` and ``%{names[1]}`` (float; an empty name is skipped) = the two fp16 at ``pointer``. One
+    volatile 4-byte load (``vmovss``, which zeroes the rest of its register): from a plain ``load half`` LLVM
+    makes a ``vpinsrw`` into whatever register it picks, which chained each block's scale to the previous
+    block's sum and made a block three times slower."""
+    lines += [
+        f"  %{names[0] or names[1]}_v = load volatile <2 x half>, ptr {pointer}, align 1",
+        f"  %{names[0] or names[1]}_f = fpext <2 x half> %{names[0] or names[1]}_v to <2 x float>",
+    ]
+    for lane, name in enumerate(names):
+        if name:
+            lines += [f"  %{name} = extractelement <2 x float> %{names[0] or names[1]}_f, i64 {lane}"]
+
+
 def _dot_ir(name: str, block_format: str) -> str:
     """``out[0] = sum over nb blocks of dot(weight block, q8 block)`` for one weight row at ``w`` and one q8 row at
     ``x``; the tile signature ``(out, ldo, w, lda, x, nb)`` (``ldo``, ``lda`` unused)."""
@@ -70,8 +84,9 @@ def _dot_ir(name: str, block_format: str) -> str:
         "  %tail = phi float [0.0, %entry], [%tailn, %loop]",
         f"  %woff = mul i64 %b, {size}",
         "  %wp = getelementptr i8, ptr %w, i64 %woff",
-        "  %dh = load half, ptr %wp, align 1",
-        "  %d = fpext half %dh to float",
+    ]
+    _halves(lines, ("d", "m" if block_format in _MINS else ""), "%wp")
+    lines += [
         f"  %xoff = mul i64 %b, {Q8_BYTES}",
         "  %xp = getelementptr i8, ptr %x, i64 %xoff",
         "  %x32 = load <32 x i8>, ptr %xp, align 1",
@@ -115,12 +130,7 @@ def _dot_ir(name: str, block_format: str) -> str:
         "  %accn = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf, <8 x float> %sv, <8 x float> %acc)",
     ]
     if block_format in _MINS:
-        lines += [
-            "  %mp = getelementptr i8, ptr %wp, i64 2",
-            "  %mh = load half, ptr %mp, align 1",
-            "  %m = fpext half %mh to float",
-            "  %tailn = call float @llvm.fma.f32(float %m, float %sx, float %tail)",
-        ]
+        lines += ["  %tailn = call float @llvm.fma.f32(float %m, float %sx, float %tail)"]
     elif block_format in _OFFSETS:
         lines += [
             f"  %d8 = fmul float %d, -{_OFFSETS[block_format]}.0",
@@ -201,13 +211,9 @@ def _k_dot_ir(name: str, block_format: str) -> str:
     chunks: list[tuple[str, str]] = []  # (weights <32 x i8>, how they are multiplied: "u" unsigned or "s" signed)
     if block_format == "Q4_K":
         lines += [
-            "  %dh = load half, ptr %wp, align 1",
-            "  %d = fpext half %dh to float",
-            "  %dmp = getelementptr i8, ptr %wp, i64 2",
-            "  %dmh = load half, ptr %dmp, align 1",
-            "  %dmin = fpext half %dmh to float",
-            "  %ndmin = fneg float %dmin",
         ]
+        _halves(lines, ("d", "dmin"), "%wp")
+        lines += ["  %ndmin = fneg float %dmin"]
         _k_scales(lines)
         for c in range(4):
             lines += [
@@ -218,8 +224,8 @@ def _k_dot_ir(name: str, block_format: str) -> str:
             ]
         chunks = [(f"%w{j}", "u") for j in range(8)]
     else:
-        lines += ["  %dp = getelementptr i8, ptr %wp, i64 208", "  %dh = load half, ptr %dp, align 1"]
-        lines += ["  %d = fpext half %dh to float"]
+        lines += ["  %dp = getelementptr i8, ptr %wp, i64 206"]  # d is the block's last two bytes
+        _halves(lines, ("", "d"), "%dp")
         three, fifteen = _splat("i8", 3, 32), _splat("i8", 15, 32)
         for h in range(2):
             lines += [
