@@ -6,6 +6,9 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from packrt_kernels_cpu import (
     CPU_KERNELS,
@@ -19,6 +22,7 @@ from packrt_kernels_cpu import (
     relu,
     rms_norm,
     scaled_dot_product_attention,
+    settings,
     silu,
 )
 from packrt_kernels_cpu import plan as cpu_plan
@@ -188,3 +192,89 @@ def test_a_query_that_may_see_no_key_gets_zeros(rng: np.random.Generator) -> Non
     cpu_plan.self_attention(qkv, 2, 2, keys, 0.5, out)
     np.testing.assert_array_equal(out[5:], 0.0)
     assert np.isfinite(out).all()
+
+
+def _decode_reference(
+    q: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    first: int,
+    stop: int,
+    seen: np.ndarray | None,
+    scale: float,
+    cap: float | None,
+) -> np.ndarray:
+    """One query per head against keys first:stop of its group's key head, in float64: what the decode kernel
+    computes (a head that sees no key: zeros)."""
+    batch, heads, dim = q.shape
+    group = heads // keys.shape[1]
+    out = np.zeros((batch, heads * dim))
+    for b in range(batch):
+        for h in range(heads):
+            k, v = keys[b, h // group, first:stop].astype(np.float64), values[b, h // group, first:stop]
+            s = k @ q[b, h].astype(np.float64) * scale
+            if cap is not None:
+                s = cap * np.tanh(s / cap)
+            if seen is not None:
+                s = np.where(seen[b, first:stop], s, -np.inf)
+            if np.isneginf(s).all():
+                continue
+            p = np.exp(s - s.max())
+            out[b, h * dim : (h + 1) * dim] = (p / p.sum()) @ v.astype(np.float64)
+    return out
+
+
+@pytest.mark.parametrize("numba", [True, False], ids=["fused", "numpy"])
+@hypothesis_settings(max_examples=30, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    kv_heads=st.integers(1, 3),
+    group=st.integers(1, 4),
+    dim=st.sampled_from([1, 8, 64, 80]),
+    spare=st.integers(0, 9),
+    length=st.integers(1, 40),
+    window=st.integers(0, 12),
+    masked=st.booleans(),
+    cap=st.sampled_from([None, 1.5, 30.0]),
+    seed=st.integers(0, 2**16),
+)
+def test_decode_attention_is_one_querys_softmax_over_the_cached_window(
+    numba: bool,
+    batch: int,
+    kv_heads: int,
+    group: int,
+    dim: int,
+    spare: int,
+    length: int,
+    window: int,
+    masked: bool,
+    cap: float | None,
+    seed: int,
+) -> None:
+    rng = np.random.default_rng(seed)
+    heads, stop = kv_heads * group, length
+    first = max(0, stop - window) if window else 0
+    q = rng.standard_normal((batch, heads, dim)).astype(np.float32)
+    # the cache's whole buffers: positions past stop hold what a later step would overwrite (never read)
+    keys, values = (rng.standard_normal((batch, kv_heads, stop + spare, dim)).astype(np.float32) for _ in range(2))
+    keys[:, :, stop:] = values[:, :, stop:] = np.nan
+    seen = rng.random((batch, stop)) < 0.7 if masked else None
+    out = np.full((batch, heads * dim), np.nan, np.float32)
+    scale = 1 / np.sqrt(dim)
+    with settings.override(numba=numba):
+        got = cpu_plan.decode_attention(q, keys, values, first, stop, seen, scale, cap, out)
+    assert got is out
+    expected = _decode_reference(q, keys, values, first, stop, seen, scale, cap)
+    assert_same_result(out, expected.astype(np.float32), terms=(stop - first) * dim)
+
+
+@pytest.mark.usefixtures("kernel_path")
+def test_a_decode_head_that_may_see_no_key_gets_zeros(rng: np.random.Generator) -> None:
+    q = rng.standard_normal((2, 4, 8)).astype(np.float32)
+    keys, values = (rng.standard_normal((2, 2, 6, 8)).astype(np.float32) for _ in range(2))
+    seen = np.ones((2, 6), bool)
+    seen[1, :] = False  # every key of the second sequence is padding
+    out = np.full((2, 32), np.nan, np.float32)
+    cpu_plan.decode_attention(q, keys, values, 0, 5, seen, 0.5, None, out)
+    np.testing.assert_array_equal(out[1], 0.0)
+    assert np.isfinite(out[0]).all()

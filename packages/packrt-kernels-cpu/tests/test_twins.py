@@ -71,6 +71,10 @@ _CASES: list[tuple[str, str, Case]] = [
     (_P, "residual_norm", lambda k, r: (True, _f32(r, 9, 40), _f32(r, 9, 40), *_norm(r, 40), _out(9, 40))),
     (_P, "masked_shift", lambda k, r: (_f32(r, 12, 20), r.random((3, 20)) < 0.7, 4)),
     (_P, "gated", lambda k, r: (k.SILU, _f32(r, 9, 80), _out(9, 40))),
+    (_P, "decode_attention", lambda k, r: (
+        _f32(r, 2, 6, 16), _f32(r, 2, 3, 40, 16), _f32(r, 2, 3, 40, 16), 3, 33, r.random((2, 40)) < 0.8,
+        np.float32(0.25), np.float32(0), _out(2, 96),
+    )),
     (_I, "quantize_rows", _quantize_args),
     (_I, "row_sums", lambda k, r: (r.integers(-127, 128, (40, 50)).astype(np.int8), _out(40, dtype=np.int32))),
     (_I, "dequantize_product", _dequantize_args),

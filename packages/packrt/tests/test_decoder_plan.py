@@ -82,6 +82,30 @@ def test_greedy_generation_gives_the_same_tokens_on_both_roads(
     np.testing.assert_array_equal(planned, plain)
 
 
+@pytest.mark.parametrize("family", PLANNED)
+def test_each_decode_step_gives_the_plain_roads_logits(saved: Mapping[str, tuple[Path, Any]], family: str) -> None:
+    """Beyond equal tokens: each step's logits, over a padded batch, sliding windows shorter than the run and
+    gemma2's soft-capped scores (the plan attends a decode step with the device's decode kernel)."""
+    model = from_pretrained(_dir(saved, family))
+    ids, mask = _prompt(2)
+
+    def each_steps_logits() -> list[np.ndarray]:
+        seen: list[np.ndarray] = []
+        handle = model.lm_head.register_forward_hook(lambda m, args, out: seen.append(out.numpy().copy()))
+        try:
+            model.generate(ids, 10, attention_mask=mask)
+        finally:
+            handle.remove()
+        return seen
+
+    planned = each_steps_logits()
+    assert nn.plan_report(model).road == "plan", nn.plan_report(model).reason
+    plain = _plain(model, each_steps_logits)
+    assert len(planned) == len(plain) == 10
+    for step, (got, expected) in enumerate(zip(planned, plain, strict=True)):
+        assert_same_model_output(got, expected, err_msg=f"{family}, step {step}")
+
+
 def test_a_hook_on_an_inner_module_sees_every_step_of_a_generation(saved: Mapping[str, tuple[Path, Any]]) -> None:
     model = from_pretrained(_dir(saved, "llama"))
     ids, _ = _prompt()

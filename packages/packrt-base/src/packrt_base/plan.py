@@ -91,6 +91,29 @@ class SelfAttentionKernel(Protocol):
     ) -> Array: ...
 
 
+class DecodeAttentionKernel(Protocol):
+    """One decode step's attention: each sequence's one query per head, ``q`` (batch, heads, head_dim), against
+    the keys and values cached so far: ``keys`` / ``values`` are the cache's whole buffers (batch, kv_heads,
+    capacity, head_dim; heads a multiple of kv_heads, each group of query heads reading one key head), of which
+    positions ``first:stop`` are read (``first``: a sliding window's start, else 0). ``key_mask`` (batch, stop)
+    bool marks the keys a query may see (None: all); a head that sees none gets zeros. Scores are
+    ``q . k * scale``, soft-capped as ``softcap * tanh(s / softcap)`` when ``softcap`` is given (gemma2), then a
+    float32 softmax; the result is written merged into ``out`` (batch, heads * head_dim)."""
+
+    def __call__(
+        self,
+        q: Array,
+        keys: Array,
+        values: Array,
+        first: int,
+        stop: int,
+        key_mask: Array | None,
+        scale: float,
+        softcap: float | None,
+        out: Array,
+    ) -> Array: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PlanKernels:
     """One device's serving-plan kernels by name (each field's Protocol is its signature)."""
@@ -100,6 +123,9 @@ class PlanKernels:
     residual_norm: ResidualNormKernel
     self_attention: SelfAttentionKernel
     gated: GatedKernel
+    # None: the device attends through its ``scaled_dot_product_attention`` at every step (a table written
+    # before this field still builds)
+    decode_attention: DecodeAttentionKernel | None = None
 
 
 class PlanKernelsOf(Protocol):
@@ -110,6 +136,7 @@ class PlanKernelsOf(Protocol):
 
 __all__ = [
     "ACTIVATIONS",
+    "DecodeAttentionKernel",
     "FusesKernel",
     "GatedKernel",
     "PlanKernels",

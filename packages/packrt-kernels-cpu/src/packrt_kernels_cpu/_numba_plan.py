@@ -179,3 +179,108 @@ def _float_tiles(tiles: Array, out: Array, x: Array, panels: Array, threads: int
 
 
 float_tiles, float_tiles_serial = twins(_float_tiles)
+
+
+# A head's dot products and weighted sums may add their terms in any order (so they vectorise).
+_summing = numba.njit(cache=True, fastmath={"nnan", "nsz", "reassoc", "contract"}, nogil=True, error_model="numpy")
+
+
+@_summing
+def _head_scores(
+    qh: Array, kh: Array, first: int, stop: int, seen: Array, scale: np.float32, cap: np.float32, scores: Array
+) -> None:
+    """``scores[first:stop]``: the query ``qh`` against keys ``kh`` (capacity, dim), scaled, soft-capped when
+    ``cap`` > 0, ``-inf`` where ``seen`` (empty: every key) is False."""
+    dim = qh.shape[0]
+    for t in range(first, stop):
+        if seen.shape[0] > 0 and not seen[t]:
+            scores[t] = -np.inf
+            continue
+        s = np.float32(0)
+        for d in range(dim):
+            s += qh[d] * kh[t, d]
+        s *= scale
+        scores[t] = cap * np.tanh(s / cap) if cap > 0 else s
+
+
+@_serial
+def _exp_shifted(scores: Array, first: int, stop: int) -> np.float32:
+    """``scores[first:stop]`` become ``exp(score - max)``; returns their sum (0 where every score is -inf)."""
+    top = np.float32(-np.inf)
+    for t in range(first, stop):
+        top = max(top, scores[t])
+    if top == -np.inf:
+        return np.float32(0)
+    total = np.float32(0)
+    for t in range(first, stop):
+        e = np.exp(scores[t] - top)
+        scores[t] = e
+        total += e
+    return total
+
+
+@_summing
+def _weighted_values(p: Array, vh: Array, first: int, stop: int, acc: Array) -> None:
+    """``acc`` (dim,) += the values ``vh`` (capacity, dim) weighted by ``p[first:stop]``."""
+    dim = acc.shape[0]
+    for t in range(first, stop):
+        w = p[t]
+        for d in range(dim):
+            acc[d] += w * vh[t, d]
+
+
+@_serial
+def _decode_heads(
+    q: Array,
+    keys: Array,
+    values: Array,
+    first: int,
+    stop: int,
+    mask: Array,
+    scale: np.float32,
+    cap: np.float32,
+    out: Array,
+    lo: int,
+    hi: int,
+) -> None:
+    """Heads lo:hi (counted over batch * heads) of a one-query attention step: each head's scores over keys
+    first:stop of its group's key head, soft-capped, masked (``mask`` (batch, stop), or empty for none), a
+    softmax, and the values they weight; a head that sees no key gets zeros. The caches are whole buffers
+    (batch, kv_heads, capacity, head_dim), C-contiguous: the loops over a key's features vectorise only where
+    numba knows they are."""
+    heads, dim = q.shape[1], q.shape[2]
+    group = heads // keys.shape[1]
+    scores = np.empty(stop, np.float32)
+    acc = np.empty(dim, np.float32)
+    everyone = np.empty(0, np.bool_)
+    for u in range(lo, hi):
+        b, h = u // heads, u % heads
+        seen = mask[b] if mask.shape[0] > 0 else everyone
+        _head_scores(q[b, h], keys[b, h // group], first, stop, seen, scale, cap, scores)
+        total = _exp_shifted(scores, first, stop)
+        acc[:] = 0
+        if total > 0:
+            _weighted_values(scores, values[b, h // group], first, stop, acc)
+            acc *= np.float32(1) / total
+        out[b, h * dim : (h + 1) * dim] = acc
+
+
+def _decode_attention(
+    q: Array,
+    keys: Array,
+    values: Array,
+    first: int,
+    stop: int,
+    mask: Array,
+    scale: np.float32,
+    cap: np.float32,
+    out: Array,
+) -> None:
+    units = q.shape[0] * q.shape[1]
+    split = tasks(units)
+    for r in numba.prange(split):
+        lo, hi = units * r // split, units * (r + 1) // split
+        _decode_heads(q, keys, values, first, stop, mask, scale, cap, out, lo, hi)
+
+
+decode_attention, decode_attention_serial = twins(_decode_attention)

@@ -210,8 +210,7 @@ def _k_dot_ir(name: str, block_format: str) -> str:
     ones = _splat("i16", 1, 16)
     chunks: list[tuple[str, str]] = []  # (weights <32 x i8>, how they are multiplied: "u" unsigned or "s" signed)
     if block_format == "Q4_K":
-        lines += [
-        ]
+        lines += []
         _halves(lines, ("d", "dmin"), "%wp")
         lines += ["  %ndmin = fneg float %dmin"]
         _k_scales(lines)

@@ -40,6 +40,7 @@ from packrt_kernels_cpu.scratch import scratch_f32
 
 _OPS = {None: -1, "gelu": 0, "gelu_tanh": 1, "silu": 2, "relu": 3}  # _numba_plan's op codes (-1: bias only)
 _NO_BIAS = np.empty(0, np.float32)
+_NO_MASK = np.empty((0, 0), np.bool_)
 
 
 def _loops() -> Any:
@@ -305,6 +306,41 @@ def self_attention(
     return out
 
 
+def decode_attention(
+    q: Array,
+    keys: Array,
+    values: Array,
+    first: int,
+    stop: int,
+    key_mask: Array | None,
+    scale: float,
+    softcap: float | None,
+    out: Array,
+) -> Array:
+    """One query per sequence against its cached keys (see :class:`packrt_base.plan.DecodeAttentionKernel`): on the
+    compiled road each head in one pass (scores, soft cap, mask, softmax and the weighted values), with no
+    scores array per call; numpy's road through batched matmuls."""
+    batch, heads, dim = (int(s) for s in q.shape)
+    if _fast(q, keys, values, out) and compiled.enabled():
+        mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
+        cap = np.float32(0 if softcap is None else softcap)
+        work = batch * heads * (stop - first) * dim
+        _launch("decode_attention", work, q, keys, values, first, stop, mask, np.float32(scale), cap, out)
+        return out
+    kv = int(keys.shape[1])
+    grouped = astype(q, FLOAT32).reshape(batch, kv, heads // kv, 1, dim)
+    k, v = (astype(a[:, :, first:stop], FLOAT32)[:, :, None] for a in (keys, values))
+    scores = np.matmul(grouped, k.swapaxes(-1, -2)) * np.float32(scale)  # (batch, kv, group, 1, keys)
+    if softcap is not None:
+        scores = np.float32(softcap) * np.tanh(scores / np.float32(softcap))
+    neg_inf = np.float32(-np.inf)
+    if key_mask is not None:
+        np.copyto(scores, neg_inf, where=~key_mask[:, None, None, None, first:stop])
+    softmax_rows_in_place(np, scores, neg_inf)  # a head that may see no key gets zeros
+    out[...] = np.matmul(scores, v).reshape(batch, heads * dim)
+    return out
+
+
 def gated(x: Array, activation: str, out: Array) -> Array:
     """``out = act(x[:, :n]) * x[:, n:]`` (a gated MLP: SwiGLU's ``silu(gate) * up``), in one pass."""
     n = int(out.shape[-1])
@@ -322,13 +358,19 @@ def plan_kernels() -> PlanKernels | None:
 
 
 CPU_PLAN = PlanKernels(
-    linear=plan_linear, fuses=fuses, residual_norm=residual_norm, self_attention=self_attention, gated=gated
+    linear=plan_linear,
+    fuses=fuses,
+    residual_norm=residual_norm,
+    self_attention=self_attention,
+    gated=gated,
+    decode_attention=decode_attention,
 )
 
 __all__ = [
     "CPU_PLAN",
     "FloatPlanLinear",
     "QuantizedPlanLinear",
+    "decode_attention",
     "fuses",
     "gated",
     "plan_kernels",

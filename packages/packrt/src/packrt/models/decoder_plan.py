@@ -10,7 +10,8 @@ Per layer, on 2-D (batch * length, width) arrays, with no module call between th
     qkv = [Wq | Wk | Wv] h + b        one GEMM (the three layers' packs become views of its weight)
     q, k = norm(q), norm(k)           qwen3: an RMSNorm over each head
     q, k = rotary(q), rotary(k)       rotary decoders: the heads read in place from the qkv buffer
-    ctx = attend(q, k, v, cache)      the family's own cached, grouped, windowed attention
+    ctx = attend(q, k, v, cache)      the family's own cached, grouped, windowed attention (a one-token step:
+                                      the device's decode kernel over the cache, no tensor per head)
     x  += Wo ctx;  h = norm'(x)       the residual add and the MLP's norm in one pass
     u   = act(W1 h + b1)              gpt2: the activation in the GEMM's epilogue
     u   = act(Wg h) * (Wu h)          rotary decoders: gate and up as one GEMM, then one gated pass
@@ -275,6 +276,9 @@ class DecoderLayerPlan:
             cos, sin = array_of(rotary[0]), array_of(rotary[1])
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
         qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
+        decode = self.kernels.decode_attention
+        if decode is not None and cache is not None and length == 1 and not step.bidirectional:
+            return self._decode(decode, q, qt, kt, vt, step, cache)
         out = attend(
             qt,
             kt,
@@ -287,6 +291,22 @@ class DecoderLayerPlan:
             softcap=self.softcap,
         )
         return array_of(out).transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
+
+    def _decode(self, decode: Any, q: Any, qt: Tensor, kt: Tensor, vt: Tensor, step: Step, cache: KVCache) -> Any:
+        """A one-token step's attention context (batch, heads * head_dim): the keys and values written to the
+        cache through its API (as :func:`attend` writes them), then the device's decode kernel over the
+        cached positions the layer's window takes, with no tensor made per head."""
+        batch, heads, _, dim = (int(s) for s in q.shape)
+        stop = int(cache.write(self.index, kt, vt, step.offset)[0].shape[2])
+        keys, values = cache.keys[self.index], cache.values[self.index]
+        assert keys is not None and values is not None, "KVCache.write allocates a layer's buffers"
+        first = step.mask(self.window)[0]
+        mask = None if step.key_mask is None else array_of(step.key_mask)
+        scale = 1.0 / float(np.sqrt(dim)) if self.scale is None else float(self.scale)
+        out = np.empty((batch, heads * dim), np.float32)
+        rows = np.ascontiguousarray(q.reshape(batch, heads, dim))
+        ctx = decode(rows, array_of(keys), array_of(values), first, stop, mask, scale, self.softcap, out)
+        return ctx if q.dtype == np.float32 else ctx.astype(q.dtype)
 
 
 def _width(parts: tuple[Any, ...]) -> int:
