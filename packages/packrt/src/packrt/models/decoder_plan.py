@@ -293,13 +293,13 @@ class DecoderLayerPlan:
         return array_of(out).transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
 
     def _decode(self, decode: Any, q: Any, qt: Tensor, kt: Tensor, vt: Tensor, step: Step, cache: KVCache) -> Any:
-        """A one-token step's attention context (batch, heads * head_dim): the keys and values written to the
+        """A one-token step's attention context (batch, heads * head_dim): the keys and values stored in the
         cache through its API (as :func:`attend` writes them), then the device's decode kernel over the
         cached positions the layer's window takes, with no tensor made per head."""
         batch, heads, _, dim = (int(s) for s in q.shape)
-        stop = int(cache.write(self.index, kt, vt, step.offset)[0].shape[2])
+        stop = cache.store(self.index, kt, vt, step.offset)
         keys, values = cache.keys[self.index], cache.values[self.index]
-        assert keys is not None and values is not None, "KVCache.write allocates a layer's buffers"
+        assert keys is not None and values is not None, "KVCache.store allocates a layer's buffers"
         first = step.mask(self.window)[0]
         mask = None if step.key_mask is None else array_of(step.key_mask)
         scale = 1.0 / float(np.sqrt(dim)) if self.scale is None else float(self.scale)
