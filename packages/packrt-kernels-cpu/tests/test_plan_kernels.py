@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from packrt_kernels_cpu import (
     CPU_KERNELS,
     KernelShapeError,
+    blocks,
     borrow_linear,
     gelu,
     layer_norm,
@@ -120,6 +121,34 @@ def test_joined_int8_packs_quantize_the_activations_once_and_match_each_layer(rn
     for pack, part in zip(packs, joined.parts, strict=True):
         np.testing.assert_array_equal(part.forward(x), pack.forward(x))
         assert np.shares_memory(part.q, joined.pack.q)
+
+
+@pytest.mark.usefixtures("kernel_path")
+@pytest.mark.parametrize("rows", [1, 3, 7])
+def test_joined_block_packs_give_each_layers_output_from_one_pass(rng: np.random.Generator, rows: int) -> None:
+    layers = [blocks.random_blocks(rng, "Q4_1", n, 64) for n in (32, 16, 16)]
+    biases = [rng.standard_normal(n).astype(np.float32) for n in (32, 16, 16)]
+    packs = [blocks.pack_block_linear(w, "Q4_1", 64, b) for w, b in zip(layers, biases, strict=True)]
+    assert cpu_plan.fuses(packs)
+    joined = cpu_plan.plan_linear(packs, "silu")
+    assert joined.out_features == 64 and joined.nbytes == sum(p.nbytes for p in packs)
+    x = rng.standard_normal((rows, 64)).astype(np.float32)
+    expected = np.concatenate([p.forward(x) for p in packs], axis=1)  # each row dot the same as alone
+    np.testing.assert_array_equal(joined.forward(x), silu(expected))
+    for pack, part in zip(packs, joined.parts, strict=True):
+        np.testing.assert_array_equal(part.forward(x), pack.forward(x))
+        assert np.shares_memory(part.blocks, joined.pack.blocks)
+        np.testing.assert_array_equal(part.unpack()[0], pack.unpack()[0])
+
+
+def test_block_packs_of_other_formats_widths_or_borrowed_are_not_joined(rng: np.random.Generator) -> None:
+    a, b = (blocks.random_blocks(rng, "Q4_0", 8, 64) for _ in range(2))
+    same = [blocks.pack_block_linear(w, "Q4_0", 64) for w in (a, b)]
+    assert cpu_plan.fuses(same)
+    assert not cpu_plan.fuses([same[0], blocks.pack_block_linear(blocks.random_blocks(rng, "Q8_0", 8, 64), "Q8_0", 64)])
+    assert not cpu_plan.fuses([same[0], blocks.pack_block_linear(blocks.random_blocks(rng, "Q4_0", 8, 96), "Q4_0", 96)])
+    assert not cpu_plan.fuses([same[0], blocks.pack_block_linear(b, "Q4_0", 64, np.zeros(8, np.float32))])
+    assert not cpu_plan.fuses([blocks.borrow_block_linear(w, "Q4_0", 64) for w in (a, b)])  # joining would copy
 
 
 def test_packs_of_other_kinds_widths_or_dtypes_are_not_joined(rng: np.random.Generator) -> None:

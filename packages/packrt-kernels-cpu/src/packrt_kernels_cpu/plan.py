@@ -146,12 +146,13 @@ class QuantizedPlanLinear:
 
 class BlockPlanLinear:
     """``act(x @ W^T + b)`` over quantized blocks (:class:`~packrt_kernels_cpu.blocks.PackedBlockLinear`): served
-    from the layer's own pack (the plan holds nothing more), the activation applied to its output in place."""
+    from the layer's own pack (the plan holds nothing more), or from the rows of several packs joined (``parts``:
+    each layer's rows of them), the activation applied to its output in place."""
 
-    def __init__(self, pack: PackedBlockLinear, activation: str | None) -> None:
-        self.pack, self.activation, self.parts = pack, activation, ()
+    def __init__(self, pack: PackedBlockLinear, activation: str | None, parts: tuple[Any, ...] = ()) -> None:
+        self.pack, self.activation, self.parts = pack, activation, parts
         self.out_features = pack.out_features
-        self.nbytes = 0
+        self.nbytes = int(pack.nbytes) if parts else 0
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         x32 = x if x.dtype == np.float32 else astype(x, FLOAT32)
@@ -161,7 +162,8 @@ class BlockPlanLinear:
 
 def fuses(packs: Sequence[Any]) -> bool:
     """Whether :func:`plan_linear` joins ``packs`` into one weight: two or more owned packs of one kind
-    (float linear or int8), one weight dtype and one input width, all with a bias or none."""
+    (float linear, int8, or quantized blocks of one format), one weight dtype and one input width, all with a
+    bias or none."""
     if len(packs) < 2:
         return False
     first = packs[0]
@@ -182,6 +184,14 @@ def fuses(packs: Sequence[Any]) -> bool:
     if all(type(p) is PackedQuantizedLinear for p in packs):
         return all(
             type(p.q) is np.ndarray and p.in_features == first.in_features and (p.b is None) == (first.b is None)
+            for p in packs
+        )
+    if all(type(p) is PackedBlockLinear for p in packs):
+        return all(
+            p.owned
+            and p.format == first.format
+            and p.in_features == first.in_features
+            and (p.b is None) == (first.b is None)
             for p in packs
         )
     return False
@@ -226,6 +236,21 @@ def _fuse_int8(packs: Sequence[PackedQuantizedLinear], activation: str | None) -
     return QuantizedPlanLinear(whole, activation, parts)
 
 
+def _fuse_blocks(packs: Sequence[PackedBlockLinear], activation: str | None) -> BlockPlanLinear:
+    """One pack over the packs' rows of blocks: the activations are quantized once for all of them, and one
+    loop runs over every row (a decode step's q, k and v; gate and up)."""
+    blocks = np.ascontiguousarray(np.concatenate([p.blocks for p in packs], axis=0))
+    b = _joined([p.b for p in packs], 0)
+    first = packs[0]
+    whole = PackedBlockLinear(blocks, first.format, first.in_features, b, owned=True)
+    ends = np.cumsum([0, *(p.out_features for p in packs)])
+    parts = tuple(
+        PackedBlockLinear(blocks[lo:hi], p.format, p.in_features, None if b is None else b[lo:hi], owned=True)
+        for p, lo, hi in zip(packs, ends[:-1], ends[1:], strict=True)
+    )
+    return BlockPlanLinear(whole, activation, parts)
+
+
 def plan_linear(
     packs: Sequence[Any], activation: str | None = None
 ) -> FloatPlanLinear | QuantizedPlanLinear | BlockPlanLinear:
@@ -242,6 +267,8 @@ def plan_linear(
             return _fuse_float(packs, activation)
         if type(packs[0]) is PanelLinear:
             return _fuse_panels(packs, activation)
+        if type(packs[0]) is PackedBlockLinear:
+            return _fuse_blocks(packs, activation)
         return _fuse_int8(packs, activation)
     pack = packs[0]
     if type(pack) is PackedLinear:
