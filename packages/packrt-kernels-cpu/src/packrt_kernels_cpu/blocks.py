@@ -32,9 +32,10 @@ from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, Kernel
 
 # Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
 ROW_LOOP_ROWS: Final = 4
-# Weights below which the q8 road runs on the calling thread: at ~0.1 ns a weight, a smaller product takes less
-# than waking the pool costs (SmolLM2-135M decoded 33 tokens/s on one thread, 28 with its 0.3-0.9M products split).
-Q8_PARALLEL: Final = 1 << 21
+# Weights below which the q8 road runs on the calling thread (a smaller product takes less than waking the pool
+# costs). With the dots at ~0.05 ns a weight, SmolLM2-135M's 0.1-0.9M-weight products gain from two threads:
+# 66-67 tokens/s of wall time with them on one thread, 73-76 split (2 Zen 3 cores; at 2M they stayed whole).
+Q8_PARALLEL: Final = 1 << 16
 # Bytes of float32 scratch a panel may take: a few MiB, so it stays in the last-level cache for the GEMM.
 PANEL_BYTES: Final = 4 << 20
 # Each format's number in the compiled loops.
