@@ -15,6 +15,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import packrt_io
 from packrt_core.errors import CheckpointError
@@ -157,6 +159,61 @@ def test_metadata_comes_back_as_python_values(tmp_path: Path, values: np.ndarray
     assert file.metadata["tokenizer.ggml.tokens"] == ["a", "b c", "<s>"]
     info = file.info()
     assert info.tensors["w"].dtype == "F32" and info.tensors["w"].shape == (ROWS, COLS)
+
+
+_ITEM_TYPES = {
+    "uint8": gguf.GGUFValueType.UINT8,
+    "int8": gguf.GGUFValueType.INT8,
+    "uint16": gguf.GGUFValueType.UINT16,
+    "int16": gguf.GGUFValueType.INT16,
+    "uint32": gguf.GGUFValueType.UINT32,
+    "int32": gguf.GGUFValueType.INT32,
+    "float32": gguf.GGUFValueType.FLOAT32,
+    "uint64": gguf.GGUFValueType.UINT64,
+    "int64": gguf.GGUFValueType.INT64,
+    "float64": gguf.GGUFValueType.FLOAT64,
+    "bool": gguf.GGUFValueType.BOOL,
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    arrays=st.lists(st.tuples(st.sampled_from(sorted(_ITEM_TYPES)), st.integers(1, 40)), max_size=5),
+    strings=st.lists(st.text(max_size=12), min_size=1, max_size=60),  # the writer refuses empty arrays
+    nested=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_every_metadata_field_reads_as_the_gguf_packages_own_reader_reads_it(
+    tmp_path: Path, values: np.ndarray, arrays: list[tuple[str, int]], strings: list[str], nested: bool, seed: int
+) -> None:
+    """The reader packrt opens files with reads arrays whole (its load-time shortcut): each field's contents
+    must be the plain ``gguf.GGUFReader``'s, for arrays of every scalar type, of strings (empty ones, non-ASCII)
+    and arrays of arrays, and the scalars and tensors around them."""
+    rng = np.random.default_rng(seed)
+    path = tmp_path / f"fields-{seed}.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for i, (kind, n) in enumerate(arrays):
+        items = rng.integers(0, 100, n).tolist() if kind != "bool" else (rng.random(n) < 0.5).tolist()
+        if kind.startswith("float"):
+            items = rng.standard_normal(n).tolist()
+        writer.add_key_value(f"test.array{i}", items, gguf.GGUFValueType.ARRAY, sub_type=_ITEM_TYPES[kind])
+    writer.add_array("tokenizer.ggml.tokens", strings)
+    writer.add_uint32("test.after", 7)
+    if nested:
+        writer.add_array("test.nested", [[1, 2], [3]])
+    writer.add_tensor("w", values)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    plain = gguf.GGUFReader(path)
+    file = packrt_io.open_gguf(path)
+    expected = {key: field.contents() for key, field in plain.fields.items()}
+    got = {key: field.contents() for key, field in file._reader.fields.items()}
+    assert got == expected
+    assert [f.types for f in file._reader.fields.values()] == [f.types for f in plain.fields.values()]
+    assert file.metadata["tokenizer.ggml.tokens"] == strings
+    np.testing.assert_array_equal(file.array("w"), values)
 
 
 def test_paths_that_are_not_gguf_files_are_refused_naming_them(tmp_path: Path, values: np.ndarray) -> None:
