@@ -136,13 +136,12 @@ def _fast_reader(package: Any) -> Any:
             if item != _STRING:
                 return super()._get_field_parts(orig_offs, raw_type)  # type: ignore[no-any-return]
             data, at = self.data, orig_offs + 12
-            raw = memoryview(data)
             unpack = struct.unpack_from
-            for _ in range(count):
-                length = unpack("<Q", raw, at)[0]
-                parts.append(data[at + 8 : at + 8 + length])
-                at += 8 + length
-            raw.release()
+            with data.data as raw:  # released before the mapping can close
+                for _ in range(count):
+                    length = unpack("<Q", raw, at)[0]
+                    parts.append(data[at + 8 : at + 8 + length])
+                    at += 8 + length
             return at - orig_offs, parts, list(range(2, 2 + count)), [value_type.ARRAY, value_type.STRING]
 
     _READERS[id(package)] = PlainViewReader
