@@ -234,9 +234,7 @@ class PackedBlockLinear:
             out = np.empty((x2.shape[0], self.out_features), cd)
         work = self.out_features * self.in_features
         loops, tile = self._road() if cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS else (None, 0)
-        if tile and work < Q8_PARALLEL and loops is not None:  # the common decode call: the loop, on this thread
-            loops.block_q8_rows_serial(x2, self.blocks, tile, out)
-        elif tile:
+        if tile:
             compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=loops, least=Q8_PARALLEL)
         elif loops is not None:
             compiled.launch("block_rows", work, x2, self.blocks, self.code, _HALF, out, loops=loops, least=1 << 16)

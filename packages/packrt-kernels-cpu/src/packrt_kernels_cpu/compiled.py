@@ -58,7 +58,7 @@ def launch(name: str, work: int, *args: Any, loops: Any = None, least: int = PAR
     region waits for every thread it wakes, and on a busy machine one of them is often descheduled, so
     a small kernel costs less on one thread than on two; a pool of one only adds the region's cost."""
     loaded = kernels() if loops is None else loops
-    parallel = work >= least and not threads.serial() and int(_state["pool"]) > 1
+    parallel = work >= least and int(_state["pool"]) > 1 and not threads.serial()
     getattr(loaded, name if parallel else name + "_serial")(*args)
 
 

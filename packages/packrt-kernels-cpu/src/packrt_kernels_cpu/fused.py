@@ -28,9 +28,19 @@ _BF16 = np.dtype(ml_dtypes.bfloat16)
 _CAST_MIN = 4096  # below this many elements the compiled call costs more than it saves
 
 
+def _plain_f32(x: Array) -> bool:
+    return type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous
+
+
 def handles(x: Array) -> bool:
     """Whether ``x`` can take the fused path (a C-contiguous float32 numpy array, path enabled)."""
-    return type(x) is np.ndarray and x.dtype == _F32 and x.flags.c_contiguous and compiled.enabled()
+    return _plain_f32(x) and compiled.enabled()
+
+
+def handles_all(*arrays: Array | None) -> bool:
+    """:func:`handles` of each of ``arrays`` (None ignored), the path asked about once: a decode step asks
+    this for every kernel of every layer."""
+    return all(x is None or _plain_f32(x) for x in arrays) and compiled.enabled()
 
 
 def handles_bf16(x: Array) -> bool:

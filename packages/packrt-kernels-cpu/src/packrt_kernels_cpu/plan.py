@@ -54,7 +54,7 @@ def _launch(name: str, work: int, *args: Any) -> None:
 
 def _fast(*arrays: Array | None) -> bool:
     """Whether the compiled passes take these: C-contiguous float32 numpy arrays (None ignored)."""
-    return all(a is None or fused.handles(a) for a in arrays)
+    return fused.handles_all(*arrays)
 
 
 def _activate(op: str | None, y: Array, b: Array | None) -> Array:

@@ -184,6 +184,7 @@ class DecoderLayerPlan:
             self.heads = self.kv_heads = attention.heads
             self.window, self.scale = None, attention.scale
         self.index, self.dim = attention.index, attention.head_dim
+        self.decode_scale = 1.0 / float(np.sqrt(self.dim)) if self.scale is None else float(self.scale)
         self.residual_scale = getattr(layer, "residual_scale", None)  # granite: what joins the stream, scaled
         self.rotates = self.rotary and attention.rotates  # a NoPE layer (smollm3) reads no table
         self.softcap = getattr(attention, "softcap", None)  # gemma2: the scores soft-capped
@@ -275,10 +276,11 @@ class DecoderLayerPlan:
         if rotary is not None:
             cos, sin = array_of(rotary[0]), array_of(rotary[1])
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
-        qt, kt, vt = tensor_like(like, q), tensor_like(like, k), tensor_like(like, v)
+        kt, vt = tensor_like(like, k), tensor_like(like, v)
         decode = self.kernels.decode_attention
         if decode is not None and cache is not None and length == 1 and not step.bidirectional:
-            return self._decode(decode, q, qt, kt, vt, step, cache)
+            return self._decode(decode, q, kt, vt, step, cache)
+        qt = tensor_like(like, q)
         out = attend(
             qt,
             kt,
@@ -292,7 +294,7 @@ class DecoderLayerPlan:
         )
         return array_of(out).transpose(0, 2, 1, 3).reshape(batch * length, heads * dim)
 
-    def _decode(self, decode: Any, q: Any, qt: Tensor, kt: Tensor, vt: Tensor, step: Step, cache: KVCache) -> Any:
+    def _decode(self, decode: Any, q: Any, kt: Tensor, vt: Tensor, step: Step, cache: KVCache) -> Any:
         """A one-token step's attention context (batch, heads * head_dim): the keys and values stored in the
         cache through its API (as :func:`attend` writes them), then the device's decode kernel over the
         cached positions the layer's window takes, with no tensor made per head."""
@@ -302,10 +304,9 @@ class DecoderLayerPlan:
         assert keys is not None and values is not None, "KVCache.store allocates a layer's buffers"
         first = step.mask(self.window)[0]
         mask = None if step.key_mask is None else array_of(step.key_mask)
-        scale = 1.0 / float(np.sqrt(dim)) if self.scale is None else float(self.scale)
         out = np.empty((batch, heads * dim), np.float32)
         rows = np.ascontiguousarray(q.reshape(batch, heads, dim))
-        ctx = decode(rows, array_of(keys), array_of(values), first, stop, mask, scale, self.softcap, out)
+        ctx = decode(rows, array_of(keys), array_of(values), first, stop, mask, self.decode_scale, self.softcap, out)
         return ctx if q.dtype == np.float32 else ctx.astype(q.dtype)
 
 
