@@ -29,6 +29,7 @@ from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
 from packrt_kernels_cpu import blas, block_tiles, compiled, settings
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
+from packrt_kernels_cpu.scratch import scratch_f32
 
 # Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
 ROW_LOOP_ROWS: Final = 4
@@ -252,7 +253,8 @@ class PackedBlockLinear:
         for r0 in range(0, self.out_features, step):
             r1 = min(r0 + step, self.out_features)
             if compiled_road:
-                panel = np.empty((r1 - r0, self.in_features), np.float32)
+                # one buffer for every panel, kept by the thread: a fresh 4 MiB array page-faulted in each time
+                panel = scratch_f32((r1 - r0, self.in_features))
                 compiled.launch(
                     "dequantize_rows",
                     (r1 - r0) * self.in_features,
@@ -267,7 +269,7 @@ class PackedBlockLinear:
                 panel = _dequantize_blocks(self.format.name, self.blocks[r0:r1].reshape(-1, self.format.nbytes))
                 panel = panel.reshape(r1 - r0, self.in_features)
             w = panel if x2.dtype == np.float32 else panel.astype(x2.dtype)
-            out[:, r0:r1] = blas.matmul(x2, w.T)
+            blas.matmul(x2, w.T, out=out[:, r0:r1])
 
 
 class PackedBlockEmbedding:
