@@ -342,6 +342,25 @@ def _attention() -> Built:
     )
 
 
+def _decode_attention() -> Built:
+    """One decode step of a 0.5B-sized model's layer: 14 query heads over 2 key heads, 64 wide, 512 cached
+    positions of a 1024-position cache."""
+    from packrt_kernels_cpu import plan
+
+    q, keys, values = _rand((1, 14, 64)), _rand((1, 2, 1024, 64), 1), _rand((1, 2, 1024, 64), 2)
+    out = np.empty((1, 14 * 64), np.float32)
+    scale = 1 / math.sqrt(64)
+
+    def expected() -> np.ndarray:
+        k, v = _f64(keys[0, :, :512]), _f64(values[0, :, :512])  # (2, 512, 64)
+        grouped = _f64(q[0]).reshape(2, 7, 64)
+        scores = np.einsum("gjd,gtd->gjt", grouped, k) * scale
+        p = np.exp(scores - scores.max(-1, keepdims=True))
+        return np.asarray(np.einsum("gjt,gtd->gjd", p / p.sum(-1, keepdims=True), v).reshape(1, 14 * 64))
+
+    return Built(lambda: plan.decode_attention(q, keys, values, 0, 512, None, scale, None, out), expected, 1e-4)
+
+
 # -- the serving plan's fused steps (plan.py) ---------------------------------------------------------------
 def _plan_attention() -> Built:
     from packrt_kernels_cpu import plan
@@ -463,6 +482,7 @@ CASES: tuple[KernelCase, ...] = (
     KernelCase("kernel-gemv-view", "gemv.gemv, borrowed (out, in) weight, 768 -> 3072", _gemv(packed=False)),
     KernelCase("kernel-attention", "scaled_dot_product_attention causal, 1x12x128x64", _attention, quick=True),
     KernelCase("kernel-plan-attention", "plan.self_attention from fused qkv, key mask, 128 tokens", _plan_attention),
+    KernelCase("kernel-decode-attention", "plan.decode_attention, 14/2 heads x 64 over 512 cached", _decode_attention),
     KernelCase("kernel-residual-layer-norm", "plan.residual_norm (LayerNorm), fp32 512x768", _residual_norm(False)),
     KernelCase("kernel-residual-rms-norm", "plan.residual_norm (RMSNorm), fp32 512x768", _residual_norm(True)),
     KernelCase("kernel-gated-silu", "plan.gated silu(gate) * up, fp32 128x2048", _gated),
