@@ -124,8 +124,19 @@ def gated(x: Any, activation: str, out: Any) -> Any:
     return out
 
 
+def decode_attention(
+    q: Any, keys: Any, values: Any, first: int, stop: int, key_mask: Any, scale: float, softcap: float | None, out: Any
+) -> Any:
+    return out
+
+
 PLAN = PlanKernels(
-    linear=plan_linear, fuses=fuses, residual_norm=residual_norm, self_attention=self_attention, gated=gated
+    linear=plan_linear,
+    fuses=fuses,
+    residual_norm=residual_norm,
+    self_attention=self_attention,
+    gated=gated,
+    decode_attention=decode_attention,
 )
 
 
