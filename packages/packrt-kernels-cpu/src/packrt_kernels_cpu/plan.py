@@ -348,7 +348,7 @@ def decode_attention(
     compiled road each head in one pass (scores, soft cap, mask, softmax and the weighted values), with no
     scores array per call; numpy's road through batched matmuls."""
     batch, heads, dim = (int(s) for s in q.shape)
-    if _fast(q, keys, values, out) and compiled.enabled():
+    if _fast(q, keys, values, out):
         mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
         cap = np.float32(0 if softcap is None else softcap)
         work = batch * heads * (stop - first) * dim
