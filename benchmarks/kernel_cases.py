@@ -293,7 +293,7 @@ def _gemv(packed: bool) -> Callable[[], Built]:
 def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
     """A linear over quantized blocks (packrt_kernels_cpu.blocks), 576 -> 1536 as in SmolLM2-135M's MLP (2304 ->
     1536 for the K-quants' 256-weight blocks): one row (decode, the fused row loop) or 64 (prefill, dequantized
-    panels through BLAS); torch multiplies the dequantized float32 weight."""
+    panels through BLAS); torch multiplies the dequantized float32 weight by the activations packrt multiplies."""
 
     def build() -> Built:
         from packrt_kernels_cpu import block_tiles, blocks
@@ -314,7 +314,7 @@ def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
             lambda: pack.forward(x),
             lambda: _f64(seen) @ _f64(w).T,
             tolerance,
-            _torch(lambda torch, tx, tw: torch.nn.functional.linear(tx, tw), x, w),
+            _torch(lambda torch, tx, tw: torch.nn.functional.linear(tx, tw), seen, w),  # the same activations
         )
 
     return build
