@@ -1,11 +1,12 @@
 """Every LLVM tile, one test per shape: each float32 tile (rows 1 to 8 by one panel, one row by four
-panels, two rows by two) and each VNNI int8 tile (8 rows, 1 row), called directly at its address on
-random operands, at inputs that end mid-prefetch, mid-group of 4 and past a full register tile. A tile
-writes its rows x panels block of ``out`` and nothing beside it, reads ``a`` only up to ``k`` in each
-row, gives numpy's product (float32 within the road tolerance, int8 exactly), and a float32 tile gives
-each output the bits the one-row tile gives it. The compiled loops that choose the tiles are checked to
-call the tile each row count is meant to get, by offering them only that tile (every other slot does
-nothing). A CPU without the tiles' instructions skips these tests, naming what it lacks."""
+panels, two rows by two), each bfloat16 tile of the same shapes, and each VNNI int8 tile (8 rows, 1 row),
+called directly at its address on random operands, at inputs that end mid-prefetch, mid-group of 4 and
+past a full register tile. A tile writes its rows x panels block of ``out`` and nothing beside it, reads
+``a`` only up to ``k`` in each row, gives numpy's product (float32 within the road tolerance, bfloat16
+pairs and int8 exactly), and a float32 tile gives each output the bits the one-row tile gives it. The
+compiled loops that choose the tiles are checked to call the tile each row count is meant to get, by
+offering them only that tile (every other slot does nothing). A CPU without the tiles' instructions skips
+these tests, naming what it lacks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import ctypes
 
 import numpy as np
 import pytest
+from bf16_pairs import BF16, pair_sums
 
 from packrt_kernels_cpu import compiled, float_tiles, llvm_tiles, vnni
 from packrt_kernels_cpu.tolerance import road_tolerance
@@ -113,6 +115,31 @@ def test_a_float32_tile_gives_each_output_the_bits_of_the_one_row_one_panel_tile
         for p in range(width):
             _call(int(float_library.addresses[0]), single, x[r : r + 1], data[p], k)
             np.testing.assert_array_equal(out[r, p * float_tiles.PANEL : (p + 1) * float_tiles.PANEL], single[0])
+
+
+@pytest.fixture(scope="module")
+def bf16_library() -> llvm_tiles.Tiles:
+    return _tiles_or_skip(float_tiles._bf16_tiles(), "AVX-512F and AVX512-BF16")
+
+
+def _bf16_id(case: tuple[int, int, int, int]) -> str:
+    _, rows, width, pairs = case
+    return f"bf16-{rows}rows-{width}panels-{pairs}pairs"
+
+
+@pytest.mark.parametrize("case", _FLOAT_CASES, ids=_bf16_id)
+def test_a_bfloat16_tile_writes_the_pairwise_sums_into_its_block_and_nothing_beside_it(
+    bf16_library: llvm_tiles.Tiles, case: tuple[int, int, int, int]
+) -> None:
+    """The same shapes as the float32 tiles, each step a pair of inputs: ``k`` here counts pairs."""
+    index, rows, width, pairs = case
+    x, w, out = _float_operands(rows, width, 2 * pairs, seed=index * 1000 + pairs + 2)
+    xb = np.full((rows, 2 * pairs + 6), np.nan, BF16)  # the row's further pairs are NaN: never read
+    xb[:, : 2 * pairs] = x[:, : 2 * pairs]
+    _call(int(bf16_library.addresses[index]), out, xb.view(np.float32), float_tiles.pack(w, BF16).data, pairs)
+    block = float_tiles.PANEL * width
+    np.testing.assert_array_equal(out[:, :block], pair_sums(x[:, : 2 * pairs], w.astype(BF16)))
+    assert (out[:, block:] == _F32_SENTINEL).all(), "the tile wrote past its block"
 
 
 def _float_plan(rows: int, panels: int) -> list[tuple[int, int, int]]:

@@ -10,6 +10,9 @@ Layouts (what the pack holds, and why):
 - ``PanelLinear``: a float32 weight whose width is a multiple of 32, on a CPU with AVX-512 and
   numpy's BLAS road, as :mod:`.float_tiles`' panels of 32 output columns: its tiles read each panel as
   one stream and beat OpenBLAS, which packs the weight again on every call (the module docstring there).
+  A bfloat16 weight of whole panels and an even input count, on a CPU with AVX512-BF16, is kept as
+  bfloat16 panels: the pack is the declared bytes, and ``vdpbf16ps`` multiplies it with the activations
+  rounded to bfloat16 (twice float32's products per instruction), as torch multiplies bfloat16 linears.
 - ``PackedConv2d``: the weight reshaped to (groups, out/groups, in/groups * kh * kw), the
   im2col-ready matrix per group, in the compute dtype, with the geometry validated once.
 - ``PackedEmbedding``: the table itself, contiguous, in its declared dtype. A gather does no
@@ -86,7 +89,8 @@ class PanelLinear:
                 f"pass (..., {self.in_features})"
             )
         rows = x.reshape(-1, self.in_features)
-        out = float_tiles.gemm(rows if rows.dtype == np.float32 else astype(rows, np.float32), self.panels)
+        takes = rows.dtype == np.float32 or rows.dtype == self.panels.dtype  # bfloat16 panels take bfloat16 as it is
+        out = float_tiles.gemm(rows if takes else astype(rows, np.float32), self.panels)
         if self.b is not None:
             out += self.b
         out = out.reshape((*x.shape[:-1], self.out_features))
@@ -111,8 +115,11 @@ def pack_linear(w: Array, b: Array | None = None) -> PackedLinear | PanelLinear:
     cd = compute_dtype(dt)
     pd = dt if blas.multiplies(dt) else cd  # the pack's dtype: bfloat16 kept where the GEMM takes it
     bias = None if b is None else _owned(b, cd)
-    if pd == np.float32 and type(w) is np.ndarray and float_tiles.packs(int(w.shape[0]), int(w.shape[1])):
-        return PanelLinear(float_tiles.pack(w), bias, dt)
+    n, k = int(w.shape[0]), int(w.shape[1])
+    if type(w) is np.ndarray:  # panels in the weight's own dtype (bfloat16) where they run, else float32
+        for panel_dtype in (dt, pd):
+            if float_tiles.packs(n, k, panel_dtype):
+                return PanelLinear(float_tiles.pack(w, panel_dtype), bias, dt)
     wt = fused.transposed(w, pd) if fused.transposes(w, pd) else _owned(w.T, pd)
     return PackedLinear(wt, bias, dt)
 

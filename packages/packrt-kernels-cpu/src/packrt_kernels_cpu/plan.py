@@ -178,7 +178,10 @@ def fuses(packs: Sequence[Any]) -> bool:
         )
     if all(type(p) is PanelLinear for p in packs):
         return all(
-            p.dtype == first.dtype and p.in_features == first.in_features and (p.b is None) == (first.b is None)
+            p.dtype == first.dtype
+            and p.panels.dtype == first.panels.dtype
+            and p.in_features == first.in_features
+            and (p.b is None) == (first.b is None)
             for p in packs
         )
     if all(type(p) is PackedQuantizedLinear for p in packs):
