@@ -320,6 +320,28 @@ def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
     return build
 
 
+def _panels(dtype: np.dtype[Any], rows: int) -> Callable[[], Built]:
+    """A packed linear's panel GEMM (packrt_kernels_cpu.float_tiles), 384 -> 1536 as in MiniLM's MLP, at a row
+    count that picks one tile shape: one row runs the tile four panels wide, two rows two wide, 3 to 8 rows the
+    tile of that many rows, more rows 8-row tiles and the rest. bfloat16 panels multiply the activations
+    rounded to bfloat16, as the reference and torch's bfloat16 linear do."""
+
+    def build() -> Built:
+        from packrt_kernels_cpu import float_tiles
+
+        x, w = _rand((rows, 384)), _rand((1536, 384), 1) * np.float32(0.05)
+        panels = float_tiles.pack(w, dtype)
+        seen, weight = (x.astype(dtype), w.astype(dtype)) if dtype == BF16 else (x, w)
+        return Built(
+            lambda: float_tiles.gemm(x, panels),
+            lambda: _f64(seen) @ _f64(weight).T,
+            1e-5,
+            _torch(lambda torch, tx, tw: torch.nn.functional.linear(tx, tw), seen, weight),
+        )
+
+    return build
+
+
 def _heads(seed: int) -> np.ndarray:
     return _rand((1, 12, 128, 64), seed)
 
@@ -495,6 +517,21 @@ CASES: tuple[KernelCase, ...] = (
         for f in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
     ),
     KernelCase("kernel-blocks-q4_k-prefill", "blocks.PackedBlockLinear Q4_K, 64 rows (panels)", _blocks("Q4_K", 64)),
+    *(
+        KernelCase(
+            f"kernel-panels-f32-{rows}", f"float_tiles.gemm fp32, {rows}x384 -> 1536", _panels(F32, rows), rows == 1
+        )
+        for rows in (1, 2, 5, 8, 9, 64, 512)
+    ),
+    *(
+        KernelCase(
+            f"kernel-panels-bf16-{rows}",
+            f"float_tiles.gemm bf16 pairs, {rows}x384 -> 1536",
+            _panels(BF16, rows),
+            rows == 8,
+        )
+        for rows in (1, 2, 3, 4, 5, 6, 7, 8, 64)
+    ),
     KernelCase("kernel-conv2d", "conv2d 3x3 pad 1, 1x32x32x32 -> 32", _conv2d),
 )
 BY_NAME = {case.name: case for case in CASES}

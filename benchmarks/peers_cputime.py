@@ -65,11 +65,15 @@ def _road(plan: bool, blas: str | None) -> Iterator[None]:
         yield
 
 
-def _ways(call: Callable[[Any], Any], fp32: Any, int8: Any) -> dict[str, Callable[[], Any]]:
-    """packrt's fp32 and int8 models, each through the plan, module by module, and on MKL's road."""
+def _ways(call: Callable[[Any], Any], fp32: Any, int8: Any, bf16: Any) -> dict[str, Callable[[], Any]]:
+    """packrt's fp32 and int8 models, each through the plan, module by module, and on MKL's road (where
+    oneMKL loads), and the bf16 model (the checkpoint loaded with ``dtype="bfloat16"``) through the plan."""
     out: dict[str, Callable[[], Any]] = {}
-    for name, model in (("packrt", fp32), ("packrt-int8", int8)):
-        for suffix, plan, blas in (("", True, None), ("-plain", False, "numpy"), ("-mkl-plain", False, "mkl")):
+    roads = [("", True, None), ("-plain", False, "numpy")]
+    if _mkl_loads():
+        roads.append(("-mkl-plain", False, "mkl"))
+    for name, model in (("packrt", fp32), ("packrt-int8", int8), ("packrt-bf16", bf16)):
+        for suffix, plan, blas in roads if name != "packrt-bf16" else roads[:1]:
 
             def run(model: Any = model, plan: bool = plan, blas: str | None = blas) -> Any:
                 with _road(plan, blas):
@@ -77,6 +81,18 @@ def _ways(call: Callable[[Any], Any], fp32: Any, int8: Any) -> dict[str, Callabl
 
             out[name + suffix] = run
     return out
+
+
+def _mkl_loads() -> bool:
+    """Whether oneMKL loads here (the ``[mkl]`` extra): its rows are left out where it does not."""
+    from packrt_kernels_cpu import blas, settings
+    from packrt_kernels_cpu.errors import BlasUnavailableError
+
+    try:
+        with settings.override(blas="mkl"):
+            return blas.provider() == "mkl"
+    except BlasUnavailableError:
+        return False
 
 
 def encoder_calls(name: str, batch: int, seq: int, where: Path) -> dict[str, Callable[[], Any]]:
@@ -103,7 +119,8 @@ def encoder_calls(name: str, batch: int, seq: int, where: Path) -> dict[str, Cal
     pids, pmask = packrt.from_numpy(ids), packrt.from_numpy(mask)
     torch_call = peers.torch_encoder_call(torch, reference, ids, mask)
     fp32, int8 = models.from_pretrained(directory), models.from_pretrained(directory, quantize="int8")
-    calls = _ways(lambda m: m(pids, attention_mask=pmask), fp32, int8)
+    bf16 = models.from_pretrained(directory, dtype="bfloat16")
+    calls = _ways(lambda m: m(pids, attention_mask=pmask), fp32, int8, bf16)
     calls["torch"] = torch_call
     engines = {**peers.ort_encoders(reference, key, 1), **peers.ct2_engines(directory, key, "encoder", 1)}
     for impl, engine in engines.items():
@@ -139,7 +156,8 @@ def decoder_calls(family: str, where: Path) -> dict[str, Callable[[], Any]]:
     prompt = np.random.default_rng(37).integers(0, VOCAB, (1, PROMPT))
     pprompt = packrt.from_numpy(prompt)
     fp32, int8 = models.from_pretrained(directory), models.from_pretrained(directory, quantize="int8")
-    calls = _ways(lambda m: m.generate(pprompt, NEW_TOKENS), fp32, int8)
+    bf16 = models.from_pretrained(directory, dtype="bfloat16")
+    calls = _ways(lambda m: m.generate(pprompt, NEW_TOKENS), fp32, int8, bf16)
     want = calls["packrt-plain"]().numpy()[0, PROMPT:].tolist()
     key = peers.model_key(directory, f"decode-{family}")
     for impl, engine in peers.ct2_engines(directory, key, "generator", 1).items():
