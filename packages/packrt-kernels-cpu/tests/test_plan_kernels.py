@@ -15,6 +15,8 @@ from packrt_kernels_cpu import (
     KernelShapeError,
     blocks,
     borrow_linear,
+    compiled,
+    float_tiles,
     gelu,
     layer_norm,
     pack_linear,
@@ -25,6 +27,7 @@ from packrt_kernels_cpu import (
     scaled_dot_product_attention,
     settings,
     silu,
+    threads,
 )
 from packrt_kernels_cpu import plan as cpu_plan
 from packrt_kernels_cpu.tolerance import assert_same_result
@@ -210,6 +213,55 @@ def test_self_attention_is_sdpa_over_the_split_heads_written_merged(rng: np.rand
     expected = scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
     merged = expected.transpose(0, 2, 1, 3).reshape(batch * seq, heads * dim)
     assert_same_result(out, merged, terms=seq * dim)
+
+
+needs_tiles = pytest.mark.skipif(not float_tiles.available(), reason="no AVX-512 here: attention takes the BLAS")
+
+
+@needs_tiles
+@hypothesis_settings(max_examples=30, deadline=None)
+@given(
+    batch=st.integers(1, 3),
+    seq=st.integers(1, 70),
+    heads=st.integers(1, 4),
+    dim=st.sampled_from([32, 64, 96]),
+    seed=st.integers(0, 2**16),
+)
+def test_self_attention_on_the_panel_tiles_is_sdpa_over_the_split_heads_whatever_the_padding(
+    batch: int, seq: int, heads: int, dim: int, seed: int
+) -> None:
+    """Heads of whole panels take the tiles (each head one task of the pool, its keys padded to whole
+    panels of zero keys): sdpa's result, with keys masked at random, a sequence seeing none given zeros."""
+    gen = np.random.default_rng(seed)
+    qkv, (q, k, v) = _attention_case(gen, batch, seq, heads, dim)
+    keys = gen.random((batch, seq)) < 0.8
+    keys[0] = True
+    out = np.full((batch * seq, heads * dim), np.nan, np.float32)
+    assert cpu_plan.self_attention(qkv, batch, heads, keys, None, out) is out
+    expected = scaled_dot_product_attention(q, k, v, attn_mask=keys[:, None, None, :])
+    merged = np.nan_to_num(expected.transpose(0, 2, 1, 3).reshape(batch * seq, heads * dim), nan=0.0)
+    seen = np.repeat(keys.any(axis=1), seq)
+    assert_same_result(out[seen], merged[seen], terms=seq * dim)
+    np.testing.assert_array_equal(out[~seen], 0.0)
+
+
+@needs_tiles
+def test_the_tile_attention_gives_the_same_bits_on_the_pool_and_on_the_calling_thread(
+    rng: np.random.Generator,
+) -> None:
+    qkv, _ = _attention_case(rng, 4, 45, 6, 32)
+    keys = np.ones((4, 45), bool)
+    keys[2, 30:] = False
+    pooled = cpu_plan.self_attention(qkv, 4, 6, keys, None, np.empty((180, 192), np.float32))
+    with threads.on_this_thread():
+        alone = cpu_plan.self_attention(qkv, 4, 6, keys, None, np.empty((180, 192), np.float32))
+    np.testing.assert_array_equal(pooled, alone)
+    loops = compiled.module("packrt_kernels_cpu._numba_plan")
+    tiles = float_tiles.addresses()
+    for twin in (loops.tile_attention, loops.tile_attention_serial):
+        out = np.empty((180, 192), np.float32)
+        twin(tiles, qkv, keys, 4, 6, np.float32(1 / np.sqrt(32)), out, 2)
+        np.testing.assert_array_equal(out, pooled)
 
 
 @pytest.mark.usefixtures("kernel_path")

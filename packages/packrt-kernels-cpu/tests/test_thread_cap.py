@@ -24,23 +24,33 @@ _WORK = textwrap.dedent(
     """
     import json, sys, threading, time
     import numpy as np, psutil
+    mixed = len(sys.argv) > 3  # scipy imported first (its own OpenBLAS), and BLAS products in the work
+    if mixed:
+        import scipy.linalg.blas as scipy_blas
     from packrt_kernels_cpu import CpuBackend, fused
 
     cap, where = int(sys.argv[1]), sys.argv[2]
     CpuBackend().set_num_threads(cap)
     x = np.random.default_rng(0).standard_normal(1 << 22, dtype=np.float32)  # far past the pool's threshold
+    a = np.random.default_rng(1).standard_normal((384, 384), dtype=np.float32)
     proc = psutil.Process()
     out = {}
+
+    def step():
+        fused.gelu(x, "none")
+        if mixed:  # products both OpenBLAS builds thread (numpy's and scipy's), each past its threshold
+            a @ a
+            scipy_blas.sgemm(1.0, a, a)
 
     def cpu_by_thread():
         return {t.id: t.user_time + t.system_time for t in proc.threads()}
 
     def work():
-        fused.gelu(x, "none")
+        step()
         before = cpu_by_thread()
         start = time.thread_time()
         while time.thread_time() - start < 0.4:  # 0.4 s of this thread's CPU, however loaded the machine
-            fused.gelu(x, "none")
+            step()
         after = cpu_by_thread()
         out["spent"] = sorted((after[t] - before.get(t, 0.0) for t in after), reverse=True)
 
@@ -85,6 +95,20 @@ def test_one_thread_cap_keeps_pooled_kernels_on_one_thread(where: str) -> None:
     assert second <= 0.1 * busiest, (
         f"set_num_threads(1), work on the {where} thread: a second thread accrued {second:.2f} s CPU against the "
         f"worker's {busiest:.2f} s (threads' CPU seconds, busiest first: {spent[:4]}); a pool escaped the cap"
+    )
+
+
+def test_one_thread_cap_holds_with_scipy_imported_first_and_blas_products_in_the_work() -> None:
+    """scipy brings an OpenBLAS of its own, loaded before packrt and started with a thread per core: at a cap
+    of 1 neither it nor numpy's OpenBLAS nor numba's pool puts a second thread to work."""
+    _two_cores()
+    pytest.importorskip("scipy", reason="scipy is what loads the second OpenBLAS")
+    spent = _run(_WORK, "1", "main", "scipy")["spent"]
+    busiest, second = spent[0], spent[1] if len(spent) > 1 else 0.0
+    assert busiest >= 0.3, f"the working thread accrued only {busiest:.2f} s CPU; the measurement is void"
+    assert second <= 0.1 * busiest, (
+        f"set_num_threads(1) with scipy imported: a second thread accrued {second:.2f} s CPU against the worker's "
+        f"{busiest:.2f} s (busiest first: {spent[:4]}); a BLAS pool escaped the cap"
     )
 
 

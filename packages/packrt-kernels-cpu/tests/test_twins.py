@@ -1,7 +1,8 @@
 """The compiled kernels' twins (``_numba_kernels.twins``): every kernel that runs on numba's pool has a
 serial twin compiled from the same body without a parallel region (what ``compiled.launch`` calls for
 small work and inside ``threads.on_this_thread``), and the twins give the same bits on work that the
-pool splits into several tasks. The tile loops' twins are checked with the tiles (test_llvm_tiles.py)."""
+pool splits into several tasks. The tile loops' twins are checked with the tiles (test_llvm_tiles.py; the tile
+attention's in test_plan_kernels.py)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def test_every_pooled_kernel_has_a_serial_twin_that_starts_no_parallel_region() 
                 assert twin is not None, f"{module}.{name} runs on the pool and has no {name}_serial"
                 assert not twin.targetoptions.get("parallel"), f"{module}.{name}_serial is compiled parallel"
                 checked.append(name)
-    assert {name for _, name, _ in _CASES} | {"float_tiles", "vnni_tiles"} == set(checked)
+    assert {name for _, name, _ in _CASES} | {"float_tiles", "vnni_tiles", "tile_attention"} == set(checked)
 
 
 @pytest.mark.parametrize(("module", "name", "case"), _CASES, ids=[name for _, name, _ in _CASES])

@@ -21,8 +21,10 @@ from packrt_kernels_cpu._numba_kernels import (
     _layer_norm_rows,
     _rms_norm_rows,
     _row_max,
+    _row_sum,
     _serial,
     activate_in_place,
+    exp_value,
     tasks,
     twins,
 )
@@ -284,3 +286,73 @@ def _decode_attention(
 
 
 decode_attention, decode_attention_serial = twins(_decode_attention)
+
+
+@_serial
+def _softmax_scores(row: Array, keys: int, seen: Array, scale: np.float32) -> None:
+    """One query's scores ``row`` (``keys`` keys, then padding) become its attention weights in place:
+    scaled, ``-inf`` where ``seen`` (empty: every key) is False, softmax over the keys (zeros for a query
+    that sees none), and zeros over the padding. Each step its own loop, so that each vectorises."""
+    neg = np.float32(-np.inf)
+    for s in range(keys):
+        row[s] = row[s] * scale if seen.shape[0] == 0 or seen[s] else neg
+    top = _row_max(row[:keys])
+    if top == neg:
+        row[:] = 0
+        return
+    for s in range(keys):
+        row[s] = exp_value(row[s] - top)
+    inv = np.float32(1) / _row_sum(row[:keys])
+    for s in range(keys):
+        row[s] *= inv
+    for s in range(keys, row.shape[0]):
+        row[s] = 0
+
+
+@_serial
+def _tile_attention_heads(
+    tiles: Array, qkv: Array, mask: Array, batch: int, heads: int, scale: np.float32, out: Array, lo: int, hi: int
+) -> None:
+    """Heads lo:hi (counted over batch * heads) of self-attention read from the fused projection ``qkv``
+    (batch * seq, 3 * heads * dim) into ``out`` (batch * seq, heads * dim), both products on the float32
+    tiles (:func:`_float_panels`): a head's keys are packed as the panels of ``q @ k^T`` and its values as
+    those of ``p @ v``, the sequence padded to whole panels of zero keys. ``mask`` (batch, seq) or empty."""
+    seq = qkv.shape[0] // batch
+    dim = qkv.shape[1] // (3 * heads)
+    padded = (seq + 31) // 32 * 32
+    q = np.empty((seq, dim), np.float32)
+    keys = np.zeros((padded // 32, dim, 32), np.float32)
+    values = np.zeros((dim // 32, padded, 32), np.float32)
+    scores = np.empty((seq, padded), np.float32)
+    context = np.empty((seq, dim), np.float32)
+    everyone = np.empty(0, np.bool_)
+    for u in range(lo, hi):
+        b, h = u // heads, u % heads
+        for t in range(seq):
+            row = qkv[b * seq + t]
+            for j in range(dim):
+                q[t, j] = row[h * dim + j]
+                keys[t // 32, j, t % 32] = row[(heads + h) * dim + j]
+                values[j // 32, t, j % 32] = row[(2 * heads + h) * dim + j]
+        _float_panels(tiles, scores, q, keys, 0, padded // 32)
+        seen = mask[b] if mask.shape[0] > 0 else everyone
+        for t in range(seq):
+            _softmax_scores(scores[t], seq, seen, scale)
+        _float_panels(tiles, context, scores, values, 0, dim // 32)
+        for t in range(seq):
+            out[b * seq + t, h * dim : (h + 1) * dim] = context[t]
+
+
+def _tile_attention(
+    tiles: Array, qkv: Array, mask: Array, batch: int, heads: int, scale: np.float32, out: Array, threads: int
+) -> None:
+    # one run of heads per thread, so each allocates its panels and scores once (as _float_tiles does)
+    units = batch * heads
+    chunks = tasks(min(threads, units))
+    for c in numba.prange(chunks):
+        _tile_attention_heads(
+            tiles, qkv, mask, batch, heads, scale, out, units * c // chunks, units * (c + 1) // chunks
+        )
+
+
+tile_attention, tile_attention_serial = twins(_tile_attention)

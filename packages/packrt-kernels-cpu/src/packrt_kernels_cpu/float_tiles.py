@@ -142,6 +142,13 @@ def available(dtype: Any = _F32) -> bool:
     return settings.current().numba and blas.provider() == "numpy" and compiled.enabled() and tiles() is not None
 
 
+def addresses() -> Array | None:
+    """The float32 tiles' addresses, in the order :mod:`._numba_plan`'s panel loop takes them, for a compiled
+    loop that multiplies by panels of its own (attention's heads); None where :func:`available` is not."""
+    tiles = _tiles() if available() else None
+    return None if tiles is None else tiles.addresses
+
+
 def packs(out_features: int, in_features: int, dtype: Any = _F32) -> bool:
     """Whether a weight of this shape and ``dtype`` is packed as :class:`FloatPanels` here: whole panels of
     columns, at least one input (an even count for bfloat16, whose tiles read inputs in pairs), and
@@ -239,4 +246,4 @@ def gemm(x: Array, panels: FloatPanels, out: Array | None = None) -> Array:
     return out
 
 
-__all__ = ["PANEL", "ROWS", "FloatPanels", "available", "gemm", "pack", "packs"]
+__all__ = ["PANEL", "ROWS", "FloatPanels", "addresses", "available", "gemm", "pack", "packs"]

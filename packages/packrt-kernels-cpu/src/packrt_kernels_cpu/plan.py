@@ -47,6 +47,9 @@ def _loops() -> Any:
     return compiled.module("packrt_kernels_cpu._numba_plan")
 
 
+_EVERY_KEY = np.empty((0, 0), np.bool_)  # tile_attention's mask where every key is seen
+
+
 def _launch(name: str, work: int, *args: Any) -> None:
     """:func:`compiled.launch` over the plan's loops: on the pool when the work is large."""
     compiled.launch(name, work, *args, loops=_loops())
@@ -323,6 +326,12 @@ def self_attention(
             np.copyto(scores, neg_inf, where=~key_mask[:, None, None, :])
         softmax_rows_in_place(np, scores, neg_inf)  # a query that may see no key gets zeros
         np.matmul(scores, v, out=context)
+        return out
+    tiles = float_tiles.addresses() if dim % float_tiles.PANEL == 0 else None
+    if tiles is not None:  # each head on one pool thread, its products on the panel tiles: no BLAS pool
+        mask = _EVERY_KEY if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
+        args = (tiles, qkv, mask, batch, heads, np.float32(factor), out, compiled.pool_size())
+        _launch("tile_attention", batch * heads * seq * seq * dim, *args)
         return out
     scores = blas.matmul(q, k.swapaxes(-1, -2), alpha=factor, out=scratch_f32((batch, heads, seq, seq)))
     flat = scores.reshape(-1, seq)
