@@ -113,6 +113,16 @@ def test_a_zero_row_gets_scale_one_and_a_non_finite_row_scale_nan() -> None:
     assert np.isnan(out[1:3]).all() and np.isfinite(out[[0, 3]]).all()
 
 
+@pytest.mark.parametrize("where", [0, 5, 21, 38])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_value_anywhere_in_a_wide_row_makes_its_scale_nan(where: int, bad: float) -> None:
+    """The row's range is read four values at a time, then the rest one by one: first, middle and tail."""
+    x = np.linspace(-2, 3, 4 * 39, dtype=np.float32).reshape(4, 39)
+    x[2, where] = bad
+    _, s, _ = int8.quantize_rows(x)
+    assert np.isnan(s[2]) and np.isfinite(s[[0, 1, 3]]).all()
+
+
 def test_quantize_rows_names_a_wrong_input() -> None:
     with pytest.raises(KernelDTypeError, match=r"x must be float32 \(rows, in_features\), got float64"):
         int8.quantize_rows(np.zeros((2, 3)))

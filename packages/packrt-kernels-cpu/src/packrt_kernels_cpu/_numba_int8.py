@@ -16,7 +16,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from packrt_kernels_cpu._numba_kernels import _serial, tasks, twins
+from packrt_kernels_cpu._numba_kernels import _reducing, _serial, tasks, twins
 from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
@@ -29,18 +29,46 @@ _ONE = np.float32(1.0)
 _NAN = np.float32(np.nan)
 
 
-@_serial
-def _quantize_span(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array, r0: int, r1: int) -> None:
-    """``q[i] = round(x[i] / scale[i]) + zero[i]`` clipped to 0..255, as uint8, per row of float32 ``x``,
-    given each row's ``lo = min(0, row)`` and ``hi = max(0, row)`` (NaN where the row holds NaN).
+@_reducing
+def _row_range(row: Array) -> tuple[Any, Any]:
+    """(min(0, row), max(0, row)) of a float32 row, four running minima and maxima at a time so that the
+    comparisons overlap (NaN may be skipped here: :func:`_holds_nan` is asked apart)."""
+    n = row.shape[0]
+    lo0 = lo1 = lo2 = lo3 = hi0 = hi1 = hi2 = hi3 = _ZERO
+    j = 0
+    while j + 4 <= n:
+        a, b, c, d = row[j], row[j + 1], row[j + 2], row[j + 3]
+        lo0, lo1, lo2, lo3 = min(lo0, a), min(lo1, b), min(lo2, c), min(lo3, d)
+        hi0, hi1, hi2, hi3 = max(hi0, a), max(hi1, b), max(hi2, c), max(hi3, d)
+        j += 4
+    lo, hi = min(min(lo0, lo1), min(lo2, lo3)), max(max(hi0, hi1), max(hi2, hi3))
+    while j < n:
+        lo, hi = min(lo, row[j]), max(hi, row[j])
+        j += 1
+    return lo, hi
 
-    The range maps onto 0..255: ``scale = (hi - lo) / 255``, ``zero = round(-lo / scale)``, so 0 is a
-    level of its own (padding and ReLU zeros stay exact). Rounding is half up (every level is >= 0
-    by then). A row of zeros gets scale 1; a row whose range is not finite (NaN, infinity) gets
-    scale NaN, which carries into every output of that row."""
+
+@_serial
+def _holds_nan(row: Array) -> bool:
+    """Whether the row holds a NaN: an integer OR over the comparisons, which vectorises without fastmath."""
+    found = np.int32(0)
+    for j in range(row.shape[0]):
+        found |= np.int32(row[j] != row[j])
+    return bool(found != 0)
+
+
+@_serial
+def _quantize_span(x: Array, q: Array, scale: Array, zero: Array, r0: int, r1: int) -> None:
+    """``q[i] = round(x[i] / scale[i]) + zero[i]`` clipped to 0..255, as uint8, per row of float32 ``x``.
+
+    Each row's range, ``lo = min(0, row)`` to ``hi = max(0, row)``, maps onto 0..255: ``scale = (hi - lo)
+    / 255``, ``zero = round(-lo / scale)``, so 0 is a level of its own (padding and ReLU zeros stay exact).
+    Rounding is half up (every level is >= 0 by then). A row of zeros gets scale 1; a row whose range is
+    not finite (NaN, infinity) gets scale NaN, which carries into every output of that row."""
     cols = x.shape[1]
     for i in range(r0, r1):
-        span = hi[i] - lo[i]
+        lo, hi = _row_range(x[i])
+        span = _NAN if _holds_nan(x[i]) else hi - lo
         if not np.isfinite(span):
             scale[i] = _NAN
             zero[i] = 0
@@ -52,7 +80,7 @@ def _quantize_span(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero:
         if not np.isfinite(inv):  # a span so small that 1/scale overflows: the row rounds to zeros
             s = _ONE
             inv = _ONE
-        z = min(max(np.float32(np.int32(-lo[i] * inv + _HALF)), _ZERO), _U8_MAX)
+        z = min(max(np.float32(np.int32(-lo * inv + _HALF)), _ZERO), _U8_MAX)
         scale[i] = s
         zero[i] = np.int32(z)
         for j in range(cols):
@@ -60,11 +88,11 @@ def _quantize_span(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero:
             q[i, j] = np.uint8(np.int32(v + _HALF))
 
 
-def _quantize_rows(x: Array, lo: Array, hi: Array, q: Array, scale: Array, zero: Array) -> None:
+def _quantize_rows(x: Array, q: Array, scale: Array, zero: Array) -> None:
     units = x.shape[0]
     split = tasks(units)
     for i in numba.prange(split):
-        _quantize_span(x, lo, hi, q, scale, zero, units * i // split, units * (i + 1) // split)
+        _quantize_span(x, q, scale, zero, units * i // split, units * (i + 1) // split)
 
 
 quantize_rows, quantize_rows_serial = twins(_quantize_rows)

@@ -70,10 +70,8 @@ def quantize_rows(x: Array) -> tuple[Array, Array, Array]:
     scale = np.empty(rows, _F32)
     zero = np.empty(rows, _I32)
     if x.size:
-        # numpy's row reductions are vectorised (and carry NaN); the pass that writes u is numba's.
-        lo = np.minimum(x.min(axis=1), 0.0)
-        hi = np.maximum(x.max(axis=1), 0.0)
-        compiled.launch("quantize_rows", x.size, x, lo, hi, u, scale, zero, loops=_compiled())
+        # each row's range and levels in one compiled pass, rows shared over the pool
+        compiled.launch("quantize_rows", x.size, x, u, scale, zero, loops=_compiled())
     else:
         scale[:] = 1.0
         zero[:] = 0
