@@ -141,3 +141,47 @@ def test_starting_numbas_pool_keeps_omp_num_threads() -> None:
     counts = _run(_OPENMP, env={"OMP_NUM_THREADS": "1"})
     assert counts, "no OpenMP runtime was loaded after a pooled kernel ran; the check is void"
     assert all(n == 1 for n in counts), f"OMP_NUM_THREADS=1, but after numba's pool started OpenMP reports {counts}"
+
+
+_QUIET = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from threadpoolctl import threadpool_info
+    from packrt_kernels_cpu import CpuBackend, block_tiles, blocks, float_tiles, pack_linear
+
+    def openblas():  # numpy's own (scipy's, where numba loads it later, serves no packrt product)
+        pools = threadpool_info()
+        return sorted({p["num_threads"] for p in pools if p["internal_api"] == "openblas" and "numpy" in p["filepath"]})
+
+    backend = CpuBackend()
+    backend.set_num_threads(2)
+    out = {"capped": openblas()}
+    if sys.argv[1] == "blocks":  # a decode row on the q8 dots
+        out["runs"] = block_tiles.available()
+        packed = blocks.pack_block_linear(blocks.random_blocks(np.random.default_rng(0), "Q8_0", 64, 64), "Q8_0", 64)
+        use = lambda: packed.forward(np.ones((1, 64), np.float32))
+    else:  # a float32 linear packed as panels
+        out["runs"] = float_tiles.available()
+        use = lambda: pack_linear(np.ones((64, 64), np.float32))
+    backend.set_num_threads(2)  # the cap given again: OpenBLAS back on 2 threads until the road is used
+    out["recapped"] = openblas()
+    use()
+    out["used"] = openblas()
+    out["reported"] = backend.get_num_threads()
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.parametrize("road", ["blocks", "panels"])
+def test_where_packrts_pool_carries_the_products_openblas_keeps_one_thread(road: str) -> None:
+    """OpenBLAS's idle workers spin against packrt's pool: once a road whose products run on the pool is used
+    (the q8 block dots, the panel tiles), numpy's OpenBLAS has one thread, and packrt still reports its cap."""
+    _two_cores()
+    out = _run(_QUIET, road)
+    if not out["runs"]:
+        pytest.skip(f"the {road} road does not run on this CPU")
+    assert out["capped"] == out["recapped"] == [2], f"set_num_threads(2) did not reach OpenBLAS: {out}"
+    assert out["used"] == [1], f"OpenBLAS kept {out['used']} threads beside packrt's pool on the {road} road"
+    assert out["reported"] == 2

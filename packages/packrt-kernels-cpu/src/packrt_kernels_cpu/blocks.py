@@ -27,7 +27,7 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
-from packrt_kernels_cpu import blas, block_tiles, compiled, settings
+from packrt_kernels_cpu import blas, block_tiles, compiled, settings, threads
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.scratch import scratch_f32
 
@@ -220,6 +220,8 @@ class PackedBlockLinear:
             if self.format.name in block_tiles.FORMATS and block_tiles.available()
             else 0
         )
+        if tile and blas.provider() == "numpy":
+            threads.pool_carries_products()
         self._chosen = (now, loops, tile)
         return loops, tile
 
@@ -234,7 +236,9 @@ class PackedBlockLinear:
         if out is None or out.dtype != cd or out.shape != (x2.shape[0], self.out_features):
             out = np.empty((x2.shape[0], self.out_features), cd)
         work = self.out_features * self.in_features
-        loops, tile = self._road() if cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS else (None, 0)
+        loops, tile = self._road()  # asked on every call: choosing the q8 road also quiets OpenBLAS before a prefill
+        if not (cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS):
+            loops, tile = None, 0
         if tile:
             compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=loops, least=Q8_PARALLEL)
         elif loops is not None:

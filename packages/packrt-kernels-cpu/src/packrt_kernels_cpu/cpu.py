@@ -20,12 +20,18 @@ class CpuBackend(ArrayBackend):
 
     def set_num_threads(self, n: int) -> None:
         """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the
-        fused kernels' numba pool at ``n`` threads."""
+        fused kernels' numba pool at ``n`` threads. Where packrt's panel tiles carry the products
+        (:func:`.float_tiles.available`), numpy's OpenBLAS is then kept to one thread: the pool does
+        the parallel work."""
         threadpool_limits(limits=n, user_api="blas")
         settings.update(threads=max(1, int(n)))  # MKL's and numba's pools follow (mkl, compiled)
 
     def get_num_threads(self) -> int:
-        """Threads the BLAS pool GEMMs run on uses now (1 when no threaded BLAS is linked)."""
+        """The cap :meth:`set_num_threads` set; before any, the threads the BLAS pool GEMMs run on uses
+        now (1 when no threaded BLAS is linked)."""
+        cap = settings.current().threads
+        if cap is not None:
+            return cap
         pools = [p for p in threadpool_info() if p.get("user_api") == "blas"]
         pools.sort(key=lambda p: p.get("internal_api") != blas.provider())  # the road's own pool first
         return int(pools[0]["num_threads"]) if pools else 1

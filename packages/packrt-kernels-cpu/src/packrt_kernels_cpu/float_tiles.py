@@ -26,7 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from packrt_kernels_cpu import blas, compiled, fused, llvm_tiles, settings
+from packrt_kernels_cpu import blas, compiled, fused, llvm_tiles, settings, threads
 
 Array = Any
 PANEL = llvm_tiles.PANEL  # output columns a tile computes
@@ -137,9 +137,15 @@ _bf16_tiles = llvm_tiles.OnFirstUse(_compile_bf16).get
 def available(dtype: Any = _F32) -> bool:
     """Whether the tiles of ``dtype`` (float32, or bfloat16 pairs) run here: numba's kernels on, a CPU with
     AVX-512 (and AVX512-BF16 for bfloat16), and GEMMs on numpy's BLAS road (where oneMKL is chosen, an
-    Intel CPU, its own small-GEMM and bfloat16 kernels are left to it)."""
+    Intel CPU, its own small-GEMM and bfloat16 kernels are left to it).
+
+    Where they run, packrt's pool does a forward's parallel products: numpy's OpenBLAS is kept to one
+    thread (:func:`.threads.pool_carries_products`)."""
     tiles = _bf16_tiles if np.dtype(dtype) == _BF16 else _tiles
-    return settings.current().numba and blas.provider() == "numpy" and compiled.enabled() and tiles() is not None
+    runs = settings.current().numba and blas.provider() == "numpy" and compiled.enabled() and tiles() is not None
+    if runs:
+        threads.pool_carries_products()
+    return runs
 
 
 def addresses() -> Array | None:

@@ -13,7 +13,9 @@ import contextlib
 import threading
 from collections.abc import Iterator
 
-from packrt_kernels_cpu import mkl
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
+
+from packrt_kernels_cpu import mkl, settings
 
 _local = threading.local()  # .serial: True inside on_this_thread
 
@@ -40,4 +42,23 @@ def on_this_thread() -> Iterator[None]:
             library.set_local_threads(before)
 
 
-__all__ = ["on_this_thread", "serial"]
+def pool_carries_products() -> None:
+    """Say that a road whose products run on packrt's pool is in use (the panel tiles, the block dots):
+    numpy's OpenBLAS is then kept to one thread, set once under each settings (a new thread cap, which
+    gives OpenBLAS its count again, is followed by this again at the next such road). OpenBLAS's idle
+    workers spin for up to 2^28 cycles after a threaded call, taking the cores packrt's pool needs: at 2
+    threads a SmolLM2 decode ran 88-110 tokens/s with OpenBLAS on two threads, 124 with it on one, and a
+    MiniLM forward no faster than on one thread. MKL, which shares the pool's OpenMP runtime, keeps its
+    count."""
+    now = settings.current()
+    if _quieted and _quieted[0] is now:
+        return
+    _quieted[:] = [now]
+    for library in ThreadpoolController().select(internal_api="openblas").lib_controllers:
+        library.set_num_threads(1)
+
+
+_quieted: list[settings.Settings] = []  # the settings under which OpenBLAS was last set to one thread
+
+
+__all__ = ["on_this_thread", "pool_carries_products", "serial"]
