@@ -41,12 +41,14 @@ class Built:
 @dataclass(frozen=True)
 class KernelCase:
     """A kernel case: ``name`` (the pytest-benchmark group and the A/B row), what it times, its builder,
-    and whether the ``--quick`` selection takes it."""
+    whether the ``--quick`` selection takes it, and the thread cap the A/B times it under (1: one kernel on
+    one core; 2: the pool's split of the work, where two pools fighting over the cores would show)."""
 
     name: str
     kernel: str
     build: Callable[[], Built]
     quick: bool = False
+    threads: int = 1
 
 
 def _rand(shape: tuple[int, ...], seed: int = 0, dtype: np.dtype[Any] = F32) -> np.ndarray:
@@ -504,6 +506,12 @@ CASES: tuple[KernelCase, ...] = (
     KernelCase("kernel-gemv-view", "gemv.gemv, borrowed (out, in) weight, 768 -> 3072", _gemv(packed=False)),
     KernelCase("kernel-attention", "scaled_dot_product_attention causal, 1x12x128x64", _attention, quick=True),
     KernelCase("kernel-plan-attention", "plan.self_attention from fused qkv, key mask, 128 tokens", _plan_attention),
+    KernelCase(
+        "kernel-plan-attention-2t",
+        "plan.self_attention as above, 2 threads (a head a task)",
+        _plan_attention,
+        threads=2,
+    ),
     KernelCase("kernel-decode-attention", "plan.decode_attention, 14/2 heads x 64 over 512 cached", _decode_attention),
     KernelCase("kernel-residual-layer-norm", "plan.residual_norm (LayerNorm), fp32 512x768", _residual_norm(False)),
     KernelCase("kernel-residual-rms-norm", "plan.residual_norm (RMSNorm), fp32 512x768", _residual_norm(True)),
