@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from packrt_base.blocks import BLOCK_FORMATS
-from packrt_kernels_cpu import block_tiles, blocks, compiled
+from packrt_kernels_cpu import block_tiles, blocks, compiled, float_tiles, threads
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.plan import plan_linear
 from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES
@@ -89,6 +89,28 @@ def test_a_linear_over_blocks_gives_x_times_the_dequantized_weight_plus_bias(
         rtol, atol = ROAD_TOLERANCES["float32"]
         scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
         np.testing.assert_allclose(got, expected, rtol=rtol, atol=atol * 10 + 1e-6 * scale)
+
+
+@pytest.mark.skipif(not float_tiles.available(), reason="no AVX-512 here: prefill rows take the BLAS")
+@pytest.mark.parametrize("rows", [blocks.ROW_LOOP_ROWS + 1, 13, 64])
+@pytest.mark.parametrize("name", FORMATS)
+def test_prefill_rows_over_whole_panels_take_the_tiles_with_the_same_bits_on_any_thread_count(
+    rng: np.random.Generator, name: str, rows: int
+) -> None:
+    """A weight of whole 32-row panels is dequantized straight into the float32 tiles' layout, panel run by
+    panel run over the pool: x @ W^T of llama.cpp's weights, each output's bits whatever the thread count."""
+    width, out = 512, 7 * 32
+    b = random_blocks(rng, name, out, width)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    pack = blocks.pack_block_linear(b, name, width)
+    pooled = pack.forward(x)
+    with threads.on_this_thread():
+        np.testing.assert_array_equal(pack.forward(x), pooled)
+    expected = x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
+    rtol, atol = ROAD_TOLERANCES["float32"]
+    scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
+    np.testing.assert_allclose(pooled, expected, rtol=rtol, atol=atol * 10 + 1e-6 * scale)
+    np.testing.assert_array_equal(pack.forward(x[:5])[3], pooled[3])  # a row's bits do not depend on the others
 
 
 @pytest.mark.parametrize("name", block_tiles.FORMATS)

@@ -129,12 +129,15 @@ def test_joined_int8_packs_quantize_the_activations_once_and_match_each_layer(rn
 @pytest.mark.usefixtures("kernel_path")
 @pytest.mark.parametrize("rows", [1, 3, 7])
 def test_joined_block_packs_give_each_layers_output_from_one_pass(rng: np.random.Generator, rows: int) -> None:
-    layers = [blocks.random_blocks(rng, "Q4_1", n, 64) for n in (32, 16, 16)]
-    biases = [rng.standard_normal(n).astype(np.float32) for n in (32, 16, 16)]
+    """Each layer whole 32-row panels, as a model's q, k and v are: its prefill rows take the same road (the
+    float32 tiles where they run) alone and joined, so each output has the same bits."""
+    widths = (64, 32, 32)
+    layers = [blocks.random_blocks(rng, "Q4_1", n, 64) for n in widths]
+    biases = [rng.standard_normal(n).astype(np.float32) for n in widths]
     packs = [blocks.pack_block_linear(w, "Q4_1", 64, b) for w, b in zip(layers, biases, strict=True)]
     assert cpu_plan.fuses(packs)
     joined = cpu_plan.plan_linear(packs, "silu")
-    assert joined.out_features == 64 and joined.nbytes == sum(p.nbytes for p in packs)
+    assert joined.out_features == 128 and joined.nbytes == sum(p.nbytes for p in packs)
     x = rng.standard_normal((rows, 64)).astype(np.float32)
     expected = np.concatenate([p.forward(x) for p in packs], axis=1)  # each row dot the same as alone
     np.testing.assert_array_equal(joined.forward(x), silu(expected))

@@ -15,6 +15,7 @@ import numba
 import numpy as np
 
 from packrt_kernels_cpu._numba_kernels import _serial, tasks, twins
+from packrt_kernels_cpu._numba_plan import _float_panels
 from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
@@ -153,6 +154,33 @@ def _dequantize_rows(blocks: Array, code: int, half: Array, out: Array) -> None:
 
 
 dequantize_rows, dequantize_rows_serial = twins(_dequantize_rows)
+
+_TILE_PANELS = 4  # weight panels of 32 rows dequantized at a time by one thread of the tile GEMM
+
+
+@_serial
+def _panel_span(tiles: Array, x: Array, blocks: Array, code: int, half: Array, out: Array, lo: int, hi: int) -> None:
+    """Columns ``32 lo`` to ``32 hi`` of ``out = x @ W^T``: the blocks' rows dequantized straight into the
+    float32 tiles' panel layout, a few panels at a time (they stay in L2), then multiplied by the tiles."""
+    panels = np.empty((_TILE_PANELS, x.shape[1], 32), np.float32)
+    for first in range(lo, hi, _TILE_PANELS):
+        last = min(hi, first + _TILE_PANELS)
+        for p in range(first, last):
+            for j in range(32):  # row j of the panel is its column j: written 128 bytes apart
+                dequantize_row(code, blocks[32 * p + j], half, panels[p - first, :, j])
+        _float_panels(tiles, out[:, 32 * first : 32 * last], x, panels, 0, last - first)
+
+
+def _block_tiles(tiles: Array, x: Array, blocks: Array, code: int, half: Array, out: Array, threads: int) -> None:
+    """``out`` (M, N) = ``x`` (M, K) times the weight rows ``blocks`` (N, row bytes) hold, N a multiple of 32:
+    one run of panels per thread (as the float32 panel GEMM), each dequantized as it is multiplied."""
+    count = blocks.shape[0] // 32
+    chunks = tasks(min(threads, count))
+    for c in numba.prange(chunks):
+        _panel_span(tiles, x, blocks, code, half, out, count * c // chunks, count * (c + 1) // chunks)
+
+
+block_tiles, block_tiles_serial = twins(_block_tiles)
 
 
 # The fused dots keep one partial sum per lane of a block (``acc``) and fold each block's scale into its

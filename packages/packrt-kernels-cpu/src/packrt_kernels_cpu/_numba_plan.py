@@ -141,13 +141,13 @@ gated, gated_serial = twins(_gated)
 
 @_serial
 def _float_panels(tiles: Array, out: Array, x: Array, panels: Array, lo: int, hi: int) -> None:
-    """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm` (``out`` (M, N) and ``x`` (M, K)
-    C-contiguous float32, ``panels`` (N / 32, K, 32)): 8-row tiles down the rows, then the ``M % 8``
+    """Panels lo:hi of :func:`packrt_kernels_cpu.float_tiles.gemm` (``out`` (M, N) float32 with contiguous rows,
+    ``x`` (M, K) C-contiguous float32, ``panels`` (N / 32, K, 32)): 8-row tiles down the rows, then the ``M % 8``
     left. ``tiles`` holds the tiles' addresses (``float_tiles._SHAPES``): ``tiles[r - 1]`` computes r rows
     of one panel, ``tiles[8]`` one row of 4 panels, ``tiles[9]`` two rows of 2. Rows go in blocks of 64,
     each across every panel, so a block's activations stay in L2 while the panels stream past."""
     rows, k = x.shape
-    ldo, lda = out.shape[1], k
+    ldo, lda = out.strides[0] // 4, k  # out may be a run of columns of a wider array (its rows' stride)
     o, a, b = out.ctypes.data, x.ctypes.data, panels.ctypes.data
     whole = rows // 8
     left = rows - whole * 8

@@ -27,7 +27,7 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
-from packrt_kernels_cpu import blas, block_tiles, compiled, settings, threads
+from packrt_kernels_cpu import blas, block_tiles, compiled, float_tiles, settings, threads
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.scratch import scratch_f32
 
@@ -251,7 +251,16 @@ class PackedBlockLinear:
         return shaped if dt == cd else astype(shaped, dt)
 
     def _panels(self, x2: Array, out: Array) -> None:
-        """``out = x2 @ W^T`` a dequantized panel of weight rows at a time."""
+        """``out = x2 @ W^T`` a dequantized panel of weight rows at a time: on the float32 tiles where they run
+        (the rows dequantized into their panel layout on packrt's pool), else through the BLAS."""
+        tiles = (
+            float_tiles.addresses() if x2.dtype == np.float32 and self.out_features % float_tiles.PANEL == 0 else None
+        )
+        if tiles is not None and out.flags.c_contiguous:
+            args = (tiles, x2, self.blocks, self.code, _HALF, out, compiled.pool_size())
+            work = x2.shape[0] * self.out_features * self.in_features
+            compiled.launch("block_tiles", work, *args, loops=_loops(), least=1 << 20)
+            return
         step = self.panel_rows()
         compiled_road = compiled.enabled()
         for r0 in range(0, self.out_features, step):

@@ -20,9 +20,9 @@ class CpuBackend(ArrayBackend):
 
     def set_num_threads(self, n: int) -> None:
         """Cap the BLAS thread pools (numpy's OpenBLAS, and MKL whether loaded yet or not) and the
-        fused kernels' numba pool at ``n`` threads. Where packrt's panel tiles carry the products
-        (:func:`.float_tiles.available`), numpy's OpenBLAS is then kept to one thread: the pool does
-        the parallel work."""
+        fused kernels' numba pool at ``n`` threads. Once a road whose products run on that pool is used
+        (the panel tiles, the quantized-block dots), numpy's OpenBLAS is kept to one thread again
+        (:func:`.threads.pool_carries_products`): the pool does the parallel work."""
         threadpool_limits(limits=n, user_api="blas")
         settings.update(threads=max(1, int(n)))  # MKL's and numba's pools follow (mkl, compiled)
 
