@@ -470,6 +470,31 @@ def _int8_quantize() -> Built:
     return Built(run, lambda: _f64(x), step / float(np.max(np.abs(x))))
 
 
+def _int8_linear(rows: int, k: int = 384, n: int = 1536) -> Callable[[], Built]:
+    """A packed int8 linear (packrt_kernels_cpu.int8.linear), k -> n with a bias as in MiniLM's MLP: the
+    activations quantized per row, the product (VNNI panels where the CPU has them, else the float32
+    chunks) and its way back to float32. Checked against the float64 product of the quantized values it
+    multiplies: only the float32 rounding of the last pass differs."""
+
+    def build() -> Built:
+        from packrt_kernels_cpu import int8, quantize_per_channel, vnni
+
+        x, b = _rand((rows, k)), _rand((n,), 2)
+        q, scale = quantize_per_channel(_rand((n, k), 1) * np.float32(0.05))
+        sums = int8.weight_sums(q)
+        panels = vnni.pack(q) if vnni.available() else None
+        out = np.empty((rows, n), np.float32)
+
+        def reference() -> np.ndarray:
+            u, x_scale, zero = int8.quantize_rows(x)
+            levels = (_f64(u) - zero[:, None]) * _f64(x_scale)[:, None]
+            return np.asarray(levels @ (_f64(q) * _f64(scale)[:, None]).T + _f64(b))
+
+        return Built(lambda: int8.linear(x, q, scale, sums, b, out=out, panels=panels), reference, 1e-5)
+
+    return build
+
+
 def _conv2d() -> Built:
     from packrt_kernels_cpu import conv2d, conv2d_geometry
 
@@ -518,6 +543,14 @@ CASES: tuple[KernelCase, ...] = (
     KernelCase("kernel-gated-silu", "plan.gated silu(gate) * up, fp32 128x2048", _gated),
     KernelCase("kernel-epilogue-gelu", "plan linear epilogue, bias + GELU in place, 128x3072", _epilogue),
     KernelCase("kernel-int8-quantize", "int8.quantize_rows, fp32 512x768", _int8_quantize),
+    *(
+        KernelCase(f"kernel-int8-linear-{rows}", f"int8.linear, {rows}x384 -> 1536 + bias", _int8_linear(rows))
+        for rows in (8, 1024)
+    ),
+    KernelCase("kernel-int8-linear-down-1024", "int8.linear, 1024x1536 -> 384 + bias", _int8_linear(1024, 1536, 384)),
+    KernelCase(
+        "kernel-int8-linear-1024-2t", "int8.linear, 1024x384 -> 1536 + bias, 2 threads", _int8_linear(1024), threads=2
+    ),
     *(
         KernelCase(
             f"kernel-blocks-{f.lower()}", f"blocks.PackedBlockLinear {f}, 1 row (decode)", _blocks(f, 1), f == "Q4_1"

@@ -119,6 +119,36 @@ row_sums, row_sums_serial = twins(_row_sums)
 
 
 @_serial
+def _signed_product(acc: Any, z: Any, w_sum: Any) -> Any:
+    """``acc - z * w_sum`` as float32: the int32 product of a row's uint8 levels and a weight column, less
+    its zero point's share, is the product of the signed levels, at most ``K * 255 * 128 < 2**31`` in
+    magnitude for ``K <= 65536``. It fits int32, so int32 arithmetic gives it exactly even where ``z *
+    w_sum`` wraps on the way (the wrap cancels), at twice int64's vector width. Every int8 road turns its
+    product back through this and :func:`_dequantize_row`'s scaling: the same bits on each."""
+    return np.float32(np.int32(acc - z * w_sum))
+
+
+@_serial
+def _dequantize_row(
+    acc: Array, zi: Any, si: Any, w_scale: Array, w_sum: Array, bias: Array, accumulate: bool, out: Array
+) -> None:
+    """``out[n] (+)= (acc[n] - zi * w_sum[n]) * si * w_scale[n] (+ bias[n])`` for one row, ``n < len(out)``
+    (:func:`_signed_product`). An empty ``bias`` is none; ``accumulate`` adds onto ``out`` (a later K
+    chunk) and skips the bias."""
+    z = np.int32(zi)
+    # One loop per case, so none branches per element (and each vectorises).
+    if accumulate:
+        for n in range(out.shape[0]):
+            out[n] += _signed_product(acc[n], z, w_sum[n]) * (si * w_scale[n])
+    elif bias.shape[0] > 0:
+        for n in range(out.shape[0]):
+            out[n] = _signed_product(acc[n], z, w_sum[n]) * (si * w_scale[n]) + bias[n]
+    else:
+        for n in range(out.shape[0]):
+            out[n] = _signed_product(acc[n], z, w_sum[n]) * (si * w_scale[n])
+
+
+@_serial
 def _dequantize_span(
     acc: Array,
     x_scale: Array,
@@ -131,27 +161,9 @@ def _dequantize_span(
     r0: int,
     r1: int,
 ) -> None:
-    """``out[i, n] (+)= (acc[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] (+ bias[n])``.
-
-    ``acc`` is the int32 product of the uint8 activations and the int8 weight; subtracting the zero
-    point's share (``x_zero * w_sum``, in int64 so it cannot wrap) leaves the product of the signed
-    activation levels. An empty ``bias`` is none; ``accumulate`` adds onto ``out`` (a later K chunk) and
-    skips the bias."""
-    cols = acc.shape[1]
-    has_bias = bias.shape[0] > 0
+    """Rows r0:r1 of the int32 product ``acc`` back in float32 (:func:`_dequantize_row`)."""
     for i in range(r0, r1):
-        zi = np.int64(x_zero[i])
-        si = x_scale[i]
-        # One loop per case, so none branches per element (and each vectorises).
-        if accumulate:
-            for n in range(cols):
-                out[i, n] += np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
-        elif has_bias:
-            for n in range(cols):
-                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n]) + bias[n]
-        else:
-            for n in range(cols):
-                out[i, n] = np.float32(np.int64(acc[i, n]) - zi * np.int64(w_sum[n])) * (si * w_scale[n])
+        _dequantize_row(acc[i], x_zero[i], x_scale[i], w_scale, w_sum, bias, accumulate, out[i])
 
 
 def _dequantize_product(
@@ -203,3 +215,74 @@ def _vnni_tiles(tiles: Array, out: Array, u: Array, panels: Array, groups: int) 
 
 
 vnni_tiles, vnni_tiles_serial = twins(_vnni_tiles)
+
+
+@_serial
+def _vnni_linear_span(
+    tiles: Array,
+    u: Array,
+    panels: Array,
+    groups: int,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    out: Array,
+    p0: int,
+    p1: int,
+) -> None:
+    """Panels ``p0:p1`` of :func:`packrt_kernels_cpu.vnni.linear`: each tile's 8 (or 1) rows x 32 columns of
+    int32 product land in a small buffer and go straight back to float32 in ``out`` (M, N) while they are
+    in L1, by :func:`_dequantize_row`'s arithmetic (a whole panel's 32 columns in a loop of fixed length,
+    which vectorises without a remainder)."""
+    rows, lda = u.shape
+    n = out.shape[1]
+    acc = np.empty((8, 32), np.int32)
+    o, a, b = acc.ctypes.data, u.ctypes.data, panels.ctypes.data
+    whole = rows // 8
+    full, one = tiles[0], tiles[1]
+    biased = bias.shape[0] > 0
+    for p in range(p0, p1):
+        panel = b + p * groups * 128
+        c0, c1 = p * 32, min(p * 32 + 32, n)
+        ws, wsum, bs = w_scale[c0:c1], w_sum[c0:c1], bias[c0:c1] if biased else bias
+        for i in range(whole + rows - whole * 8):  # 8-row tiles, then the rows left one by one
+            first = i * 8 if i < whole else whole * 8 + i - whole
+            count = 8 if i < whole else 1
+            call_tile(full if i < whole else one, o, 32, a + first * lda, lda, panel, groups)
+            for r in range(count):
+                row, got, z, si = out[first + r, c0:c1], acc[r], np.int32(x_zero[first + r]), x_scale[first + r]
+                if c1 - c0 < 32:
+                    _dequantize_row(got, z, si, ws, wsum, bs, False, row)
+                elif biased:
+                    for c in range(32):
+                        row[c] = _signed_product(got[c], z, wsum[c]) * (si * ws[c]) + bs[c]
+                else:
+                    for c in range(32):
+                        row[c] = _signed_product(got[c], z, wsum[c]) * (si * ws[c])
+
+
+def _vnni_linear(
+    tiles: Array,
+    u: Array,
+    panels: Array,
+    groups: int,
+    x_scale: Array,
+    x_zero: Array,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    out: Array,
+) -> None:
+    """The panels over the pool, one task a panel."""
+    units = (out.shape[1] + 31) // 32
+    split = tasks(units)
+    for p in numba.prange(split):
+        _vnni_linear_span(
+            tiles, u, panels, groups, x_scale, x_zero, w_scale, w_sum, bias, out,
+            units * p // split, units * (p + 1) // split,
+        )  # fmt: skip
+
+
+vnni_linear, vnni_linear_serial = twins(_vnni_linear)

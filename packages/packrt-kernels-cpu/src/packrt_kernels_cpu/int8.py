@@ -175,8 +175,7 @@ def linear(
         return out
     if panels is not None and k <= MAX_K and vnni.available():  # VNNI: the same integers, 4x float32's speed
         u, x_scale, x_zero = quantize_rows(x)
-        product = vnni.gemm(u, panels)
-        _dequantize(product, x_scale, x_zero, w_scale, w_sum, b, False, out)
+        vnni.linear(u, panels, x_scale, x_zero, w_scale, w_sum, b, out)  # dequantized tile by tile
         return out
     acc = np.empty((m, n), _I32)
     for k0 in range(0, k, MAX_K):  # one chunk for every layer short of 65536 inputs

@@ -113,6 +113,16 @@ def pack(q: Array) -> Panels:
     return Panels(np.ascontiguousarray(blocks).reshape(-1), n, k, groups)
 
 
+def _whole_groups(u: Array, panels: Panels) -> Array:
+    """``u`` with K padded with zero columns to whole groups of 4 (they multiply the weight's zero padding)."""
+    width = panels.groups * 4
+    if int(u.shape[1]) == width:
+        return u
+    padded = np.zeros((int(u.shape[0]), width), np.uint8)
+    padded[:, : u.shape[1]] = u
+    return padded
+
+
 def gemm(u: Array, panels: Panels) -> Array:
     """``u @ q.T`` exactly, int32 (M, N) (a view of an (M, N padded to 32) array), for uint8 ``u`` (M, K),
     C-contiguous, K = ``panels.in_features``; call only where :func:`available`."""
@@ -120,10 +130,7 @@ def gemm(u: Array, panels: Panels) -> Array:
     assert tiles is not None, "vnni.gemm called where vnni.available() is False"
     m = int(u.shape[0])
     width = panels.groups * 4
-    if int(u.shape[1]) != width:  # K not a multiple of 4: zero columns multiply the zero padding
-        padded = np.zeros((m, width), np.uint8)
-        padded[:, : u.shape[1]] = u
-        u = padded
+    u = _whole_groups(u, panels)
     columns = panels.padded_out
     out = np.empty((m, columns), np.int32)
     if m and columns and panels.groups:
@@ -135,4 +142,23 @@ def gemm(u: Array, panels: Panels) -> Array:
     return out[:, : panels.out_features]
 
 
-__all__ = ["PANEL", "ROWS", "Panels", "available", "gemm", "pack"]
+def linear(
+    u: Array, panels: Panels, x_scale: Array, x_zero: Array, w_scale: Array, w_sum: Array, bias: Array, out: Array
+) -> None:
+    """:func:`gemm` with :func:`packrt_kernels_cpu.int8.linear`'s way back to float32 done tile by tile:
+    ``out[i, n] = (product[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] + bias[n]`` (``bias``
+    empty: none), written into ``out`` (M, N) float32, each row contiguous. The bits of :func:`gemm`
+    followed by that pass, without the int32 product's round trip through memory or a second parallel
+    region; call only where :func:`available`, with K >= 1."""
+    tiles = _tiles()
+    assert tiles is not None, "vnni.linear called where vnni.available() is False"
+    m, n = (int(s) for s in out.shape)
+    if m == 0 or n == 0:
+        return
+    u = _whole_groups(u, panels)
+    loops = compiled.module("packrt_kernels_cpu._numba_int8")
+    args = (tiles.addresses, u, panels.data, panels.groups, x_scale, x_zero, w_scale, w_sum, bias, out)
+    compiled.launch("vnni_linear", m * panels.padded_out * panels.groups * 4, *args, loops=loops, least=_PARALLEL_MACS)
+
+
+__all__ = ["PANEL", "ROWS", "Panels", "available", "gemm", "linear", "pack"]
