@@ -167,6 +167,35 @@ def test_an_owned_pack_holds_a_copy_and_gives_it_back_a_borrowed_one_holds_nothi
     assert borrowed.nbytes == 0 and np.shares_memory(borrowed.blocks, b)
 
 
+def test_a_tied_table_packed_as_an_embedding_and_as_a_head_is_copied_once(rng: np.random.Generator) -> None:
+    table = random_blocks(rng, "Q8_0", 40, 64)
+    embedding = blocks.pack_block_embedding(table, "Q8_0", 64)
+    head = blocks.pack_block_linear(table, "Q8_0", 64)
+    assert head.blocks is embedding.blocks and not np.shares_memory(head.blocks, table)
+    assert embedding.nbytes == table.nbytes and head.nbytes == 0, "the shared copy is counted once, by the first"
+    np.testing.assert_array_equal(head.unpack()[0], table)
+    x = rng.standard_normal((3, 64)).astype(np.float32)
+    np.testing.assert_array_equal(head.forward(x), blocks.pack_block_linear(table.copy(), "Q8_0", 64).forward(x))
+
+
+def test_a_table_whose_bytes_changed_since_the_first_pack_gets_a_copy_of_its_own(rng: np.random.Generator) -> None:
+    table = random_blocks(rng, "Q8_0", 8, 64)
+    first = blocks.pack_block_embedding(table, "Q8_0", 64)
+    table[0, 5] ^= 0xFF  # an edit through the source after the first pack: the first keeps what it read
+    second = blocks.pack_block_linear(table, "Q8_0", 64)
+    assert second.blocks is not first.blocks and second.nbytes == table.nbytes
+    np.testing.assert_array_equal(second.unpack()[0], table)
+    assert first.unpack()[0, 5] != table[0, 5]
+
+
+def test_once_the_first_pack_is_gone_a_new_pack_copies_and_counts_its_blocks(rng: np.random.Generator) -> None:
+    table = random_blocks(rng, "Q4_0", 8, 64)
+    first = blocks.pack_block_linear(table, "Q4_0", 64)
+    del first
+    again = blocks.pack_block_linear(table, "Q4_0", 64)
+    assert again.nbytes == table.nbytes and not again.shared
+
+
 def test_a_plan_linear_over_blocks_applies_its_activation_to_the_pack_output(rng: np.random.Generator) -> None:
     b = random_blocks(rng, "Q4_K", 16, 256)
     pack = blocks.pack_block_linear(b, "Q4_K", 256)

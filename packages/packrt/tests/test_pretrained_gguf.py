@@ -160,6 +160,18 @@ def test_quantised_linears_serve_their_blocks_and_give_transformers_gguf_logits(
         assert rows["layers.1.mlp.down"].mapped > 0 and rows["layers.1.mlp.down"].converted == 0
 
 
+def test_a_head_tied_to_a_quantised_embedding_packs_no_second_copy_of_the_table(
+    gguf: ModuleType, models: dict[str, Any], tmp_path: Path
+) -> None:
+    model = from_pretrained(write_gguf(gguf, models["qwen2"], tmp_path / "tied.gguf", "Q8_0"))
+    model(packrt.from_numpy(_ids(1)))  # packs every layer
+    table = model.embed.weight.nbytes
+    assert model.embed.resident_pack_bytes == table
+    assert model.lm_head.resident_pack_bytes == 0, "the head multiplies the embedding's packed blocks"
+    rows = {row.path: row for row in nn.memory_report(model)}
+    assert rows["embed"].packed == table and rows["lm_head"].packed == 0
+
+
 def test_stored_types_and_quantised_blocks_serve_as_stored_unless_a_dtype_is_asked(
     gguf: ModuleType, models: dict[str, Any], tmp_path: Path
 ) -> None:

@@ -21,6 +21,8 @@ The q8 road differs by the activations' rounding as well (bounded in :mod:`.bloc
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Final
 
 import numpy as np
@@ -186,18 +188,51 @@ def _loops() -> Any:
     return compiled.module("packrt_kernels_cpu._numba_blocks")
 
 
+_copies: dict[tuple[int, int, tuple[int, ...]], weakref.ref[np.ndarray[Any, Any]]] = {}
+_copies_lock = threading.Lock()
+
+
+def _owned_copy(blocks: Array) -> tuple[Array, bool]:
+    """``(copy, shared)``: a C-contiguous uint8 copy of ``blocks`` for an owned pack. Where a live pack
+    already holds a copy made from the same place (address, size, shape) and its bytes still equal ``blocks``,
+    that copy is returned (``shared`` True) instead of a second one: a tied weight, such as a GGUF's token
+    embedding and the LM head that reads its blocks, packs once. A pack's blocks are never written, so sharing
+    them is safe; the byte comparison keeps a pack from serving values its source no longer holds."""
+    source = np.asarray(blocks)
+    key = (int(source.__array_interface__["data"][0]), int(source.nbytes), tuple(source.shape))
+    with _copies_lock:
+        found = _copies.get(key)
+        earlier = None if found is None else found()
+        if earlier is not None and np.array_equal(earlier, source):
+            return earlier, True
+        own = np.array(source, dtype=np.uint8, order="C", copy=True)  # writeable: numba compiles read-only apart
+
+        def forget(ref: weakref.ref[np.ndarray[Any, Any]], key: tuple[int, int, tuple[int, ...]] = key) -> None:
+            with _copies_lock:
+                if _copies.get(key) is ref:
+                    del _copies[key]
+
+        _copies[key] = weakref.ref(own, forget)
+        return own, False
+
+
 class PackedBlockLinear:
     """``x @ W^T + b`` with ``W`` kept as quantized blocks (see the module docstring); ``b`` float32 or None.
 
     ``owned``: the blocks are the pack's own copy (an owned pack, which ``unpack`` gives back); otherwise a
-    view of the declared array (borrowed), for which :attr:`nbytes` is 0."""
+    view of the declared array (borrowed), for which :attr:`nbytes` is 0. ``shared``: the owned blocks are another
+    pack's copy of the same weight (a tied one: :func:`_owned_copy`), counted in that pack's :attr:`nbytes`, not
+    this one's."""
 
-    def __init__(self, blocks: Array, fmt: BlockFormat, in_features: int, b: Array | None, owned: bool) -> None:
-        self.blocks, self.format, self.b, self.owned = blocks, fmt, b, owned
+    def __init__(
+        self, blocks: Array, fmt: BlockFormat, in_features: int, b: Array | None, owned: bool, shared: bool = False
+    ) -> None:
+        self.blocks, self.format, self.b, self.owned, self.shared = blocks, fmt, b, owned, shared
         self.out_features, self.in_features = int(blocks.shape[0]), in_features
         self.code = CODES[fmt.name]
         self._chosen: tuple[Any, Any, int] | None = None  # (settings, loops, q8 tile) of _road
-        self.nbytes = int(blocks.nbytes) + (0 if b is None else int(b.nbytes)) if owned else 0
+        bias = 0 if b is None else int(b.nbytes)
+        self.nbytes = (bias + (0 if shared else int(blocks.nbytes))) if owned else 0
 
     def unpack(self) -> tuple[Array, Array | None]:
         """New arrays equal bit for bit to those packed: (blocks, bias)."""
@@ -287,12 +322,19 @@ class PackedBlockLinear:
 
 class PackedBlockEmbedding:
     """Rows of an embedding table kept as quantized blocks: ``forward(ids)`` dequantizes the rows it picks (float32,
-    ``ids.shape + (embedding_dim,)``), the blocks of the others untouched. ``owned``: as :class:`PackedBlockLinear`."""
+    ``ids.shape + (embedding_dim,)``), the blocks of the others untouched. ``owned`` and ``shared``: as
+    :class:`PackedBlockLinear`."""
 
-    def __init__(self, blocks: Array, fmt: BlockFormat, embedding_dim: int, owned: bool) -> None:
-        self.blocks, self.format, self.embedding_dim, self.owned = blocks, fmt, embedding_dim, owned
+    def __init__(self, blocks: Array, fmt: BlockFormat, embedding_dim: int, owned: bool, shared: bool = False) -> None:
+        self.blocks, self.format, self.embedding_dim, self.owned, self.shared = (
+            blocks,
+            fmt,
+            embedding_dim,
+            owned,
+            shared,
+        )
         self.code = CODES[fmt.name]
-        self.nbytes = int(blocks.nbytes) if owned else 0
+        self.nbytes = int(blocks.nbytes) if owned and not shared else 0
 
     def unpack(self) -> Array:
         """A new array equal bit for bit to the blocks packed."""
@@ -318,9 +360,11 @@ class PackedBlockEmbedding:
 
 
 def pack_block_embedding(blocks: Array, block_format: str, embedding_dim: int) -> PackedBlockEmbedding:
-    """An owned pack: a C-contiguous copy of the table's blocks."""
+    """An owned pack: a C-contiguous copy of the table's blocks (one a tied head's pack made already, if any:
+    :func:`_owned_copy`)."""
     fmt = check_blocks(blocks, block_format, embedding_dim)
-    return PackedBlockEmbedding(np.array(blocks, dtype=np.uint8, order="C", copy=True), fmt, embedding_dim, True)
+    own, shared = _owned_copy(blocks)
+    return PackedBlockEmbedding(own, fmt, embedding_dim, True, shared)
 
 
 def borrow_block_embedding(blocks: Array, block_format: str, embedding_dim: int) -> PackedBlockEmbedding:
@@ -338,11 +382,12 @@ def _bias(b: Array | None, out_features: int) -> Array | None:
 
 
 def pack_block_linear(blocks: Array, block_format: str, in_features: int, b: Array | None = None) -> PackedBlockLinear:
-    """An owned pack: a C-contiguous copy of the blocks (and of the bias, widened to float32 from half)."""
+    """An owned pack: a C-contiguous copy of the blocks (one a tied embedding's pack made already, if any:
+    :func:`_owned_copy`), and of the bias, widened to float32 from half."""
     fmt = check_blocks(blocks, block_format, in_features)
     bias = _bias(b, int(blocks.shape[0]))
-    own = np.array(blocks, dtype=np.uint8, order="C", copy=True)
-    return PackedBlockLinear(own, fmt, in_features, None if bias is None else bias.copy(), owned=True)
+    own, shared = _owned_copy(blocks)
+    return PackedBlockLinear(own, fmt, in_features, None if bias is None else bias.copy(), owned=True, shared=shared)
 
 
 def borrow_block_linear(
