@@ -92,7 +92,13 @@ def test_every_pooled_kernel_has_a_serial_twin_that_starts_no_parallel_region() 
                 assert twin is not None, f"{module}.{name} runs on the pool and has no {name}_serial"
                 assert not twin.targetoptions.get("parallel"), f"{module}.{name}_serial is compiled parallel"
                 checked.append(name)
-    tiled = {"float_tiles", "vnni_tiles", "vnni_linear", "tile_attention"}  # their bits: test_*_tiles, test_vnni
+    tiled = {
+        "float_tiles",
+        "vnni_tiles",
+        "vnni_linear",
+        "vnni_rows",
+        "tile_attention",
+    }  # their bits: test_*_tiles, test_vnni
     assert {name for _, name, _ in _CASES} | tiled == set(checked)
 
 

@@ -221,22 +221,25 @@ vnni_tiles, vnni_tiles_serial = twins(_vnni_tiles)
 def _vnni_linear_span(
     tiles: Array,
     u: Array,
-    panels: Array,
-    groups: int,
+    rows: int,
     x_scale: Array,
     x_zero: Array,
+    panels: Array,
+    groups: int,
     w_scale: Array,
     w_sum: Array,
     bias: Array,
     out: Array,
+    row0: int,
     p0: int,
     p1: int,
 ) -> None:
-    """Panels ``p0:p1`` of :func:`packrt_kernels_cpu.vnni.linear`: each tile's 8 (or 1) rows x 32 columns of
-    int32 product land in a small buffer and go straight back to float32 in ``out`` (M, N) while they are
-    in L1, by :func:`_dequantize_row`'s arithmetic (a whole panel's 32 columns in a loop of fixed length,
-    which vectorises without a remainder)."""
-    rows, lda = u.shape
+    """Panels ``p0:p1`` of :func:`packrt_kernels_cpu.vnni.linear` for the first ``rows`` rows of the uint8
+    activations ``u`` (C-contiguous, K padded to ``4 * groups``), written to ``out`` rows ``row0`` on: each
+    tile's 8 (or 1) rows x 32 columns of int32 product land in a small buffer and go straight back to float32
+    while they are in L1, by :func:`_dequantize_row`'s arithmetic (a whole panel's 32 columns in a loop of
+    fixed length, which vectorises without a remainder)."""
+    lda = u.shape[1]
     n = out.shape[1]
     acc = np.empty((8, 32), np.int32)
     o, a, b = acc.ctypes.data, u.ctypes.data, panels.ctypes.data
@@ -252,7 +255,8 @@ def _vnni_linear_span(
             count = 8 if i < whole else 1
             call_tile(full if i < whole else one, o, 32, a + first * lda, lda, panel, groups)
             for r in range(count):
-                row, got, z, si = out[first + r, c0:c1], acc[r], np.int32(x_zero[first + r]), x_scale[first + r]
+                row, got = out[row0 + first + r, c0:c1], acc[r]
+                z, si = np.int32(x_zero[first + r]), x_scale[first + r]
                 if c1 - c0 < 32:
                     _dequantize_row(got, z, si, ws, wsum, bs, False, row)
                 elif biased:
@@ -266,23 +270,68 @@ def _vnni_linear_span(
 def _vnni_linear(
     tiles: Array,
     u: Array,
-    panels: Array,
-    groups: int,
     x_scale: Array,
     x_zero: Array,
+    panels: Array,
+    groups: int,
     w_scale: Array,
     w_sum: Array,
     bias: Array,
     out: Array,
 ) -> None:
-    """The panels over the pool, one task a panel."""
+    """Quantized activations times the panels, one task a panel (for few rows)."""
     units = (out.shape[1] + 31) // 32
     split = tasks(units)
     for p in numba.prange(split):
         _vnni_linear_span(
-            tiles, u, panels, groups, x_scale, x_zero, w_scale, w_sum, bias, out,
+            tiles, u, u.shape[0], x_scale, x_zero, panels, groups, w_scale, w_sum, bias, out, 0,
             units * p // split, units * (p + 1) // split,
         )  # fmt: skip
 
 
 vnni_linear, vnni_linear_serial = twins(_vnni_linear)
+
+ROW_CHUNK = 64  # rows a task of vnni_rows quantizes and multiplies by every panel (their uint8 stay in L1/L2)
+
+
+@_serial
+def _vnni_rows_span(
+    tiles: Array,
+    x: Array,
+    panels: Array,
+    groups: int,
+    w_scale: Array,
+    w_sum: Array,
+    bias: Array,
+    out: Array,
+    c0: int,
+    c1: int,
+) -> None:
+    """Chunks ``c0:c1`` of ``ROW_CHUNK`` rows of float32 ``x``: each chunk's rows quantized
+    (:func:`_quantize_span`, row by row as :func:`_quantize_rows` does) into a buffer of this task's, then
+    multiplied by every panel and turned back into float32 (:func:`_vnni_linear_span`)."""
+    rows = x.shape[0]
+    u = np.zeros((ROW_CHUNK, groups * 4), np.uint8)  # K's padding to whole groups stays zero
+    scale = np.empty(ROW_CHUNK, np.float32)
+    zero = np.empty(ROW_CHUNK, np.int32)
+    every = (out.shape[1] + 31) // 32
+    for c in range(c0, c1):
+        r0 = c * ROW_CHUNK
+        count = min(ROW_CHUNK, rows - r0)
+        _quantize_span(x[r0 : r0 + count], u, scale, zero, 0, count)
+        _vnni_linear_span(tiles, u, count, scale, zero, panels, groups, w_scale, w_sum, bias, out, r0, 0, every)
+
+
+def _vnni_rows(
+    tiles: Array, x: Array, panels: Array, groups: int, w_scale: Array, w_sum: Array, bias: Array, out: Array
+) -> None:
+    """Float32 activations quantized and multiplied a chunk of rows a task: one parallel region in all."""
+    units = (x.shape[0] + ROW_CHUNK - 1) // ROW_CHUNK
+    split = tasks(units)
+    for t in numba.prange(split):
+        _vnni_rows_span(
+            tiles, x, panels, groups, w_scale, w_sum, bias, out, units * t // split, units * (t + 1) // split
+        )
+
+
+vnni_rows, vnni_rows_serial = twins(_vnni_rows)

@@ -142,23 +142,31 @@ def gemm(u: Array, panels: Panels) -> Array:
     return out[:, : panels.out_features]
 
 
-def linear(
-    u: Array, panels: Panels, x_scale: Array, x_zero: Array, w_scale: Array, w_sum: Array, bias: Array, out: Array
-) -> None:
-    """:func:`gemm` with :func:`packrt_kernels_cpu.int8.linear`'s way back to float32 done tile by tile:
-    ``out[i, n] = (product[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] + bias[n]`` (``bias``
-    empty: none), written into ``out`` (M, N) float32, each row contiguous. The bits of :func:`gemm`
-    followed by that pass, without the int32 product's round trip through memory or a second parallel
-    region; call only where :func:`available`, with K >= 1."""
+def linear(x: Array, panels: Panels, w_scale: Array, w_sum: Array, bias: Array, out: Array) -> None:
+    """:func:`packrt_kernels_cpu.int8.linear` on the panels: float32 ``x`` (M, K) C-contiguous, each row quantized
+    (:func:`packrt_kernels_cpu.int8.quantize_rows`), multiplied, and turned back into float32 tile by tile,
+    ``out[i, n] = (product[i, n] - x_zero[i] * w_sum[n]) * x_scale[i] * w_scale[n] + bias[n]`` (``bias`` empty:
+    none) into ``out`` (M, N) float32, C-contiguous: the bits of :func:`gemm` followed by that pass, without the
+    int32 product's round trip through memory. From ``ROW_CHUNK`` rows up each task of the pool quantizes a chunk
+    of rows and multiplies it by every panel, so the whole layer is one parallel region; fewer rows are
+    quantized first and shared out by panels. Call only where :func:`available`, with K >= 1."""
     tiles = _tiles()
     assert tiles is not None, "vnni.linear called where vnni.available() is False"
     m, n = (int(s) for s in out.shape)
     if m == 0 or n == 0:
         return
-    u = _whole_groups(u, panels)
     loops = compiled.module("packrt_kernels_cpu._numba_int8")
-    args = (tiles.addresses, u, panels.data, panels.groups, x_scale, x_zero, w_scale, w_sum, bias, out)
-    compiled.launch("vnni_linear", m * panels.padded_out * panels.groups * 4, *args, loops=loops, least=_PARALLEL_MACS)
+    work = m * panels.padded_out * panels.groups * 4
+    if m >= loops.ROW_CHUNK:
+        by_rows = (tiles.addresses, x, panels.data, panels.groups, w_scale, w_sum, bias, out)
+        compiled.launch("vnni_rows", work, *by_rows, loops=loops, least=_PARALLEL_MACS)
+        return
+    u = np.empty(x.shape, np.uint8)
+    x_scale, x_zero = np.empty(m, np.float32), np.empty(m, np.int32)
+    compiled.launch("quantize_rows", x.size, x, u, x_scale, x_zero, loops=loops)
+    u = _whole_groups(u, panels)
+    args = (tiles.addresses, u, x_scale, x_zero, panels.data, panels.groups, w_scale, w_sum, bias, out)
+    compiled.launch("vnni_linear", work, *args, loops=loops, least=_PARALLEL_MACS)
 
 
 __all__ = ["PANEL", "ROWS", "Panels", "available", "gemm", "linear", "pack"]
