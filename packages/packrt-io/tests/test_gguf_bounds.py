@@ -85,6 +85,38 @@ def test_a_string_array_whose_last_length_runs_past_the_end_is_refused_naming_th
     _refused(path, r"key 'tokenizer.ggml.tokens' gives string 1 a length of 1000000 bytes")
 
 
+@pytest.mark.parametrize(
+    ("bad", "reason"),
+    [
+        (b"ab\xc3", "unexpected end of data at byte 2"),  # a character cut off at the string's end
+        (b"\xa9x", "invalid start byte at byte 0"),  # a continuation byte first: the end of the string before it
+        (b"x\xffy", "invalid start byte at byte 1"),
+    ],
+)
+def test_a_string_of_an_array_that_is_not_utf8_is_refused_naming_it_and_why(
+    tmp_path: Path, bad: bytes, reason: str
+) -> None:
+    # one decode checks the whole run: a character may not run across two strings, each is named on its own
+    words = [_string("ok"), _string("caf\u00e9"), struct.pack("<Q", len(bad)) + bad, _string("z")]
+    items = struct.pack("<IQ", STRING, len(words)) + b"".join(words)
+    path = _file(tmp_path / "utf8.gguf", [ARCH, _kv("tokenizer.ggml.tokens", ARRAY, items)], [])
+    _refused(path, rf"key 'tokenizer.ggml.tokens' holds string 2, which is not UTF-8 \({reason}\)")
+
+
+@pytest.mark.parametrize(
+    "after",
+    [b"\xa9b", b"x" * 0xA9],  # the next string's first byte, or the first byte of its length (169: 0xA9)
+)
+def test_a_string_that_is_utf8_only_joined_to_the_bytes_after_it_is_refused_naming_it(
+    tmp_path: Path, after: bytes
+) -> None:
+    # "\xc3" ending a string and an "\xa9" after it would make "\u00e9" were the run decoded as it lies
+    words = [struct.pack("<Q", 2) + b"a\xc3", struct.pack("<Q", len(after)) + after]
+    items = struct.pack("<IQ", STRING, 2) + b"".join(words)
+    path = _file(tmp_path / "split.gguf", [ARCH, _kv("tokenizer.ggml.tokens", ARRAY, items)], [])
+    _refused(path, r"holds string 0, which is not UTF-8 \(unexpected end of data at byte 1\)")
+
+
 def test_arrays_nested_past_the_bound_are_refused_not_a_recursion_error(tmp_path: Path) -> None:
     nested = struct.pack("<IQ", U32, 0)
     for _ in range(MAX_NESTING + 1):

@@ -13,15 +13,19 @@ not be read within the file:
   its blocks; its offset aligned to ``general.alignment``, after the previous tensor's end (in order, never
   overlapping) and its bytes inside the file, as llama.cpp's loader checks them.
 
-It walks the header only (no tensor data is read) and allocates nothing in proportion to a count.
+It walks the header only (no tensor data is read) and allocates nothing in proportion to a count it has not
+checked against the bytes left.
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+
+import numpy as np
 
 from packrt_core.errors import CheckpointError
 
@@ -118,23 +122,37 @@ class _Walk:
 
     def _strings(self, n: int) -> None:
         """Skip ``n`` strings (a vocabulary: tens of thousands), each length checked and each UTF-8 (the reader
-        decodes them, and a bare UnicodeDecodeError escaped it)."""
+        decodes them, and a bare UnicodeDecodeError escaped it). The lengths are walked one by one; the text is
+        checked in one decode of the run with every length replaced by newlines (ASCII, so a character cannot
+        run across two strings: the run decodes only if every string does), and a string is decoded alone only
+        to name the one that does not."""
         at, size, unpack = self.at, self.size, struct.unpack_from
+        first, lengths = at, []  # where each string's 8-byte length sits: one entry per 8 bytes walked at least
         with memoryview(self.data) as view:  # released before the mapping closes, even on an error
             for index in range(n):
                 if at + 8 > size:
                     self.at = at
                     raise self.fail(f"ends inside the length of its string {index} at offset {at}")
                 length = unpack("<Q", view, at)[0]
+                lengths.append(at)
                 at += 8
                 if length > size - at:
                     self.at = at
                     raise self.fail(f"gives string {index} a length of {length} bytes, but {size - at} bytes are left")
-                problem = _utf8_problem(view[at : at + length])
-                if problem:
-                    self.at = at
-                    raise self.fail(f"holds string {index}, which is not UTF-8 ({problem})")
                 at += length
+            with view[first:at] as run:
+                text = np.frombuffer(run, np.uint8).copy()
+            if lengths:
+                text[(np.asarray(lengths) - first)[:, None] + np.arange(8)] = ord("\n")
+            try:
+                text.tobytes().decode("utf-8")
+            except UnicodeDecodeError as err:
+                index = bisect.bisect_right(lengths, first + err.start) - 1
+                start = lengths[index] + 8
+                stop = lengths[index + 1] if index + 1 < len(lengths) else at
+                self.at = start
+                problem = _utf8_problem(view[start:stop])
+                raise self.fail(f"holds string {index}, which is not UTF-8 ({problem})") from err
         self.at = at
 
 
