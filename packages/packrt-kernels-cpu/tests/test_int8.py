@@ -102,6 +102,34 @@ def test_each_activation_row_is_recovered_within_half_its_step(
     assert u[0, 0] == z[0]  # zero is a level of its own: padding and ReLU zeros stay exactly zero
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 5),
+    cols=st.integers(1, 70),
+    scale=st.sampled_from([1e-30, 1e-3, 1.0, 1e30]),
+    shift=st.sampled_from([0.0, 3.0, -3.0]),
+    negative_zeros=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_each_rows_scale_and_zero_point_come_from_its_range_widened_to_hold_zero(
+    rows: int, cols: int, scale: float, shift: float, negative_zeros: bool, seed: int
+) -> None:
+    # scale = (max(0, row) - min(0, row)) / 255 and zero = round(-min / scale), in float32 as the rule states
+    rng = np.random.default_rng(seed)
+    x = ((rng.standard_normal((rows, cols)) + shift) * scale).astype(np.float32)
+    if negative_zeros:
+        x[:, ::3] = -0.0
+        x[-1] = -0.0  # a row of negative zeros: scale 1, zero point 0
+    _, s, z = int8.quantize_rows(x)
+    for row, got_scale, got_zero in zip(x, s, z, strict=True):
+        lo, hi = min(np.float32(0), row.min()), max(np.float32(0), row.max())
+        span = np.float32(hi - lo)
+        want = span / np.float32(255) if span > 0 else np.float32(1)
+        assert got_scale.view(np.uint32) == np.float32(want).view(np.uint32)
+        zero = np.int32(np.float32(-lo) * (np.float32(1) / np.float32(want)) + np.float32(0.5))
+        assert got_zero == min(max(zero, 0), 255)
+
+
 def test_a_zero_row_gets_scale_one_and_a_non_finite_row_scale_nan() -> None:
     x = np.array([[0.0, 0.0], [1.0, np.nan], [np.inf, 1.0], [2.0, -1.0]], np.float32)
     u, s, z = int8.quantize_rows(x)
