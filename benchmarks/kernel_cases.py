@@ -403,6 +403,21 @@ def _plan_attention() -> Built:
     return Built(lambda: plan.self_attention(qkv, 1, 12, key_mask, None, out), expected, 1e-4)
 
 
+def _plan_attention_small_heads() -> Built:
+    """MiniLM's attention: 8 sequences of 128 tokens, 12 heads of 32, no mask."""
+    from packrt_kernels_cpu import plan
+
+    qkv = _rand((8 * 128, 3 * 384))
+    out = np.empty((8 * 128, 384), np.float32)
+    split = qkv.reshape(8, 128, 3, 12, 32)
+    q, k, v = (split[:, :, i].transpose(0, 2, 1, 3) for i in range(3))
+
+    def expected() -> np.ndarray:
+        return _attention_ref(q, k, v, None).transpose(0, 2, 1, 3).reshape(8 * 128, 384)
+
+    return Built(lambda: plan.self_attention(qkv, 8, 12, None, None, out), expected, 1e-4)
+
+
 def _residual_norm(rms: bool) -> Callable[[], Built]:
     """The residual add and the norm after it; the residual grows by ``x`` each call (as in a model), which
     leaves the work per call unchanged."""
@@ -531,6 +546,9 @@ CASES: tuple[KernelCase, ...] = (
     KernelCase("kernel-gemv-view", "gemv.gemv, borrowed (out, in) weight, 768 -> 3072", _gemv(packed=False)),
     KernelCase("kernel-attention", "scaled_dot_product_attention causal, 1x12x128x64", _attention, quick=True),
     KernelCase("kernel-plan-attention", "plan.self_attention from fused qkv, key mask, 128 tokens", _plan_attention),
+    KernelCase(
+        "kernel-plan-attention-minilm", "plan.self_attention, 8x128 tokens, 12 heads of 32", _plan_attention_small_heads
+    ),
     KernelCase(
         "kernel-plan-attention-2t",
         "plan.self_attention as above, 2 threads (a head a task)",

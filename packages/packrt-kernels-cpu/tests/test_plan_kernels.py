@@ -249,6 +249,24 @@ def test_self_attention_on_the_panel_tiles_is_sdpa_over_the_split_heads_whatever
 
 
 @needs_tiles
+@pytest.mark.parametrize("bad", [np.nan, -np.nan, np.inf, -np.inf])
+def test_nan_or_infinity_in_a_query_or_key_reaches_the_rows_numpys_road_gives_it_on_the_tiles(
+    rng: np.random.Generator, bad: float
+) -> None:
+    # the scores' max is an integer maximum of ordered bits, and the sum may be reordered: neither may hide a NaN
+    qkv, _ = _attention_case(rng, 2, 40, 3, 32)
+    qkv[5, 1 * 32 + 7] = bad  # sequence 0, token 5, head 1's query
+    qkv[40 + 9, 3 * 32 + 2 * 32 + 4] = bad  # sequence 1, token 9, head 2's key: every query of that head sees it
+    out = cpu_plan.self_attention(qkv, 2, 3, None, None, np.empty((80, 96), np.float32))
+    with settings.override(numba=False):
+        reference = cpu_plan.self_attention(qkv, 2, 3, None, None, np.empty((80, 96), np.float32))
+    np.testing.assert_array_equal(np.isnan(out), np.isnan(reference))
+    if np.isnan(bad):
+        assert np.isnan(out[5, 32:64]).all() and np.isnan(out[40:80, 64:96]).all()
+        assert np.isnan(out).sum() == 32 + 40 * 32, "a NaN spreads over its own head's rows only"
+
+
+@needs_tiles
 def test_the_tile_attention_gives_the_same_bits_on_the_pool_and_on_the_calling_thread(
     rng: np.random.Generator,
 ) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from packrt_kernels_cpu._numba_kernels import _float32_from_bits, _serial, tasks, twins
+from packrt_kernels_cpu._numba_kernels import _float32_from_bits, _ordered, _serial, tasks, twins
 from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
@@ -27,16 +27,6 @@ _ZERO = np.float32(0.0)
 _HALF = np.float32(0.5)
 _ONE = np.float32(1.0)
 _NAN = np.float32(np.nan)
-
-
-_SIGN_OFF = np.int32(0x7FFFFFFF)
-
-
-@_serial
-def _ordered(bits: Any) -> Any:
-    """A float32's bits as an int32 that orders as the floats do (negative floats' magnitude bits flipped; the
-    map is its own inverse). Integer minima and maxima vectorise where float ones, which must mind NaN, do not."""
-    return bits ^ ((bits >> np.int32(31)) & _SIGN_OFF)
 
 
 @_serial

@@ -19,9 +19,10 @@ from packrt_kernels_cpu._numba_kernels import (
     RELU,
     SILU,
     _layer_norm_rows,
+    _reducing,
     _rms_norm_rows,
     _row_max,
-    _row_sum,
+    _row_top,
     _serial,
     activate_in_place,
     exp_value,
@@ -288,25 +289,15 @@ def _decode_attention(
 decode_attention, decode_attention_serial = twins(_decode_attention)
 
 
-@_serial
-def _softmax_scores(row: Array, keys: int, seen: Array, scale: np.float32) -> None:
-    """One query's scores ``row`` (``keys`` keys, then padding) become its attention weights in place:
-    scaled, ``-inf`` where ``seen`` (empty: every key) is False, softmax over the keys (zeros for a query
-    that sees none), and zeros over the padding. Each step its own loop, so that each vectorises."""
-    neg = np.float32(-np.inf)
-    for s in range(keys):
-        row[s] = row[s] * scale if seen.shape[0] == 0 or seen[s] else neg
-    top = _row_max(row[:keys])
-    if top == neg:
-        row[:] = 0
-        return
-    for s in range(keys):
-        row[s] = exp_value(row[s] - top)
-    inv = np.float32(1) / _row_sum(row[:keys])
-    for s in range(keys):
-        row[s] *= inv
-    for s in range(keys, row.shape[0]):
-        row[s] = 0
+@_reducing
+def _exp_sum(row: Array, top: Any) -> Any:
+    """``row`` becomes ``exp(row - top)`` in place (:func:`exp_value`, vectorised); returns the sum."""
+    total = np.float32(0)
+    for s in range(row.shape[0]):
+        e = exp_value(row[s] - top)
+        row[s] = e
+        total += e
+    return total
 
 
 @_serial
@@ -315,32 +306,50 @@ def _tile_attention_heads(
 ) -> None:
     """Heads lo:hi (counted over batch * heads) of self-attention read from the fused projection ``qkv``
     (batch * seq, 3 * heads * dim) into ``out`` (batch * seq, heads * dim), both products on the float32
-    tiles (:func:`_float_panels`): a head's keys are packed as the panels of ``q @ k^T`` and its values as
-    those of ``p @ v``, the sequence padded to whole panels of zero keys. ``mask`` (batch, seq) or empty."""
+    tiles (:func:`_float_panels`): a head's queries are copied scaled, its keys packed as the panels of
+    ``q @ k^T`` and its values as those of ``p @ v``, the sequence padded to whole panels of zero keys.
+    ``mask`` (batch, seq) or empty. Each query's scores become ``exp(score - max)`` with their sum, and the
+    context, 32 or 64 wide where the scores are ``seq``, is divided by that sum (a query that sees no key
+    gets zeros)."""
     seq = qkv.shape[0] // batch
     dim = qkv.shape[1] // (3 * heads)
     padded = (seq + 31) // 32 * 32
     q = np.empty((seq, dim), np.float32)
     keys = np.zeros((padded // 32, dim, 32), np.float32)
     values = np.zeros((dim // 32, padded, 32), np.float32)
-    scores = np.empty((seq, padded), np.float32)
+    scores = np.zeros((seq, padded), np.float32)  # the padding columns stay zero: zero weights
     context = np.empty((seq, dim), np.float32)
-    everyone = np.empty(0, np.bool_)
+    totals = np.empty(seq, np.float32)
+    neg = np.float32(-np.inf)
     for u in range(lo, hi):
         b, h = u // heads, u % heads
         for t in range(seq):
             row = qkv[b * seq + t]
             for j in range(dim):
-                q[t, j] = row[h * dim + j]
+                q[t, j] = row[h * dim + j] * scale
                 keys[t // 32, j, t % 32] = row[(heads + h) * dim + j]
                 values[j // 32, t, j % 32] = row[(2 * heads + h) * dim + j]
         _float_panels(tiles, scores, q, keys, 0, padded // 32)
-        seen = mask[b] if mask.shape[0] > 0 else everyone
         for t in range(seq):
-            _softmax_scores(scores[t], seq, seen, scale)
+            weights = scores[t, :seq]
+            if mask.shape[0] > 0:
+                for s in range(seq):
+                    if not mask[b, s]:
+                        weights[s] = neg
+            top = _row_top(weights)
+            if top == neg:  # sees no key
+                weights[:] = 0
+                totals[t] = 0
+            else:
+                totals[t] = _exp_sum(weights, top)
+            if padded > seq:
+                scores[t, seq:] = 0  # q . 0 = 0 unless q holds NaN or infinity
         _float_panels(tiles, context, scores, values, 0, dim // 32)
         for t in range(seq):
-            out[b * seq + t, h * dim : (h + 1) * dim] = context[t]
+            inv = np.float32(1) / totals[t] if totals[t] != 0 else np.float32(0)
+            target = out[b * seq + t, h * dim : (h + 1) * dim]
+            for j in range(dim):
+                target[j] = context[t, j] * inv
 
 
 def _tile_attention(
