@@ -1,6 +1,7 @@
 """The compiled loops of the int8 linear road (:mod:`packrt_kernels_cpu.int8`): quantize activations per
 row, sum the weight's rows, and turn the int32 product back into float32 with the scales and the
-bias in one pass.
+bias in one pass; on the VNNI panels (:mod:`packrt_kernels_cpu.vnni`) one loop does all three, a chunk of
+rows (or a run of panels) a task, each tile's product turned back while it is in L1.
 
 Each loop is a compiled serial loop over a span of its rows (or panels) and a body that splits the
 work into spans with ``prange``, compiled twice as in :mod:`._numba_kernels` (:func:`._numba_kernels.twins`):
