@@ -10,6 +10,8 @@ Where no lease is granted, the per-call identity check still refuses the calls a
 from __future__ import annotations
 
 import fcntl
+import gc
+import os
 import subprocess
 import sys
 import threading
@@ -114,6 +116,29 @@ def test_a_lease_asks_for_no_signal_so_its_break_cannot_end_the_process(tmp_path
     (mapped,) = packrt_io.mapped_files(model)
     assert fcntl.fcntl(mapped.fd, fcntl.F_GETOWN) == 0  # SIGIO's default action would end the process
     assert fcntl.fcntl(mapped.fd, fcntl.F_GETLEASE) == fcntl.F_RDLCK
+
+
+def test_a_dropped_model_closes_its_file_at_once_though_the_watcher_has_looked_at_it(tmp_path: Path) -> None:
+    # The watcher sleeps between looks: holding the files it looked at across that sleep kept a dropped
+    # model's descriptor and mapping open for a poll more (a failed load "holding nothing open" flaked on it).
+    model, path = _served(tmp_path)
+    time.sleep(5 * _lease.WATCH_S)  # the watcher has looked at the file, and sleeps again
+    assert _watcher_running()
+    del model
+    gc.collect()
+    assert _opened(path) == [], f"the watcher kept {path} open after its model was dropped"
+
+
+def _watcher_running() -> bool:
+    return any(thread.name == "packrt-io-leases" for thread in threading.enumerate())
+
+
+def _opened(path: Path) -> list[str]:
+    """This process's descriptors and mappings of ``path``."""
+    fds = [os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")]
+    with open("/proc/self/maps") as maps:
+        mapped = [line.split()[-1] for line in maps if len(line.split()) >= 6]
+    return [name for name in fds + mapped if name == str(path.resolve())]
 
 
 def test_a_renamed_over_file_breaks_no_lease_and_keeps_serving(tmp_path: Path) -> None:

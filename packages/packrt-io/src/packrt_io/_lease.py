@@ -129,15 +129,26 @@ def _watch() -> None:
     try:
         while True:
             time.sleep(WATCH_S)
-            with _lock:
-                items = list(_watched)
-                if not items:
-                    _watcher.clear()  # under the lock that watch() takes: a file added now starts a new one
-                    return
-            for item in items:
-                if breaking(item.fd):
-                    settle(item)
+            if not _look():
+                return
     except BaseException:  # the next watch() starts a new watcher
         with _lock:
             _watcher.clear()
         raise
+
+
+def _look() -> bool:
+    """Settle every pending break; False (and the watcher's slot cleared) once nothing is watched.
+
+    A function of its own so that its strong references to the items go when it returns: the watcher
+    sleeps holding none, and a model dropped meanwhile closes its file at once, not a poll later.
+    """
+    with _lock:
+        items = list(_watched)
+        if not items:
+            _watcher.clear()  # under the lock that watch() takes: a file added now starts a new one
+            return False
+    for item in items:
+        if breaking(item.fd):
+            settle(item)
+    return True
