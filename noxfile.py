@@ -514,23 +514,25 @@ def benchmarks(session: nox.Session) -> None:
 
 def _ab(session: nox.Session, *args: str) -> None:
     """benchmarks/ab.py in a light venv: the workers import packrt from each revision's sources, so only
-    the kernels' own dependencies are installed (those packrt-kernels-cpu's wheel declares)."""
-    _install_from_dist(session, "packrt-kernels-cpu")
+    the dependencies are installed (those packrt's wheel declares: the whole-model cases load models; no torch)."""
+    _install_from_dist(session, "packrt")
     session.chdir(str(ROOT))
     session.run("python", "benchmarks/ab.py", *args)
 
 
 @ci_session(requires=["build"])
 def benchmarks_ab(session: nox.Session) -> None:
-    """The same-run A/B gate of the --quick kernel cases against the previous commit, tolerant (a case
-    fails only when all of its interval lies above 1.5x), and the A/B's own quick tests. Skips where the
-    checkout has no previous commit (a shallow clone)."""
+    """CI's A/B gate against the previous commit: the --quick cases (kernels and whole models) whose packages'
+    sources changed, each judged by its interval (REGRESSED when the lower bound passes 1.10), a REGRESSED
+    case timed again on new workers and failing the session only when flagged twice; then the A/B's own
+    quick tests. Nothing is timed when no package's source changed. Skips where the checkout has no
+    previous commit (a shallow clone)."""
     previous = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "HEAD~1"], capture_output=True)
     if previous.returncode != 0:
         session.skip("this checkout has no HEAD~1 (a shallow clone?): nothing to run the A/B against")
-    _install_from_dist(session, "packrt-kernels-cpu", "pytest>=8", "pytest-benchmark>=4.0")
+    _install_from_dist(session, "packrt", "pytest>=8", "pytest-benchmark>=4.0")
     session.chdir(str(ROOT))
-    session.run("python", "benchmarks/ab.py", "--against", "HEAD~1", "--quick", "--threshold", "1.5")
+    session.run("python", "benchmarks/ab.py", "--against", "HEAD~1", "--quick", "--changed-only", "--confirm")
     session.run("python", "-m", "pytest", "benchmarks/test_ab.py", "-p", "no:cacheprovider", "-q")
 
 
@@ -538,7 +540,7 @@ def benchmarks_ab(session: nox.Session) -> None:
 def benchmarks_ab_gate(session: nox.Session) -> None:
     """The A/B gate end to end (benchmarks/test_ab.py --ab-gate, about 1.5 minutes on two cores): a 30%
     GELU slowdown seeded into a scratch copy is flagged on its case and no other; an unchanged copy passes."""
-    _install_from_dist(session, "packrt-kernels-cpu", "pytest>=8", "pytest-benchmark>=4.0")
+    _install_from_dist(session, "packrt", "pytest>=8", "pytest-benchmark>=4.0")
     session.chdir(str(ROOT))
     session.run("python", "-m", "pytest", "benchmarks/test_ab.py", "-p", "no:cacheprovider", "-q", "--ab-gate")
 

@@ -4,6 +4,7 @@ alternating rounds on this machine, reported as HEAD/REV per case with a bootstr
     python benchmarks/ab.py                      # against the merge base with main (HEAD~1 on main)
     python benchmarks/ab.py --against v0.1.0     # any git revision
     python benchmarks/ab.py --quick              # the --quick selection (kernel_cases.py), fewer rounds
+    python benchmarks/ab.py --quick --changed-only --confirm   # CI's gate (nox -s benchmarks_ab)
     nox -s benchmarks -- --against REV [--quick] # the same from nox
 
 REV's ``packages/*/src`` are extracted once per commit (``git archive``) under ``.benchmarks/ab/<sha>``
@@ -11,9 +12,11 @@ and reused. Two worker processes (``ab_worker.py``) import packrt, one from REV'
 HEAD's; every pool is pinned to one thread. Each round asks both, back to back and in alternating
 order, to time every case for the same number of calls, in process CPU time. ``ab_stats`` turns the
 paired rounds into HEAD/REV and its interval and flags a case only when the whole interval lies
-beyond the threshold. Exit status: 0 none REGRESSED, 1 some case REGRESSED, 2 the A/B could not run
-(a case's result wrong on either side, a worker failing). A case one side cannot build is listed as
-missing, not judged. Statistics and how to read a flag: docs/benchmarks.md.
+beyond the threshold. ``--changed-only`` times only the cases whose code differs between the two trees
+(kernel_cases.KernelCase.model says which packages that is); ``--confirm`` times each REGRESSED case again on
+new workers and keeps the flag only when the second run agrees. Exit status: 0 none REGRESSED, 1 some case
+REGRESSED, 2 the A/B could not run (a case's result wrong on either side, a worker failing). A case one side
+cannot build is listed as missing, not judged. Statistics and how to read a flag: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -102,6 +105,33 @@ def source_dirs(tree: Path) -> list[str]:
     if not found:
         raise ABError(f"{tree} has no packages/*/src: not a packrt tree")
     return found
+
+
+KERNEL_PACKAGES = frozenset({"packrt-base", "packrt-kernels-cpu"})  # all a kernel case's code comes from
+
+
+def changed_packages(head_tree: Path, rev_tree: Path) -> set[str]:
+    """The packages whose ``src`` differs between the two trees: a file added, removed or edited
+    (numba's and Python's caches left out)."""
+
+    def files(tree: Path) -> dict[Path, Path]:
+        found = {}
+        for src in tree.glob("packages/*/src"):
+            for path in src.rglob("*"):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    found[path.relative_to(tree)] = path
+        return found
+
+    head, rev = files(head_tree), files(rev_tree)
+    differ = head.keys() ^ rev.keys()
+    differ |= {p for p in head.keys() & rev.keys() if head[p].read_bytes() != rev[p].read_bytes()}
+    return {path.parts[1] for path in differ}
+
+
+def touched(cases: list[kernel_cases.KernelCase], changed: set[str]) -> list[kernel_cases.KernelCase]:
+    """The cases a change to the ``changed`` packages can slow: a whole-model case when any package's
+    sources changed, a kernel case when the kernels' own packages (:data:`KERNEL_PACKAGES`) did."""
+    return [c for c in cases if changed and (c.model or changed & KERNEL_PACKAGES)]
 
 
 class Side:
@@ -338,6 +368,16 @@ def _parser() -> argparse.ArgumentParser:
         "--pairs", type=int, default=PAIRS, help=f"HEAD/REV worker pairs the rounds rotate over (default {PAIRS})"
     )
     parser.add_argument("--threshold", type=float, default=THRESHOLD, help="HEAD/REV beyond which a case is flagged")
+    parser.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="only the cases whose packages' sources differ between the two trees (none: nothing is timed)",
+    )
+    parser.add_argument(
+        "--confirm",
+        action="store_true",
+        help="time the REGRESSED cases again on new workers; a case stays REGRESSED only when both runs say so",
+    )
     parser.add_argument("--json", type=Path, help="also write the results (per-round times included) here")
     return parser
 
@@ -350,27 +390,47 @@ def main(argv: list[str] | None = None) -> int:
     if args.threshold <= 1.0:
         print(f"--threshold must be above 1 (a ratio HEAD/REV), got {args.threshold}", file=sys.stderr)
         return 2
+    head_tree = args.tree.resolve()
     try:
-        names = [c.name for c in kernel_cases.select(args.cases.split(",") if args.cases else None, args.quick)]
+        cases = kernel_cases.select(args.cases.split(",") if args.cases else None, args.quick)
         if args.against_tree is not None:
             rev_tree, rev_name = args.against_tree.resolve(), str(args.against_tree)
         else:
             rev = args.against or default_against()
             sha, rev_tree = materialise(rev)
             rev_name = f"{rev} ({sha[:10]})"
+        if args.changed_only:
+            changed = changed_packages(head_tree, rev_tree)
+            cases = touched(cases, changed)
+            print(f"packages changed against {rev_name}: {', '.join(sorted(changed)) or 'none'}")
+            if not cases:
+                print("no case's code changed: nothing to time")
+                return 0
+        names = [c.name for c in cases]
         rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
-        result = run_ab(
-            args.tree.resolve(), rev_tree, names, rounds, args.threshold, max(args.max_rounds, rounds), args.pairs
-        )
+        max_rounds = max(args.max_rounds, rounds)
+        result = run_ab(head_tree, rev_tree, names, rounds, args.threshold, max_rounds, args.pairs)
+        head_name = "working tree" if head_tree == ROOT else str(args.tree)
+        print("\n".join(render(result, head_name, rev_name)))
+        flagged = [n for n, r in result["cases"].items() if r["flag"] == "REGRESSED"]
+        if args.confirm and flagged:
+            print(f"\nconfirming on new workers: {', '.join(flagged)}")
+            again = run_ab(head_tree, rev_tree, flagged, rounds, args.threshold, max_rounds, args.pairs)
+            print("\n".join(render(again, head_name, rev_name)))
+            for name, second in again["cases"].items():  # the verdict is the second run's: flagged twice
+                result["cases"][name]["first_flag"] = result["cases"][name]["flag"]
+                result["cases"][name]["flag"] = second["flag"]
+            result["confirmation"] = again
     except (ABError, KeyError) as err:
         print(f"ab: {err}", file=sys.stderr)
         return 2
-    head_name = "working tree" if args.tree.resolve() == ROOT else str(args.tree)
-    print("\n".join(render(result, head_name, rev_name)))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1))
-    return 1 if any(r["flag"] == "REGRESSED" for r in result["cases"].values()) else 0
+    confirmed = [n for n, r in result["cases"].items() if r["flag"] == "REGRESSED"]
+    if args.confirm and flagged:
+        print(f"\nREGRESSED in both runs: {', '.join(confirmed)}" if confirmed else "\nno case REGRESSED twice")
+    return 1 if confirmed else 0
 
 
 if __name__ == "__main__":

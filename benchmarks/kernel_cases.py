@@ -9,6 +9,9 @@ two revisions) time these same calls.
 packrt is imported inside each builder, never at module level: the A/B's workers put one revision's
 sources first on ``sys.path`` before a case is built, and a case a revision cannot build (a kernel it
 does not have yet) is reported missing for that side instead of stopping the run.
+
+Two whole-model cases close the list (``model=True``; model_cases.py): they run layers' ``forward`` and the
+glue between kernels, which no kernel case calls.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ml_dtypes
+import model_cases
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -42,13 +46,16 @@ class Built:
 class KernelCase:
     """A kernel case: ``name`` (the pytest-benchmark group and the A/B row), what it times, its builder,
     whether the ``--quick`` selection takes it, and the thread cap the A/B times it under (1: one kernel on
-    one core; 2: the pool's split of the work, where two pools fighting over the cores would show)."""
+    one core; 2: the pool's split of the work, where two pools fighting over the cores would show).
+    ``model``: a whole-model case (model_cases.py), which every package's sources can slow down, where a
+    kernel case depends on packrt-kernels-cpu's and packrt-base's alone."""
 
     name: str
     kernel: str
     build: Callable[[], Built]
     quick: bool = False
     threads: int = 1
+    model: bool = False
 
 
 def _rand(shape: tuple[int, ...], seed: int = 0, dtype: np.dtype[Any] = F32) -> np.ndarray:
@@ -67,6 +74,16 @@ def _torch(call: Callable[..., Any], *arrays: np.ndarray) -> Callable[[Any], Cal
         return lambda: call(torch, *tensors)
 
     return make
+
+
+def _model(make: Callable[[], model_cases.Made]) -> Callable[[], Built]:
+    """A whole-model case's builder: its call, the float64 twin's result as the reference, no torch side."""
+
+    def build() -> Built:
+        run, reference, tolerance = make()
+        return Built(run, reference, tolerance)
+
+    return build
 
 
 def _f64(a: Any) -> np.ndarray:
@@ -592,6 +609,20 @@ CASES: tuple[KernelCase, ...] = (
         for rows in (1, 2, 3, 4, 5, 6, 7, 8, 64)
     ),
     KernelCase("kernel-conv2d", "conv2d 3x3 pad 1, 1x32x32x32 -> 32", _conv2d),
+    KernelCase(
+        "model-encoder-1x16",
+        "a MiniLM-shaped BertEncoder's call (6 layers of 384), 1x16 tokens",
+        _model(model_cases.encoder),
+        quick=True,
+        model=True,
+    ),
+    KernelCase(
+        "model-decoder-decode",
+        f"a SmolLM2-shaped Llama's generate (4 layers of 576), {model_cases.NEW_TOKENS} greedy tokens after one",
+        _model(model_cases.decoder),
+        quick=True,
+        model=True,
+    ),
 )
 BY_NAME = {case.name: case for case in CASES}
 

@@ -164,6 +164,129 @@ def test_a_seed_naming_no_module_is_refused(tmp_path: Path) -> None:
         ab_seed.scratch_tree(tmp_path / "tree", ["packrt_kernels_cpu.nope:gelu"])
 
 
+def test_a_seed_on_a_method_slows_every_instance_of_its_class() -> None:
+    class Layer:
+        def forward(self, n: int) -> int:
+            return sum(range(n))
+
+    namespace: dict[str, Any] = {"Layer": Layer}
+    made_before = Layer()
+    exec(ab_seed.wrapper_source("Layer.forward", 1.0), namespace)
+    for layer in (made_before, Layer()):
+        start = time.thread_time()
+        assert layer.forward(300_000) == sum(range(300_000))  # self still reaches the method
+        spent = time.thread_time() - start
+        start = time.thread_time()
+        sum(range(300_000))
+        assert spent >= 1.5 * (time.thread_time() - start)
+
+
+def test_a_seed_with_a_condition_slows_only_the_calls_it_names() -> None:
+    namespace: dict[str, Any] = {"work": lambda n: sum(range(n))}
+    exec(ab_seed.wrapper_source("work", 20.0, when="args[0] % 2 == 1"), namespace)
+    start = time.thread_time()
+    namespace["work"](200_000)  # even: not seeded
+    even = time.thread_time() - start
+    start = time.thread_time()
+    namespace["work"](200_001)  # odd: 20x its own time again
+    odd = time.thread_time() - start
+    assert odd > 5 * even
+
+
+def test_a_seed_condition_that_is_not_an_expression_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"--when 'args\[0\] ==' is not a Python expression"):
+        ab_seed.scratch_tree(tmp_path / "tree", [SEED], when="args[0] ==")
+
+
+def test_a_seed_naming_no_class_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="defines no class 'Nope' to seed a method of"):
+        ab_seed.scratch_tree(tmp_path / "tree", ["packrt_kernels_cpu.fused:Nope.gelu"])
+
+
+# -- which cases a change can slow -----------------------------------------------------------------------
+def _edit(tree: Path, package: str, text: str = "\n# edited\n") -> None:
+    init = next((tree / "packages" / package / "src").glob("*/__init__.py"))
+    init.write_text(init.read_text() + text)
+
+
+def test_an_unchanged_copy_changes_no_package_and_caches_are_not_changes(tmp_path: Path) -> None:
+    tree = ab_seed.scratch_tree(tmp_path / "tree", [])
+    cache = tree / "packages" / "packrt-core" / "src" / "packrt_core" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "x.nbi").write_bytes(b"numba's index")
+    assert ab.changed_packages(tree, ROOT) == set()
+
+
+def test_an_edited_added_or_removed_file_changes_its_package(tmp_path: Path) -> None:
+    tree = ab_seed.scratch_tree(tmp_path / "tree", [])
+    _edit(tree, "packrt-kernels-cpu")
+    (tree / "packages" / "packrt-io" / "src" / "packrt_io" / "new.py").write_text("X = 1\n")
+    next((tree / "packages" / "packrt-hooks" / "src").rglob("*.py")).unlink()
+    assert ab.changed_packages(tree, ROOT) == {"packrt-kernels-cpu", "packrt-io", "packrt-hooks"}
+
+
+def test_a_kernel_change_times_kernel_and_model_cases_a_model_change_only_model_cases() -> None:
+    cases = kernel_cases.select(quick=True)
+    models = [c for c in cases if c.model]
+    assert models and len(models) < len(cases)
+    assert ab.touched(cases, {"packrt-kernels-cpu"}) == cases
+    assert ab.touched(cases, {"packrt-base", "packrt"}) == cases
+    assert ab.touched(cases, {"packrt"}) == models
+    assert ab.touched(cases, {"packrt-core", "packrt-io"}) == models
+    assert ab.touched(cases, set()) == []
+
+
+def test_the_gate_times_nothing_when_no_package_source_changed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    tree = ab_seed.scratch_tree(tmp_path / "tree", [])
+    assert ab.main(["--against-tree", str(ROOT), "--tree", str(tree), "--quick", "--changed-only"]) == 0
+    out = capsys.readouterr().out
+    assert "packages changed against" in out and ": none" in out
+    assert "no case's code changed: nothing to time" in out
+
+
+def _fake_runs(monkeypatch: pytest.MonkeyPatch, verdicts: list[dict[str, str]]) -> list[list[str]]:
+    """ab.run_ab replaced by runs answering ``verdicts`` in turn (case -> flag); returns the cases each timed."""
+    asked: list[list[str]] = []
+
+    def run_ab(head: Path, rev: Path, names: list[str], *rest: Any) -> dict[str, Any]:
+        flags = verdicts[len(asked)]
+        asked.append(list(names))
+        row = {"head_s": 1e-3, "rev_s": 1e-3, "ratio": 1.0, "low": 0.9, "high": 1.1, "rounds": 24}
+        cases = {n: {**row, "calls_per_batch": 1, "flag": flags.get(n, "ok"), "times": {}} for n in names}
+        return {"threshold": 1.1, "pairs": 6, "cases": cases, "missing": {}, "wall_s": 1.0}
+
+    monkeypatch.setattr(ab, "run_ab", run_ab)
+    return asked
+
+
+GATE_ARGS = ["--against-tree", str(ROOT), "--cases", "kernel-gelu,kernel-silu", "--confirm"]
+
+
+def test_a_case_flagged_once_is_timed_again_alone_and_passes_when_the_second_run_clears_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    asked = _fake_runs(monkeypatch, [{"kernel-gelu": "REGRESSED"}, {"kernel-gelu": "ok"}])
+    assert ab.main(GATE_ARGS) == 0
+    assert asked == [["kernel-gelu", "kernel-silu"], ["kernel-gelu"]]
+    assert "no case REGRESSED twice" in capsys.readouterr().out
+
+
+def test_a_case_flagged_in_both_runs_fails_the_gate(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _fake_runs(monkeypatch, [{"kernel-gelu": "REGRESSED"}, {"kernel-gelu": "REGRESSED"}])
+    assert ab.main(GATE_ARGS) == 1
+    assert "REGRESSED in both runs: kernel-gelu" in capsys.readouterr().out
+
+
+def test_without_confirm_one_flag_fails_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked = _fake_runs(monkeypatch, [{"kernel-silu": "REGRESSED"}])
+    assert ab.main(GATE_ARGS[:-1]) == 1
+    assert len(asked) == 1
+
+
 # -- the gate end to end ------------------------------------------------------------------------------------
 def _scratch_tree(where: Path, seed: bool) -> Path:
     """A copy of this tree's package sources, fused GELU seeded 30% slower when ``seed``."""

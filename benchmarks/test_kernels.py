@@ -13,8 +13,9 @@ import kernel_cases
 import pytest
 from bench_support import mark, require_torch
 
-# a case made for two threads is the A/B's: this run sets every case's threads at once (--bench-threads)
-ONE_THREAD = [c for c in kernel_cases.CASES if c.threads == 1]
+# a case made for two threads is the A/B's: this run sets every case's threads at once (--bench-threads);
+# the whole-model cases are the A/B's too (test_models.py times whole models against torch)
+ONE_THREAD = [c for c in kernel_cases.CASES if c.threads == 1 and not c.model]
 
 
 @pytest.mark.parametrize("case", ONE_THREAD, ids=lambda c: c.name)
