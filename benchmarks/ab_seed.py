@@ -40,12 +40,13 @@ _seed_{tag} = {function}
 
 
 def _seeded_{tag}(*args, **kwargs):
+    if not ({when}):  # asked first: a call left alone pays one test, not the clock reads
+        return _seed_{tag}(*args, **kwargs)
     start = _seed_time.thread_time()
     out = _seed_{tag}(*args, **kwargs)
-    if {when}:
-        until = _seed_time.thread_time() + {factor} * (_seed_time.thread_time() - start)
-        while _seed_time.thread_time() < until:
-            pass
+    until = _seed_time.thread_time() + {factor} * (_seed_time.thread_time() - start)
+    while _seed_time.thread_time() < until:
+        pass
     return out
 
 

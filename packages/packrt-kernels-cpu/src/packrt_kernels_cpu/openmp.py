@@ -14,11 +14,15 @@ from collections.abc import Iterator
 
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-OPENMP_SPIN = "20000"  # GOMP_SPINCOUNT packrt sets: idle workers spin for a few microseconds, then sleep
+# GOMP_SPINCOUNT packrt sets: a waiting thread spins this many pauses (~0.1 ms on Zen 4), then sleeps. Long enough
+# that a decode step's workers are still spinning when its next kernel starts; short enough that on a loaded
+# machine a thread waiting for a descheduled partner burns little CPU (MiniLM int8 at 2 threads, load ~20:
+# 1.2x its quiet CPU per call, 1.6x at 20000).
+OPENMP_SPIN = "5000"
 
 
 def prefer_short_openmp_spin() -> None:
-    """Let idle OpenMP workers spin briefly before sleeping (``GOMP_SPINCOUNT=20000``), unless the user set
+    """Let idle OpenMP workers spin briefly before sleeping (``GOMP_SPINCOUNT=5000``), unless the user set
     ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``. libgomp's default long spin makes its workers compete with
     OpenBLAS's and the caller's on a small machine; sleeping at once makes each of a forward's many
     kernels wake its workers from sleep. docs/benchmarks.md has the measurements."""
