@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import resource
 import subprocess
 import sys
 import time
@@ -37,6 +36,14 @@ PROMPT = 128
 def _rss_mib() -> float:
     with open("/proc/self/statm") as handle:
         return int(handle.read().split()[1]) * 4096 / 2**20
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set (``VmHWM``). Not ``ru_maxrss``: Linux carries that across ``exec`` from
+    the parent, so a child started after the parent loaded both models reported the parent's peak."""
+    with open("/proc/self/status") as handle:
+        line = next(line for line in handle if line.startswith("VmHWM:"))
+    return int(line.split()[1]) / 1024
 
 
 def _prompt(path: Path) -> list[int]:
@@ -87,7 +94,7 @@ def _memory(load: float, before: float) -> dict[str, Any]:
     return {
         "load_cpu_s": load,
         "rss_after_run_mib": _rss_mib() - before,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": _peak_rss_mib(),
     }
 
 
