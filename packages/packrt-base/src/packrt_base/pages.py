@@ -1,0 +1,95 @@
+"""Handing a mapped file's pages back once a copy of them is what serves.
+
+A checkpoint loaded with ``mmap=True`` is mapped privately (copy on write): its arrays are views of the file's
+pages. An owned pack copies such a view, and from then on the pages are read by nobody; but a page once read
+stays in the process's resident set for as long as the mapping lives, so a packed model would hold its weights
+twice (the pack and the file's pages) until the file is closed, which may be never (a tokenizer, a tied weight or
+a borrowed buffer keeps it open). :func:`release_pages` drops them: the kernel keeps them in its page cache, and
+a later read of the view faults them back in with the same bytes.
+
+Only pages that still hold the file's bytes are dropped. A page written through a writeable view holds the
+edit in memory of its own (an anonymous copy-on-write page); dropping it would throw the edit away and hand the
+file's bytes back in its place, so such pages are left resident. Linux's ``/proc/self/pagemap`` says which page
+is which (bit 63: present, bit 61: file page; both readable without privileges since Linux 4.2). Where the
+pagemap cannot be read (another OS, a hardened kernel) nothing is dropped: the pages stay as before, so the
+answer is always correct, and memory is only what it was without the call.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import sys
+from typing import Any, Final
+
+import numpy as np
+
+PAGE: Final = mmap.PAGESIZE
+_PRESENT: Final = np.uint64(1 << 63)
+_FILE_PAGE: Final = np.uint64(1 << 61)
+
+
+def mapping_under(array: Any) -> mmap.mmap | None:
+    """The :class:`mmap.mmap` an array is a view of (through its ``.base`` chain and the memoryviews on it), or
+    None for memory of its own."""
+    obj = array
+    for _ in range(64):
+        if isinstance(obj, mmap.mmap):
+            return obj
+        obj = obj.obj if isinstance(obj, memoryview) else getattr(obj, "base", None)
+        if obj is None:
+            return None
+    return None
+
+
+def release_pages(view: Any) -> int:
+    """Drop from the resident set the whole pages under ``view`` that a private file mapping maps and that
+    still hold the file's bytes; return the bytes dropped (0 when ``view`` is not a view of a mapped file,
+    covers no whole page, or the pagemap cannot be read).
+
+    Call it after copying ``view`` into memory of its own, when the copy is what will be read. ``view`` stays
+    valid and equal to what it was: a dropped page is read back from the file on the next access, and a page
+    written through a writeable view (an edit) is kept. Pages that ``view`` shares with its neighbours at either
+    end are kept, since a neighbour may still be served from them.
+    """
+    mapping = mapping_under(view)
+    if mapping is None or not sys.platform.startswith("linux"):
+        return 0
+    array = np.asarray(view)
+    start = int(array.__array_interface__["data"][0])
+    base = int(np.frombuffer(mapping, np.uint8).__array_interface__["data"][0])
+    low = -(-start // PAGE) * PAGE
+    high = (start + array.nbytes) // PAGE * PAGE
+    if high <= low:
+        return 0
+    flags = _page_flags(low, (high - low) // PAGE)
+    if flags is None:
+        return 0
+    clean = np.flatnonzero((flags & _PRESENT).astype(bool) & (flags & _FILE_PAGE).astype(bool))
+    if clean.size == 0:
+        return 0
+    # madvise per run of consecutive clean pages: an edited page between two runs stays
+    cuts = np.flatnonzero(np.diff(clean) != 1) + 1
+    released = 0
+    for run in np.split(clean, cuts):
+        first, count = int(run[0]), int(run.size)
+        mapping.madvise(mmap.MADV_DONTNEED, low - base + first * PAGE, count * PAGE)
+        released += count * PAGE
+    return released
+
+
+def _page_flags(address: int, pages: int) -> np.ndarray[Any, np.dtype[np.uint64]] | None:
+    """The pagemap entry of each page from ``address`` on (one uint64 each), or None where it cannot be read."""
+    try:
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        raw = os.pread(fd, pages * 8, address // PAGE * 8)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(raw) != pages * 8:
+        return None
+    return np.frombuffer(raw, np.uint64)
