@@ -11,6 +11,7 @@ these tests, naming what it lacks."""
 from __future__ import annotations
 
 import ctypes
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -223,3 +224,58 @@ def test_the_int8_loop_takes_the_eight_row_tile_down_the_rows_and_the_one_row_ti
         left = np.ones(rows, bool)
         left[computed] = False
         assert (out[left] == _I32_SENTINEL).all(), f"tile {kept} computed rows the other tile is for"
+
+
+def _store_tile(value: float) -> str:
+    """IR of a tile that writes ``value`` to ``out[0]``."""
+    return (
+        "define void @packrt_store_tile(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %k) {\n"
+        f"entry:\n  store float {value:.6e}, ptr %out, align 4\n  ret void\n}}"
+    )
+
+
+def _stored(tiles: llvm_tiles.Tiles | None) -> float:
+    if tiles is None:
+        pytest.skip("llvmlite is not installed here")
+    out = np.zeros((1, 1), np.float32)
+    _call(int(tiles.addresses[0]), out, np.zeros((1, 1), np.float32), np.zeros(1, np.float32), 0)
+    return float(out[0, 0])
+
+
+def test_compiled_tiles_are_kept_on_disk_and_a_later_build_loads_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PACKRT_CACHE_DIR", str(tmp_path))
+    assert _stored(llvm_tiles.compile_tiles(_store_tile(1.5), ["packrt_store_tile"], ())) == 1.5
+    (kept,) = llvm_tiles.tile_cache_dir().glob("*.o")
+    assert llvm_tiles.tile_cache_dir() == tmp_path / "tiles"
+    compiles = []
+    monkeypatch.setattr(llvm_tiles, "_write_object", lambda path, code: compiles.append(path))
+    assert _stored(llvm_tiles.compile_tiles(_store_tile(1.5), ["packrt_store_tile"], ())) == 1.5
+    assert compiles == [], "the second build read the machine code the first one kept"
+    assert _stored(llvm_tiles.compile_tiles(_store_tile(2.5), ["packrt_store_tile"], ())) == 2.5
+    assert len(compiles) == 1 and compiles[0] != kept, "other IR is other machine code: a file of its own"
+
+
+def test_a_cached_tile_cut_short_or_overwritten_is_compiled_again_not_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PACKRT_CACHE_DIR", str(tmp_path))
+    assert _stored(llvm_tiles.compile_tiles(_store_tile(1.5), ["packrt_store_tile"], ())) == 1.5
+    (kept,) = llvm_tiles.tile_cache_dir().glob("*.o")
+    whole = kept.read_bytes()
+    for damaged in (whole[: len(whole) // 2], whole[:40] + bytes(len(whole) - 40), b""):
+        kept.write_bytes(damaged)
+        assert _stored(llvm_tiles.compile_tiles(_store_tile(1.5), ["packrt_store_tile"], ())) == 1.5
+        assert kept.read_bytes() == whole, "the damaged entry was replaced by the compiled code"
+
+
+def test_tiles_compile_in_memory_where_the_cache_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the cache root would go")
+    monkeypatch.setenv("PACKRT_CACHE_DIR", str(blocker))
+    assert _stored(llvm_tiles.compile_tiles(_store_tile(4.0), ["packrt_store_tile"], ())) == 4.0
+    assert blocker.read_text() == "a file where the cache root would go"
+    assert not list(tmp_path.glob("**/*.part")), "no partial file is left behind"
