@@ -97,11 +97,12 @@ class Running:
 
 
 @contextmanager
-def running(path: Path | ServedModel, limits: ServeLimits | None = None) -> Iterator[Running]:
-    """``packrt serve``'s app for ``path`` (or a model already loaded) on a free loopback port, in a thread."""
+def running(path: Path | ServedModel, limits: ServeLimits | None = None, **options: Any) -> Iterator[Running]:
+    """``packrt serve``'s app for ``path`` (or a model already loaded) on a free loopback port, in a thread;
+    ``options``: create_app's keywords (api_key, cors_origins)."""
     import uvicorn
 
-    app = create_app(path if isinstance(path, ServedModel) else ServedModel.load(path), limits)
+    app = create_app(path if isinstance(path, ServedModel) else ServedModel.load(path), limits, **options)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

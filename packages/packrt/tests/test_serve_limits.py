@@ -286,7 +286,7 @@ def test_completion_bounds_are_400s_or_422s_naming_the_field(plain_llama: Runnin
     _error(_post(base, "/v1/completions", {"prompt": "\ud800"}), 400, "prompt")
     _error(_post(base, "/v1/completions", {"prompt": ["a", "b"]}), 400, "prompt")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": 3}), 422, "temperature")
-    _error(_post(base, "/v1/completions", {"prompt": "hello", "n": 2}), 422, "n")
+    assert "one choice per request" in _error(_post(base, "/v1/completions", {"prompt": "hello", "n": 2}), 400, "n")
     # each field's JSON type is the one OpenAI documents: a string is not coerced into a number or a bool
     _error(_post(base, "/v1/completions", {"prompt": "hello", "max_tokens": "5"}), 422, "max_tokens")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": "1"}), 422, "temperature")
@@ -310,10 +310,10 @@ def test_the_decode_loop_stops_between_steps_once_cancelled_or_past_its_deadline
         if len(pieces) == 3:
             cancelled.set()
 
-    finish, steps = completions.run(served, prompt, emit, time.monotonic() + START_S, cancelled)
-    if finish == "stop":
+    outcome = completions.run(served, prompt, emit, time.monotonic() + START_S, cancelled)
+    if outcome.finish == "stop":
         pytest.fail(f"the greedy text ended at eos before 3 pieces: {pieces}")
-    assert (finish, steps) == ("cancelled", 3)
+    assert (outcome.finish, outcome.count) == ("cancelled", 3)
     with pytest.raises(completions.RequestTimeoutError):
         completions.run(served, prompt, pieces.append, time.monotonic() - 1, threading.Event())
 

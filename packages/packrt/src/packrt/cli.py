@@ -364,6 +364,21 @@ def _serve_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="on SIGTERM, how long requests in flight may take to finish (default 30)",
     )
+    serve.add_argument(
+        "--api-key",
+        default=None,
+        metavar="KEY",
+        help="require 'Authorization: Bearer KEY' on every route but /health (default: the PACKRT_API_KEY "
+        "environment variable, else no key)",
+    )
+    serve.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="a browser origin allowed to call the server (CORS), e.g. http://localhost:3000; repeat for more, "
+        "'*' for any",
+    )
     for field in dataclasses.fields(ServeLimits):
         default = field.default
         serve.add_argument(
@@ -397,6 +412,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         weight_residency=args.weight_residency,
         name=args.name,
         drain_s=args.drain,
+        api_key=args.api_key,
+        cors_origins=tuple(args.cors_origin),
     )
     return _EXIT_OK
 

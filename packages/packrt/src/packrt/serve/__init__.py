@@ -5,8 +5,13 @@
   or sentence-transformers CrossEncoder directories), ``POST /v1/completions`` and
   ``POST /v1/chat/completions`` for causal LMs (``stream: true`` as server-sent events ending with
   ``data: [DONE]``);
-- ``GET /health`` (503 once a mapped checkpoint file changed under the model), ``GET /v1/models``,
+- ``GET /health`` (503 once a mapped checkpoint file changed under the model), ``GET /v1/models`` and
+  ``GET /v1/models/{id}``, ``POST /tokenize`` and ``POST /detokenize`` (llama.cpp's shapes),
   ``GET /metrics`` (Prometheus text), ``GET /docs`` (the OpenAPI page).
+
+``api_key`` (``--api-key``, or the ``PACKRT_API_KEY`` environment variable) makes every route but
+``/health`` need ``Authorization: Bearer <key>``; ``cors_origins`` (``--cors-origin``) lets those browser
+origins call the server (:mod:`packrt.serve.access`).
 
 Every request is bounded by :class:`ServeLimits`; every error body is OpenAI's error object. One worker
 thread runs the model: embedding texts and rerank pairs are batched by tokens (:mod:`packrt.serve.batching`).
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from packrt.serve.limits import LimitsError, ServeLimits
@@ -47,15 +53,20 @@ def serve(
     weight_residency: str | None = None,
     name: str | None = None,
     drain_s: int = 30,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> None:
     """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
     up to ``drain_s`` seconds to finish. ``weight_residency`` None: borrowed, packed for a GGUF file
-    (:func:`packrt.serve.served.default_residency`)."""
+    (:func:`packrt.serve.served.default_residency`). ``api_key`` None: the ``PACKRT_API_KEY`` environment
+    variable's, if set (:func:`packrt.serve.access.api_key_from`)."""
     import uvicorn
 
+    from packrt.serve.access import api_key_from
     from packrt.serve.app import build_app
 
-    app = build_app(path, limits, weight_residency=weight_residency, name=name)
+    key = api_key_from(api_key)
+    app = build_app(path, limits, weight_residency=weight_residency, name=name, api_key=key, cors_origins=cors_origins)
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_s, log_level="info")
 
 

@@ -17,7 +17,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,8 +29,19 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from packrt.errors import CheckpointError, PackrtError
-from packrt.serve import completions
+from packrt.serve import completions, tokens
+from packrt.serve.access import ApiKeyMiddleware, add_cors
 from packrt.serve.batching import CallWorker, EmbedJob, EmbedWorker, QueueFullError, Worker
+from packrt.serve.fields import check_fields
+from packrt.serve.inputs import (
+    check_dimensions,
+    checked,
+    cut,
+    embedding_inputs,
+    is_token_ids,
+    tokenized_ids,
+    within_bound,
+)
 from packrt.serve.limits import ServeLimits
 from packrt.serve.metrics import Metrics, MetricsMiddleware
 from packrt.serve.openai_shapes import (
@@ -45,6 +56,7 @@ from packrt.serve.openai_shapes import (
     embeddings_response,
     new_id,
     rerank_response,
+    usage_chunk,
 )
 from packrt.serve.served import ServedModel, TokenizedText, dumps
 from packrt_io import json_depth  # the one JSON depth scan: safetensors headers and request bodies alike
@@ -121,60 +133,6 @@ async def parse(request: Request, limits: ServeLimits, shape: type[Body]) -> Bod
         raise _validation_error(err.errors(include_url=False)) from None
 
 
-def _texts(request: EmbeddingsRequest, limits: ServeLimits) -> list[str]:
-    """The request's texts, each checked alone: a bad one is a 400 naming ``input[i]``, before any joins a batch."""
-    if isinstance(request.input, str):
-        return _checked([request.input], "input", limits, single=True)
-    return _checked(request.input, "input", limits)
-
-
-def _checked(texts: list[Any], param: str, limits: ServeLimits, single: bool = False) -> list[str]:
-    """``texts`` (the body's field ``param``), each checked alone: a bad one is a 400 naming ``param[i]``
-    (``param`` itself for a ``single`` text), an empty or too long list a 400 naming ``param``."""
-    if not texts:
-        raise ServeError(400, f"{param} is an empty list; give at least one text", param=param)
-    if len(texts) > limits.max_texts_per_request:
-        raise ServeError(
-            400,
-            f"{param} holds {len(texts)} texts, more than this server's {limits.max_texts_per_request} per "
-            "request; split them over several requests",
-            param=param,
-            code="too_many_inputs",
-        )
-    for index, text in enumerate(texts):
-        where = param if single else f"{param}[{index}]"
-        if not isinstance(text, str):
-            raise ServeError(
-                400,
-                f"{where} is a {type(text).__name__}, expected a string (token-id inputs are not taken: send the text)",
-                param=where,
-            )
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as err:
-            raise ServeError(
-                400,
-                f"{where} is not valid Unicode text: {err.reason} at character {err.start}",
-                param=where,
-                code="invalid_text",
-            ) from None
-    return texts
-
-
-def _within_bound(tokenized: list[TokenizedText], bound: int, truncate: bool, param: str, single: bool) -> None:
-    """A 400 naming the first text (or pair) over ``bound`` tokens, unless the request asked to ``truncate``."""
-    over = next((i for i, text in enumerate(tokenized) if text.count > bound), None)
-    if over is not None and not truncate:
-        where = param if single else f"{param}[{over}]"
-        raise ServeError(
-            400,
-            f"{where} has {tokenized[over].count} tokens, more than this server's {bound}; shorten it or send "
-            "truncate: true",
-            param=where,
-            code="context_length_exceeded",
-        )
-
-
 class _App:
     """The state behind the routes: the model, its worker, the limits and the counters."""
 
@@ -247,10 +205,17 @@ class _App:
 
     async def embeddings(self, request: EmbeddingsRequest) -> dict[str, Any]:
         self.require("embeddings", "/v1/embeddings", request.model)
-        texts = _texts(request, self.limits)
-        tokenized = await run_in_threadpool(self.served.tokenize, texts)  # the only time these texts are tokenized
-        _within_bound(tokenized, self.bound, request.truncate, "input", isinstance(request.input, str))
+        check_dimensions(self.served, request.dimensions)
+        given = embedding_inputs(request, self.limits)
+        single = isinstance(request.input, str) or is_token_ids(request.input)
+        if isinstance(given[0], list):  # token ids: read as given, never tokenized
+            tokenized = tokenized_ids(self.served, given, self.bound, request.truncate, single)
+        else:
+            tokenized = await run_in_threadpool(self.served.tokenize, given)  # the only time these are tokenized
+            within_bound(tokenized, self.bound, request.truncate, "input", single)
         vectors, tokens = await self._batched_call(tokenized)
+        assert self.served.encoder is not None
+        vectors = cut(vectors, request.dimensions, self.served.encoder.pipeline.normalize)
         return embeddings_response(vectors, request.encoding_format, self.served.name, tokens)
 
     async def rerank(self, request: RerankRequest) -> dict[str, Any]:
@@ -264,10 +229,10 @@ class _App:
                 "is a classifier, not a reranker",
                 code="not_a_reranker",
             )
-        query = _checked([request.query], "query", self.limits, single=True)[0]
-        documents = _checked(request.documents, "documents", self.limits)
+        query = checked([request.query], "query", self.limits, single=True)[0]
+        documents = checked(request.documents, "documents", self.limits)
         tokenized = await run_in_threadpool(self.served.tokenize_pairs, query, documents)  # each pair once
-        _within_bound(tokenized, self.bound, request.truncate, "documents", False)
+        within_bound(tokenized, self.bound, request.truncate, "documents", False)
         logits, tokens = await self._batched_call(tokenized)
         scores = logits if request.raw_scores else scorer.activate(logits)
         shown = documents if request.return_documents else None
@@ -293,29 +258,39 @@ class _App:
     def _prompt(self, request: CompletionRequest | ChatRequest) -> tuple[completions.Prompt, bool]:
         path = "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions"
         self.require("completions", path, request.model)
+        check_fields(request)  # a field this server does not serve is a 400 naming it, before any work
         if isinstance(request, ChatRequest):
             text, max_tokens = completions.chat_text(self.served, request)
             return completions.check_prompt(self.served, self.limits, text, max_tokens, request, True), True
-        text = completions.completion_text(request)
-        return completions.check_prompt(self.served, self.limits, text, request.max_tokens, request, False), False
+        given = completions.completion_text(request)
+        return completions.check_prompt(self.served, self.limits, given, request.max_tokens, request, False), False
 
     async def complete(self, request: CompletionRequest | ChatRequest) -> Response:
         prompt, chat = self._prompt(request)
         deadline, cancelled = self.deadline(), threading.Event()
         ident = new_id("chatcmpl" if chat else "cmpl")
         if request.stream:
-            return self._stream(prompt, chat, ident, deadline, cancelled)
+            usage = request.stream_options is not None and bool(request.stream_options.include_usage)
+            return self._stream(prompt, chat, ident, deadline, cancelled, usage)
         pieces: list[str] = []
+
+        def work() -> tuple[completions.Outcome, dict[str, Any] | None]:
+            outcome = completions.run(self.served, prompt, pieces.append, deadline, cancelled)
+            return outcome, completions.answer_logprobs(self.served, prompt, outcome, chat)
+
         try:
-            future = self.worker_call(lambda: completions.run(self.served, prompt, pieces.append, deadline, cancelled))
-            finish, count = await asyncio.wait_for(asyncio.wrap_future(future), self.limits.request_timeout_s)
+            future = self.worker_call(work)
+            outcome, logprobs = await asyncio.wait_for(asyncio.wrap_future(future), self.limits.request_timeout_s)
         except TimeoutError:
             raise as_serve_error(completions.RequestTimeoutError()) from None
         finally:
             cancelled.set()  # a timeout or a client gone: the decode loop stops at its next step
         self.metrics.add_tokens("prompt", len(prompt.ids))
-        self.metrics.add_tokens("completion", count)
-        body = completion_response(ident, self.served.name, "".join(pieces), finish, len(prompt.ids), count, chat)
+        self.metrics.add_tokens("completion", outcome.count)
+        text = (prompt.text if prompt.echo else "") + "".join(pieces)
+        body = completion_response(
+            ident, self.served.name, text, outcome.finish, len(prompt.ids), outcome.count, chat, logprobs
+        )
         return JSONResponse(body)
 
     def worker_call(self, work: Callable[[], Any]) -> Any:
@@ -326,8 +301,17 @@ class _App:
             raise self.full() from None
 
     def _stream(
-        self, prompt: completions.Prompt, chat: bool, ident: str, deadline: float, cancelled: threading.Event
+        self,
+        prompt: completions.Prompt,
+        chat: bool,
+        ident: str,
+        deadline: float,
+        cancelled: threading.Event,
+        include_usage: bool,
     ) -> StreamingResponse:
+        """The completion as server-sent events: a first chunk with the role (chat) or the echoed prompt, one
+        per piece of text, one with the finish reason, with ``include_usage`` one with no choices and the usage
+        (every other chunk then carries ``"usage": null``, as OpenAI's do), then ``[DONE]``."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
 
@@ -346,20 +330,31 @@ class _App:
         self.worker_call(work)  # a full queue is a 429 before the stream starts
         name = self.served.name
 
+        def chunk(text: str, finish: str | None = None) -> str:
+            event = completion_chunk(ident, name, text, finish, chat)
+            if include_usage:
+                event["usage"] = None
+            return f"data: {dumps(event)}\n\n"
+
         async def sse() -> AsyncIterator[str]:
             try:
                 if chat:
                     first = completion_chunk(ident, name, "", None, True)
                     first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
+                    first |= {"usage": None} if include_usage else {}
                     yield f"data: {dumps(first)}\n\n"
+                elif prompt.echo:
+                    yield chunk(prompt.text)
                 while True:
                     kind, value = await asyncio.wait_for(events.get(), max(deadline - time.monotonic(), 0.0) + 1.0)
                     if kind == "text":
-                        yield f"data: {dumps(completion_chunk(ident, name, value, None, chat))}\n\n"
+                        yield chunk(value)
                     elif kind == "end":
                         self.metrics.add_tokens("prompt", len(prompt.ids))
-                        self.metrics.add_tokens("completion", value[1])
-                        yield f"data: {dumps(completion_chunk(ident, name, '', value[0], chat))}\n\n"
+                        self.metrics.add_tokens("completion", value.count)
+                        yield chunk("", value.finish)
+                        if include_usage:
+                            yield f"data: {dumps(usage_chunk(ident, name, len(prompt.ids), value.count, chat))}\n\n"
                         break
                     else:
                         yield f"data: {dumps(as_serve_error(value).body())}\n\n"
@@ -377,8 +372,16 @@ def _error_response(error: ServeError) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-def create_app(served: ServedModel, limits: ServeLimits | None = None) -> FastAPI:
-    """The server's ASGI application for ``served`` (run it with uvicorn, or ``packrt serve``)."""
+def create_app(
+    served: ServedModel,
+    limits: ServeLimits | None = None,
+    *,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
+) -> FastAPI:
+    """The server's ASGI application for ``served`` (run it with uvicorn, or ``packrt serve``). With ``api_key``
+    every route but ``/health`` needs ``Authorization: Bearer <api_key>``; ``cors_origins`` are the browser
+    origins allowed to call it (:mod:`packrt.serve.access`)."""
     state = _App(served, limits or ServeLimits())
 
     @contextlib.asynccontextmanager
@@ -390,7 +393,10 @@ def create_app(served: ServedModel, limits: ServeLimits | None = None) -> FastAP
     app.state.packrt = state
     _routes(app, state)
     _handlers(app)
+    if api_key:
+        app.add_middleware(ApiKeyMiddleware, key=api_key)  # inside the metrics: a 401 is counted
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
+    add_cors(app, cors_origins)  # outermost: a preflight, which carries no key, is answered first
     return app
 
 
@@ -421,6 +427,27 @@ def _routes(app: FastAPI, state: _App) -> None:
     @app.get("/v1/models")
     async def list_models() -> dict[str, Any]:
         return {"object": "list", "data": [state.served.describe()]}
+
+    @app.get("/v1/models/{model_id:path}")  # path: a name such as "BAAI/bge-small-en" holds a slash
+    async def get_model(model_id: str) -> dict[str, Any]:
+        if model_id != state.served.name:
+            raise ServeError(
+                404,
+                f"model {model_id!r} is not served here; this server serves {state.served.name!r} (GET /v1/models)",
+                param="model",
+                code="model_not_found",
+            )
+        return state.served.describe()
+
+    @app.post("/tokenize", openapi_extra=_schema(tokens.TokenizeRequest))
+    async def tokenize(request: Request) -> dict[str, Any]:
+        body = await parse(request, limits, tokens.TokenizeRequest)
+        return await run_in_threadpool(tokens.tokenize, state.served, body)
+
+    @app.post("/detokenize", openapi_extra=_schema(tokens.DetokenizeRequest))
+    async def detokenize(request: Request) -> dict[str, Any]:
+        body = await parse(request, limits, tokens.DetokenizeRequest)
+        return await run_in_threadpool(tokens.detokenize, state.served, body)
 
     @app.get("/health")
     async def health() -> Response:
@@ -458,9 +485,12 @@ def build_app(
     *,
     weight_residency: str | None = None,
     name: str | None = None,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
 ) -> FastAPI:
     """Load the model at ``path`` and return its application (see :func:`create_app`)."""
-    return create_app(ServedModel.load(path, weight_residency=weight_residency, name=name), limits)
+    served = ServedModel.load(path, weight_residency=weight_residency, name=name)
+    return create_app(served, limits, api_key=api_key, cors_origins=cors_origins)
 
 
 __all__ = ["as_serve_error", "build_app", "create_app", "parse"]

@@ -23,6 +23,7 @@ import numpy as np
 
 import packrt
 from packrt.models import CausalLM
+from packrt.serve import logprobs
 from packrt.serve.limits import ServeLimits
 from packrt.serve.openai_shapes import ChatRequest, CompletionRequest, ServeError
 from packrt.serve.served import ServedModel
@@ -34,7 +35,9 @@ class RequestTimeoutError(Exception):
 
 @dataclass
 class Prompt:
-    """A checked prompt: its ids, how many new tokens, and the sampling the request asked for."""
+    """A checked prompt: its ids, how many new tokens, the sampling the request asked for, and what the answer
+    holds besides the new text: the prompt's ``text`` first (``echo``), the log probabilities of its tokens
+    and of the ``logprobs`` likeliest at each place (None: not asked)."""
 
     ids: list[int]
     max_new_tokens: int
@@ -42,6 +45,23 @@ class Prompt:
     top_p: float
     seed: int | None
     stops: tuple[str, ...]
+    text: str = ""
+    echo: bool = False
+    logprobs: int | None = None
+    # each prompt token's (start, end) characters in ``text``, for a prompt given as text (None: given as ids)
+    offsets: list[tuple[int, int]] | None = None
+
+
+@dataclass
+class Outcome:
+    """How a decode ended (``finish``: stop, length or cancelled), its tokens (``count``, an eos included),
+    the ``ids`` whose text the answer holds (no eos) and whether a stop string cut that ``text``."""
+
+    finish: str
+    count: int
+    ids: list[int]
+    text: str
+    stopped: bool
 
 
 def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
@@ -100,20 +120,26 @@ def render_chat(served: ServedModel, request: ChatRequest) -> str:
 def check_prompt(
     served: ServedModel,
     limits: ServeLimits,
-    text: str,
+    prompt: str | list[int],
     max_tokens: int | None,
     request: CompletionRequest | ChatRequest,
     chat: bool,
 ) -> Prompt:
-    """The prompt's ids and the request's sampling, each bound checked (400 naming the field)."""
+    """The prompt's ids (a text tokenized; token ids as given, each inside the vocabulary) and the request's
+    sampling, each bound checked (400 naming the field)."""
     param = "messages" if chat else "prompt"
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        raise ServeError(
-            400, f"{param} holds a character that is not valid Unicode text ({err.reason})", param=param
-        ) from err
-    ids = served.tokenizer.encode(text, add_special_tokens=not chat).ids
+    offsets = None
+    if isinstance(prompt, list):
+        ids, text = _token_ids(served, prompt), served.tokenizer.decode(prompt)
+    else:
+        try:
+            prompt.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise ServeError(
+                400, f"{param} holds a character that is not valid Unicode text ({err.reason})", param=param
+            ) from err
+        encoding = served.tokenizer.encode(prompt, add_special_tokens=not chat)
+        ids, text, offsets = encoding.ids, prompt, encoding.offsets
     if not ids:
         raise ServeError(400, f"{param} is empty after tokenization; give at least one token", param=param)
     bound = min(limits.max_tokens_per_text, served.max_positions - 1)
@@ -133,7 +159,28 @@ def check_prompt(
             param="max_tokens",
         )
     room = served.max_positions - len(ids)
-    return Prompt(ids, min(max_tokens, room), request.temperature, request.top_p, request.seed, _stops(request.stop))
+    checked = Prompt(ids, min(max_tokens, room), request.temperature, request.top_p, request.seed, _stops(request.stop))
+    checked.text, checked.offsets = text, offsets
+    if isinstance(request, CompletionRequest):
+        checked.echo, checked.logprobs = request.echo, request.logprobs
+    elif request.logprobs:
+        checked.logprobs = request.top_logprobs or 0
+    return checked
+
+
+def _token_ids(served: ServedModel, ids: list[int]) -> list[int]:
+    """A prompt given as token ids, each checked to be one of the model's (400 naming ``prompt``)."""
+    vocab = served.module.vocab if isinstance(served.module, CausalLM) else served.tokenizer.get_vocab_size()
+    for index, token in enumerate(ids):
+        if not 0 <= token < vocab:
+            raise ServeError(
+                400,
+                f"prompt[{index}] is token id {token}, outside this model's vocabulary [0, {vocab}); token ids "
+                "come from the served model's tokenizer (POST /tokenize gives them)",
+                param="prompt",
+                code="invalid_token_id",
+            )
+    return list(ids)
 
 
 class Decoder:
@@ -176,8 +223,8 @@ def run(
     emit: Callable[[str], None],
     deadline: float,
     cancelled: threading.Event,
-) -> tuple[str, int]:
-    """Decode ``prompt`` on this thread, calling ``emit`` with each piece of text; (finish_reason, new tokens).
+) -> Outcome:
+    """Decode ``prompt`` on this thread, calling ``emit`` with each piece of text; how it ended.
 
     Raises :class:`RequestTimeoutError` past ``deadline``; returns early ("cancelled") once ``cancelled`` is set.
     A mapped checkpoint that changed since the load is a CheckpointError before the first step.
@@ -185,7 +232,7 @@ def run(
     lm = served.module
     assert isinstance(lm, CausalLM)
     if cancelled.is_set():  # given up while it waited in the queue: no step is computed
-        return "cancelled", 0
+        return Outcome("cancelled", 0, [], "", False)
     if time.monotonic() > deadline:
         raise RequestTimeoutError
     served.check_files()
@@ -204,7 +251,7 @@ def run(
     finish = "length"
     for chosen in steps:
         if cancelled.is_set():
-            return "cancelled", count
+            return Outcome("cancelled", count, decoder.ids, decoder.text, decoder.stopped)
         if time.monotonic() > deadline:
             raise RequestTimeoutError
         token = int(chosen[0])
@@ -221,7 +268,46 @@ def run(
     rest = decoder.flush()
     if rest:
         emit(rest)
-    return finish, count
+    return Outcome(finish, count, decoder.ids, decoder.text, decoder.stopped)
+
+
+def answer_logprobs(served: ServedModel, prompt: Prompt, outcome: Outcome, chat: bool) -> dict[str, Any] | None:
+    """The choice's ``logprobs`` object (None when the request did not ask): the answer's tokens, and with
+    ``echo`` the prompt's before them (the first of which nothing predicts), scored by one model call
+    (:mod:`packrt.serve.logprobs`). A stop string's tokens are left out, as its text is."""
+    if prompt.logprobs is None:
+        return None
+    lm = served.module
+    assert isinstance(lm, CausalLM)
+
+    def decode(ids: list[int]) -> str:
+        return str(served.tokenizer.decode(ids))
+
+    ids = prompt.ids + outcome.ids
+    texts, offsets = logprobs.pieces(decode, outcome.ids)
+    if outcome.stopped:  # the tokens from the one the stop string starts in are not in the text
+        kept = sum(1 for offset in offsets if offset < len(outcome.text))
+        texts, offsets, ids = texts[:kept], offsets[:kept], ids[: len(prompt.ids) + kept]
+    first = 1 if prompt.echo else len(prompt.ids)
+    scored: list[logprobs.Scored | None] = list(logprobs.score(lm, ids, first, prompt.logprobs))
+    # each answer token's text is decoded after the answer's tokens before it, as the answer's text is
+    contexts = [outcome.ids[:at] for at in range(len(texts))]
+    if chat:
+        return logprobs.chat_logprobs(decode, contexts, [s for s in scored if s is not None], texts)
+    if prompt.echo:
+        prompt_texts, prompt_offsets = _prompt_pieces(decode, prompt)
+        scored = [None, *scored]
+        contexts = [prompt.ids[:at] for at in range(len(prompt.ids))] + contexts
+        texts, offsets = prompt_texts + texts, prompt_offsets + [len(prompt.text) + at for at in offsets]
+    return logprobs.completion_logprobs(decode, contexts, scored, texts, offsets)
+
+
+def _prompt_pieces(decode: logprobs.Decode, prompt: Prompt) -> tuple[list[str], list[int]]:
+    """The prompt's tokens' texts and offsets in the echoed ``prompt.text``: a text's by the tokenizer's offsets
+    (a special token the tokenizer added is ''), token ids' by decoding them."""
+    if prompt.offsets is None:
+        return logprobs.pieces(decode, prompt.ids)
+    return [prompt.text[start:end] for start, end in prompt.offsets], [start for start, _ in prompt.offsets]
 
 
 def chat_text(served: ServedModel, request: ChatRequest) -> tuple[str, int | None]:
@@ -230,21 +316,30 @@ def chat_text(served: ServedModel, request: ChatRequest) -> tuple[str, int | Non
     )
 
 
-def completion_text(request: CompletionRequest) -> str:
+def completion_text(request: CompletionRequest) -> str | list[int]:
+    """The request's one prompt: a text, or a list of token ids (a list holding one of either is that one);
+    a list of several prompts is a 400 naming ``prompt``."""
     prompt: Any = request.prompt
+    if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
+        return list(prompt)
     if isinstance(prompt, list):
         if len(prompt) != 1:
             raise ServeError(
-                400, f"prompt holds {len(prompt)} prompts; this server takes one per request", param="prompt"
+                400,
+                f"prompt holds {len(prompt)} prompts; this server takes one per request: send each in its own request",
+                param="prompt",
+                code="unsupported_value",
             )
         prompt = prompt[0]
-    return str(prompt)
+    return prompt if isinstance(prompt, list) else str(prompt)
 
 
 __all__ = [
     "Decoder",
+    "Outcome",
     "Prompt",
     "RequestTimeoutError",
+    "answer_logprobs",
     "chat_text",
     "check_prompt",
     "completion_text",

@@ -18,7 +18,16 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-_ENDPOINTS = ("/v1/embeddings", "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics")
+_ENDPOINTS = (
+    "/v1/embeddings",
+    "/v1/completions",
+    "/v1/chat/completions",
+    "/v1/models",
+    "/tokenize",
+    "/detokenize",
+    "/health",
+    "/metrics",
+)
 
 
 def _label(value: str) -> str:

@@ -1,7 +1,9 @@
 """The request and response shapes of OpenAI's API that ``packrt serve`` speaks, and its error body.
 
-Requests are pydantic models, so FastAPI validates them (and lists them in ``/docs``); fields OpenAI
-clients send that packrt does not use (``user``, ``logprobs: null``...) are accepted and ignored.
+Requests are pydantic models, so FastAPI validates them (and lists them in ``/docs``). Every field of
+OpenAI's API that would change an answer is either honoured or refused with a 400 naming it
+(:mod:`packrt.serve.fields`); only fields that change nothing (``user``, ``store``, ``metadata``,
+``service_tier``, a ``null`` anywhere) are accepted and ignored.
 Every error, whatever raised it, leaves the server as OpenAI's error object::
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "input[3]", "code": null}}
@@ -59,11 +61,13 @@ class _Request(BaseModel):
 
 
 class EmbeddingsRequest(_Request):
-    """``POST /v1/embeddings``: ``input`` one text or a list of texts (each checked by the server, which
-    names a bad one by its index); ``truncate`` (packrt's) says what a text over the token bound gets."""
+    """``POST /v1/embeddings``: ``input`` one text, a list of texts, one list of token ids or a list of them
+    (each checked by the server, which names a bad one by its index); ``dimensions`` the first n numbers of
+    each vector (a Matryoshka model's); ``truncate`` (packrt's) says what an input over the token bound gets."""
 
     input: str | list[Any]
     encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(default=None, ge=1)
     truncate: bool = True
 
 
@@ -81,6 +85,14 @@ class RerankRequest(_Request):
     truncate: bool = True
 
 
+class StreamOptions(BaseModel):
+    """``stream_options``: ``include_usage`` adds a last chunk, with no choices, that carries the usage."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    include_usage: bool | None = None
+
+
 class _Sampling(_Request):
     max_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=1.0, ge=0.0, le=2.0)
@@ -88,13 +100,24 @@ class _Sampling(_Request):
     seed: int | None = Field(default=None, ge=0)
     stop: str | list[str] | None = None
     stream: bool = False
-    n: int = Field(default=1, ge=1, le=1)
+    stream_options: StreamOptions | None = None
+    # checked by packrt.serve.fields, which answers a value this server does not serve with a 400 naming it
+    n: int = Field(default=1, ge=1)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    logit_bias: dict[str, Any] | None = None
 
 
 class CompletionRequest(_Sampling):
-    """``POST /v1/completions``: one prompt (a str, or a list holding one str)."""
+    """``POST /v1/completions``: one prompt (a str, a list holding one str, a list of token ids or a list
+    holding one such list); ``echo`` puts the prompt before the answer; ``logprobs`` (0-5) the log
+    probability of each token and of the ``logprobs`` likeliest at its place."""
 
-    prompt: str | list[str]
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0, le=5)
+    best_of: int | None = Field(default=None, ge=1)
+    suffix: str | None = None
 
 
 class ChatMessage(BaseModel):
@@ -109,6 +132,13 @@ class ChatRequest(_Sampling):
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=0)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: dict[str, Any] | None = None
+    tools: list[Any] | None = None
+    tool_choice: Any = None
+    functions: list[Any] | None = None
+    function_call: Any = None
 
 
 def embedding_item(index: int, vector: np.ndarray, encoding: str) -> dict[str, Any]:
@@ -173,14 +203,24 @@ def completion_chunk(ident: str, model: str, text: str, finish: str | None, chat
 
 
 def completion_response(
-    ident: str, model: str, text: str, finish: str, prompt_tokens: int, new_tokens: int, chat: bool
+    ident: str,
+    model: str,
+    text: str,
+    finish: str,
+    prompt_tokens: int,
+    new_tokens: int,
+    chat: bool,
+    logprobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """A whole completion (``chat``: a chat.completion with a message); ``logprobs`` is the choice's, as
+    :mod:`packrt.serve.logprobs` shapes it for the endpoint (None where the request did not ask)."""
     choice: dict[str, Any]
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
         kind = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
         kind = "text_completion"
     return {
         "id": ident,
@@ -188,6 +228,20 @@ def completion_response(
         "created": int(time.time()),
         "model": model,
         "choices": [choice],
+        "usage": usage(prompt_tokens, new_tokens),
+    }
+
+
+def usage_chunk(ident: str, model: str, prompt_tokens: int, new_tokens: int, chat: bool) -> dict[str, Any]:
+    """The last event of a stream whose request asked ``stream_options.include_usage``: no choices, the usage
+    (OpenAI's shape, which its clients read as the stream's usage)."""
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    return {
+        "id": ident,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [],
         "usage": usage(prompt_tokens, new_tokens),
     }
 
@@ -201,6 +255,7 @@ __all__ = [
     "EmbeddingsRequest",
     "RerankRequest",
     "ServeError",
+    "StreamOptions",
     "completion_chunk",
     "completion_response",
     "embedding_item",
@@ -209,4 +264,5 @@ __all__ = [
     "new_id",
     "rerank_response",
     "usage",
+    "usage_chunk",
 ]

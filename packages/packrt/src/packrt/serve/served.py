@@ -99,6 +99,25 @@ def _special_tokens(config: Any) -> dict[str, str]:
     return found
 
 
+def matryoshka(*directories: Path) -> tuple[int, ...] | None:
+    """The sizes an embedding model says its vectors may be cut to, from the first config.json of
+    ``directories`` that says anything (vLLM's fields): ``matryoshka_dimensions`` (a list of sizes) gives
+    them, ``is_matryoshka: true`` gives () (any size); None when no config says either."""
+    for directory in directories:
+        try:
+            config = read_json(directory / "config.json")
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not isinstance(config, dict):
+            continue
+        sizes = config.get("matryoshka_dimensions")
+        if isinstance(sizes, list) and sizes and all(isinstance(n, int) and n > 0 for n in sizes):
+            return tuple(sorted(set(sizes)))
+        if config.get("is_matryoshka") is True:
+            return ()
+    return None
+
+
 @dataclass(frozen=True)
 class TokenizedText:
     """One served text, tokenized once: ``encoding`` as the model reads it (special tokens added, truncated to
@@ -123,6 +142,8 @@ class ServedModel:
     cross_encoder: CrossEncoder | None = None
     chat_template: str | None = None
     special_tokens: dict[str, str] | None = None
+    # the sizes an embedding model's vectors may be cut to (``dimensions``): () any, None none (see matryoshka)
+    matryoshka_dimensions: tuple[int, ...] | None = None
 
     @classmethod
     def load(
@@ -177,6 +198,7 @@ class ServedModel:
                 _bare(encoder.tokenizer),
                 int(limit),
                 encoder=encoder,
+                matryoshka_dimensions=matryoshka(encoder.pipeline.transformer, where),
             )
         if not isinstance(module, models.CausalLM):
             raise CheckpointError(f"{str(where)!r} holds a {type(module).__name__}, which packrt serve cannot serve")
@@ -244,4 +266,4 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["Kind", "ServedModel", "TokenizedText", "default_residency", "dumps", "endpoint"]
+__all__ = ["Kind", "ServedModel", "TokenizedText", "default_residency", "dumps", "endpoint", "matryoshka"]
