@@ -296,3 +296,35 @@ def test_dimensions_of_a_matryoshka_model_cut_each_vector_and_make_it_unit_lengt
         np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-6)
         message = _refused(_post(server.base, "/v1/embeddings", {"input": "a", "dimensions": 12}), "dimensions")
         assert "trained to be cut to [8, 16, 32] only" in message
+
+
+def test_token_id_input_to_a_model_that_pools_without_its_default_prompt_is_a_400(
+    encoder_dir: Path, tmp_path: Path
+) -> None:
+    """Its batch masks the prompt's first tokens out of the pooling; ids carry no prompt, so the mask would drop
+    the client's own tokens: such a model takes text only."""
+    directory = tmp_path / "prompted"
+    shutil.copytree(encoder_dir, directory)
+    settings = {"prompts": {"query": "query: "}, "default_prompt_name": "query"}
+    (directory / "config_sentence_transformers.json").write_text(json.dumps(settings))
+    pooling = json.loads((directory / "1_Pooling" / "config.json").read_text())
+    (directory / "1_Pooling" / "config.json").write_text(json.dumps({**pooling, "include_prompt": False}))
+    with running(directory) as server:
+        refused = _post(server.base, "/v1/embeddings", {"input": [101, 7592, 102]})
+        assert "send the text instead" in _refused(refused, "input")
+        assert _post(server.base, "/v1/embeddings", {"input": "hello"}).status_code == 200
+
+
+def test_logprobs_of_an_answer_cut_by_a_stop_string_cover_only_its_text(llama_server: str) -> None:
+    client = _client(llama_server)
+    whole = client.completions.create(model="tiny", prompt="hello world", max_tokens=12, logprobs=1, **GREEDY)
+    words = whole.choices[0].text.split(" ")
+    if len(words) < 4:
+        pytest.fail(f"the greedy text ended too early to test a stop string: {whole.choices[0].text!r}")
+    cut = client.completions.create(
+        model="tiny", prompt="hello world", max_tokens=12, logprobs=1, stop=[" " + words[3]], **GREEDY
+    )
+    assert cut.choices[0].finish_reason == "stop"
+    assert "".join(cut.choices[0].logprobs.tokens) == cut.choices[0].text == " ".join(words[:3])
+    # a shorter scoring call sums in another order: the same values to float32's rounding
+    assert cut.choices[0].logprobs.token_logprobs == pytest.approx(whole.choices[0].logprobs.token_logprobs[:3])

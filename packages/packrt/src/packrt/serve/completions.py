@@ -275,7 +275,7 @@ def answer_logprobs(served: ServedModel, prompt: Prompt, outcome: Outcome, chat:
     """The choice's ``logprobs`` object (None when the request did not ask): the answer's tokens, and with
     ``echo`` the prompt's before them (the first of which nothing predicts), scored by one model call
     (:mod:`packrt.serve.logprobs`). A stop string's tokens are left out, as its text is."""
-    if prompt.logprobs is None:
+    if prompt.logprobs is None or outcome.finish == "cancelled":  # nobody is waiting for the scores
         return None
     lm = served.module
     assert isinstance(lm, CausalLM)

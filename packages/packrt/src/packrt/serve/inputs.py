@@ -4,7 +4,9 @@
 lists (OpenAI's four shapes; LangChain's ``OpenAIEmbeddings`` sends token ids). Token ids are what the
 model reads, as vLLM takes them: the served model's own ids (``POST /tokenize`` gives them), each inside
 its vocabulary, with no special token and no prompt added, cut to the server's bound when the request
-says ``truncate``. A bad input is a 400 naming it (``input[3]``), before the others cost anything.
+says ``truncate``; a model whose default prompt is left out of its pooling (``include_prompt`` false)
+takes text only, since its batch masks the prompt's place. A bad input is a 400 naming it
+(``input[3]``), before the others cost anything.
 
 ``dimensions`` keeps the first n numbers of each vector, which only a Matryoshka-trained model's vectors
 survive: the model says it is one in its config.json (``matryoshka_dimensions``, the sizes it was
@@ -70,6 +72,17 @@ def tokenized_ids(
     """Token-id inputs as the batch reads them: each id inside the vocabulary (else a 400 naming the input:
     ``input`` itself when it is ``single``, one list of ids), cut to ``bound`` tokens where ``truncate`` says
     so (else one over it is a 400)."""
+    encoder = served.encoder
+    if encoder is not None and encoder.prompt_tokens(encoder.pipeline.prompt()):
+        # the batch masks a default prompt's tokens out of the pooling, and token ids carry no prompt: the
+        # mask would drop the client's own first tokens
+        raise ServeError(
+            400,
+            f"model {served.name!r} puts its default prompt before each text and pools without it, which token-id "
+            "input cannot carry; send the text instead",
+            param="input",
+            code="unsupported_value",
+        )
     vocab = served.tokenizer.get_vocab_size()
     tokenized = []
     for index, ids in enumerate(inputs):

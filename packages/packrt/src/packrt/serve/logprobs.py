@@ -5,7 +5,8 @@ so the scores are computed after it by one call of the model over the prompt and
 causal model's logits at position i are what the decode step after token i computed (the same
 weights, the same prefix; only the order of the float sums may differ). That call is also what scores
 the prompt's own tokens, which ``echo`` with ``logprobs`` asks for (lm-evaluation-harness's
-log-likelihood requests, ``max_tokens: 0``). The log probabilities are the model's own
+log-likelihood requests, ``max_tokens: 0``); it holds the logits of every position at once, (prompt + answer)
+x vocabulary floats, for requests that ask. The log probabilities are the model's own
 (``log_softmax`` of its logits, before ``temperature`` and ``top_p``), as vLLM reports them.
 
 A token's text is what it adds to the decoded text (so the completion's tokens join to its text); a
