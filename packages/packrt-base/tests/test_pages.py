@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packrt_base.pages import PAGE, mapping_under, release_pages
+from packrt_base.pages import PAGE, mapping_under, release_pages, release_unserved_pages
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pagemap is Linux's")
 
@@ -118,3 +118,20 @@ def test_any_slice_releases_exactly_its_whole_unedited_pages_and_reads_the_same(
     kept = sum(1 for page in range(first, last) if page in edited)
     assert release_pages(view) == max(0, last - first - kept) * PAGE
     np.testing.assert_array_equal(whole, expected)
+
+
+def test_pages_under_a_kept_view_stay_whole_or_in_part(mapped: np.ndarray) -> None:
+    kept = mapped[2 * PAGE + 10 : 4 * PAGE + 10]  # touches pages 2, 3 and 4
+    assert release_pages(mapped, keep=[kept]) == (PAGES - 3) * PAGE
+    assert list(resident(mapped)[:6]) == [False, False, True, True, True, False]
+
+
+def test_what_a_model_still_serves_keeps_its_pages_and_the_rest_of_the_file_goes(
+    mapped: np.ndarray, content: bytes
+) -> None:
+    norm = mapped[5 * PAGE : 5 * PAGE + 64]  # a small tensor the model still reads from the file
+    own = np.ones(3 * PAGE, np.uint8)  # memory of the model's own: no file, nothing to do
+    assert release_unserved_pages([norm, own]) == (PAGES - 1) * PAGE
+    assert resident(mapped).tolist() == [page == 5 for page in range(PAGES)]
+    assert mapped.tobytes() == content
+    assert release_unserved_pages([own]) == 0

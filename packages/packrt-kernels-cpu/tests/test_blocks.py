@@ -4,10 +4,7 @@ of those weights on both kernel roads, from the row loop (decode) and from dequa
 
 from __future__ import annotations
 
-import mmap
 import os
-import sys
-from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -179,26 +176,6 @@ def test_a_tied_table_packed_as_an_embedding_and_as_a_head_is_copied_once(rng: n
     np.testing.assert_array_equal(head.unpack()[0], table)
     x = rng.standard_normal((3, 64)).astype(np.float32)
     np.testing.assert_array_equal(head.forward(x), blocks.pack_block_linear(table.copy(), "Q8_0", 64).forward(x))
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pagemap is Linux's")
-def test_an_owned_pack_of_a_mapped_files_blocks_hands_the_files_pages_back(
-    rng: np.random.Generator, tmp_path: Path
-) -> None:
-    table = random_blocks(rng, "Q8_0", 256, 256)  # 68 KiB: whole pages inside
-    (tmp_path / "w.gguf").write_bytes(table.tobytes())
-    with open(tmp_path / "w.gguf", "rb") as handle:
-        mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
-    view = np.frombuffer(mapping, np.uint8).reshape(table.shape)
-    pack = blocks.pack_block_linear(view, "Q8_0", 256)
-    start = int(view.__array_interface__["data"][0]) // mmap.PAGESIZE
-    with open("/proc/self/pagemap", "rb") as pagemap:
-        pagemap.seek(start * 8)
-        present = np.frombuffer(pagemap.read(table.nbytes // mmap.PAGESIZE * 8), np.uint64) >> np.uint64(63)
-    assert not present.any(), "the pack's copy serves: the file's pages left the resident set"
-    x = rng.standard_normal((2, 256)).astype(np.float32)
-    np.testing.assert_array_equal(pack.forward(x), blocks.pack_block_linear(table, "Q8_0", 256).forward(x))
-    np.testing.assert_array_equal(view, table)
 
 
 def test_a_table_whose_bytes_changed_since_the_first_pack_gets_a_copy_of_its_own(rng: np.random.Generator) -> None:

@@ -8,6 +8,7 @@ report must say what is mapped from the file and what was dequantised.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
@@ -90,3 +91,34 @@ def test_smollm2_memory_report_names_the_mapped_file_and_the_blocks_served_from_
     assert "dequantised" not in origins
     assert f"Q4_1 rows un-permuted from llama.cpp's rotary order from {smollm2_gguf.name}" in origins
     assert report.converted() + report.totals()["mapped"] == report.totals()["raw"] + report.totals()["borrowed"]
+
+
+def _resident_file_bytes(path: Path) -> int:
+    """The bytes of ``path``'s pages in this process's resident set (every mapping of it, from /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+                inside = len(fields) >= 6 and fields[5] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="the resident set per mapping is Linux's")
+def test_a_packed_smollm2_keeps_none_of_its_files_pages_resident_after_generating(
+    smollm2_gguf: Path, prompt_ids: np.ndarray, tmp_path: Path
+) -> None:
+    """Packed, the blocks are copies: the file's pages (read to make them, and mapped again around every small
+    tensor read since) leave the resident set once the serving plan is built; borrowed, they are the weights."""
+    path = tmp_path / smollm2_gguf.name  # a path of its own: this module's borrowed model maps the installed one
+    shutil.copyfile(smollm2_gguf, path)
+    ids = packrt.from_numpy(prompt_ids)
+    packed = from_pretrained(path)
+    tokens = [int(t[0]) for t in packed.stream(ids, max_new_tokens=4, do_sample=False, eos_token_id=None)]
+    assert _resident_file_bytes(path) < 1 << 20, "the packed model holds its weights twice"
+    borrowed = from_pretrained(path, weight_residency="borrowed")
+    again = [int(t[0]) for t in borrowed.stream(ids, max_new_tokens=4, do_sample=False, eos_token_id=None)]
+    assert again == tokens
+    assert _resident_file_bytes(path) > 60 << 20, "borrowed, the file's pages are what the model reads"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import os
 import sys
+from collections.abc import Iterable
 from typing import Any, Final
 
 import numpy as np
@@ -42,15 +43,16 @@ def mapping_under(array: Any) -> mmap.mmap | None:
     return None
 
 
-def release_pages(view: Any) -> int:
+def release_pages(view: Any, keep: Iterable[Any] = ()) -> int:
     """Drop from the resident set the whole pages under ``view`` that a private file mapping maps and that
-    still hold the file's bytes; return the bytes dropped (0 when ``view`` is not a view of a mapped file,
-    covers no whole page, or the pagemap cannot be read).
+    still hold the file's bytes, except pages under any array of ``keep``; return the bytes dropped (0 when
+    ``view`` is not a view of a mapped file, covers no whole page, or the pagemap cannot be read).
 
-    Call it after copying ``view`` into memory of its own, when the copy is what will be read. ``view`` stays
-    valid and equal to what it was: a dropped page is read back from the file on the next access, and a page
-    written through a writeable view (an edit) is kept. Pages that ``view`` shares with its neighbours at either
-    end are kept, since a neighbour may still be served from them.
+    Call it after copying ``view`` into memory of its own, when the copy is what will be read (``keep``: views
+    of the same file that are still served from its pages). ``view`` stays valid and equal to what it was: a
+    dropped page is read back from the file on the next access, and a page written through a writeable view
+    (an edit) is kept. Pages that ``view`` shares with its neighbours at either end are kept, since a neighbour
+    may still be served from them.
     """
     mapping = mapping_under(view)
     if mapping is None or not sys.platform.startswith("linux"):
@@ -65,17 +67,40 @@ def release_pages(view: Any) -> int:
     flags = _page_flags(low, (high - low) // PAGE)
     if flags is None:
         return 0
-    clean = np.flatnonzero((flags & _PRESENT).astype(bool) & (flags & _FILE_PAGE).astype(bool))
+    droppable = (flags & _PRESENT).astype(bool) & (flags & _FILE_PAGE).astype(bool)
+    for kept in keep:  # pages under a kept view, whole or in part, stay
+        at, size = int(np.asarray(kept).__array_interface__["data"][0]), int(np.asarray(kept).nbytes)
+        first, end = max(at // PAGE, low // PAGE), min(-(-(at + size) // PAGE), high // PAGE)
+        if first < end:
+            droppable[first - low // PAGE : end - low // PAGE] = False
+    clean = np.flatnonzero(droppable)
     if clean.size == 0:
         return 0
     # madvise per run of consecutive clean pages: an edited page between two runs stays
     cuts = np.flatnonzero(np.diff(clean) != 1) + 1
     released = 0
     for run in np.split(clean, cuts):
-        first, count = int(run[0]), int(run.size)
-        mapping.madvise(mmap.MADV_DONTNEED, low - base + first * PAGE, count * PAGE)
+        page, count = int(run[0]), int(run.size)
+        mapping.madvise(mmap.MADV_DONTNEED, low - base + page * PAGE, count * PAGE)
         released += count * PAGE
     return released
+
+
+def release_unserved_pages(served: Iterable[Any]) -> int:
+    """For each file mapping under an array of ``served`` (the views a model still reads), drop the mapping's
+    pages that hold the file's bytes and lie under none of ``served``; return the bytes dropped.
+
+    Once a model's packed layers have copied their weights, the file's pages are read by nobody but may be
+    back in the resident set: reading a small tensor (a norm, a bias) maps the whole cached folio around it
+    (up to 2 MiB), neighbours' pages included. One call after the packs (and the serving plan) are built
+    hands all of them back at once; the pages of ``served`` stay."""
+    views, mappings = [], {}
+    for view in served:  # arrays of memory of their own (or a device's) map no file: nothing to do for them
+        mapping = mapping_under(view)
+        if mapping is not None:
+            views.append(view)
+            mappings[id(mapping)] = mapping
+    return sum(release_pages(np.frombuffer(m, np.uint8), keep=views) for m in mappings.values())
 
 
 def _page_flags(address: int, pages: int) -> np.ndarray[Any, np.dtype[np.uint64]] | None:

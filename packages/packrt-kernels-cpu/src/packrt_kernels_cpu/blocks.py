@@ -29,7 +29,6 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
-from packrt_base.pages import release_pages
 from packrt_kernels_cpu import blas, block_tiles, compiled, float_tiles, settings, threads
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.scratch import scratch_f32
@@ -198,21 +197,8 @@ def _owned_copy(blocks: Array) -> tuple[Array, bool]:
     already holds a copy made from the same place (address, size, shape) and its bytes still equal ``blocks``,
     that copy is returned (``shared`` True) instead of a second one: a tied weight, such as a GGUF's token
     embedding and the LM head that reads its blocks, packs once. A pack's blocks are never written, so sharing
-    them is safe; the byte comparison keeps a pack from serving values its source no longer holds.
-
-    When ``blocks`` is a view of a mapped file (a GGUF loaded with ``mmap=True``), the file's pages just read
-    are handed back (:func:`packrt_base.pages.release_pages`): the copy is what serves, and without this a packed
-    model would keep its weights resident twice for as long as the file stays open (RSS a generation adds to
-    the process: SmolLM2-135M Q4_1 305 MiB without, 225 with; a 0.5B Q8_0 929 without, 596 with)."""
+    them is safe; the byte comparison keeps a pack from serving values its source no longer holds."""
     source = np.asarray(blocks)
-    try:
-        return _copy_once(source)
-    finally:
-        release_pages(source)
-
-
-def _copy_once(source: Array) -> tuple[Array, bool]:
-    """:func:`_owned_copy` before the pages go back: the copy, or a live pack's equal one."""
     key = (int(source.__array_interface__["data"][0]), int(source.nbytes), tuple(source.shape))
     with _copies_lock:
         found = _copies.get(key)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from packrt_base.kernels import Kernels, Pack
+from packrt_base.pages import release_pages
 from packrt_core import dispatch
 from packrt_core.device import Device
 from packrt_core.errors import StateDictError
@@ -237,11 +238,18 @@ class PackedLayer(Module):
 
     def _install(self, pack: Pack, stamp: Stamp | None = None) -> Pack:
         """Swap ``pack`` in, record what it was built from, drop raw storage under packed.
-        The caller holds :data:`~packrt_core.tensor.WRITES`."""
+        The caller holds :data:`~packrt_core.tensor.WRITES`.
+
+        Storage that was a view of a mapped checkpoint also leaves the resident set
+        (:func:`packrt_base.pages.release_pages`): the pack is the copy that serves, and the file's pages
+        would otherwise stay resident beside it for as long as anything keeps the file open."""
         self._served = (pack, stamp if stamp is not None else self._stamp())
         self.pack_count += 1
         for name, param in self._declared_params():
+            raw = param._data
             param._drop(_PackSource(pack, self.declared.index(name)))
+            if raw is not None:
+                release_pages(raw)
         return pack
 
     def _adopt(self, old: Pack, new: Pack) -> bool:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from packrt_base.kernels import Pack
+from packrt_base.pages import release_unserved_pages
 from packrt_base.plan import PlanKernels
 from packrt_core import dispatch
 from packrt_core.errors import PackrtError
@@ -232,7 +233,17 @@ def _rebuild(slot: _Slot, root: Module, device: Any, build: Builder) -> tuple[An
             return None, "the weights changed while the plan was being built"
         slot.plan = plan
         slot.builds += 1
+        _hand_back_pages(root)
         return plan, None
+
+
+def _hand_back_pages(root: Module) -> None:
+    """Drop the pages of ``root``'s mapped checkpoint that nothing serves from any more
+    (:func:`packrt_base.pages.release_unserved_pages`): once the plan is built, its packed layers' weights are
+    copies, while building it read the file's small tensors (norms, biases), and each such read maps the cached
+    folio around it, pages of packed neighbours included. The arrays ``root`` still holds keep their pages."""
+    served = [t._data for t in (*root.parameters(), *root.buffers()) if t._data is not None]
+    release_unserved_pages(served)
 
 
 class PlanReport(NamedTuple):
