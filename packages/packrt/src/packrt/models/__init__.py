@@ -16,6 +16,8 @@ Face directory or a GGUF file (the causal families:
 :class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`,
 :class:`Olmo2ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
+:class:`BatchDecoder` decodes several sequences of a causal LM together, each as it is alone, with its own
+sampling, stop rules and logits processor (:class:`Penalties`: OpenAI's presence and frequency penalties).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
 to a checkpoint with ``packrt.io.load_checkpoint(model, path, assign=True)``, so the weights
@@ -25,6 +27,7 @@ plain torch module tree built the same way, so ``state_dict`` keys carry over on
 """
 
 from packrt.models.attention import KVCache
+from packrt.models.batch_decode import BatchDecoder, Emitted
 from packrt.models.classifier import SequenceClassifier
 from packrt.models.config_schema import ConfigError
 from packrt.models.cross_encoder import CrossEncoder, RankError
@@ -39,6 +42,7 @@ from packrt.models.granite import GraniteForCausalLM
 from packrt.models.kinds import ModelDescription, PromptNameError, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
+from packrt.models.logits_processing import LogitsProcessor, Penalties
 from packrt.models.ministral import MinistralForCausalLM
 from packrt.models.olmo2 import Olmo2ForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
@@ -51,6 +55,7 @@ from packrt.models.sentence import BatchSizeError, SentenceEncoder, TextTypeErro
 from packrt.models.smollm3 import SmolLM3ForCausalLM
 
 __all__ = [
+    "BatchDecoder",
     "BatchSizeError",
     "BertEncoder",
     "CausalDecoder",
@@ -81,6 +86,9 @@ __all__ = [
     "from_pretrained",
     "load_tokenizer",
     "supported",
+    "Emitted",
+    "LogitsProcessor",
+    "Penalties",
     "DecoderConfig",
     "EncoderConfig",
     "MultiHeadAttention",

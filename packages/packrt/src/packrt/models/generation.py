@@ -23,18 +23,28 @@ import functools
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Concatenate, Literal, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar
 
 import numpy as np
 
 import packrt
 from packrt import nn
-from packrt.errors import DTypeError, IndexingError, PackrtError, ShapeError
+from packrt.errors import DTypeError, IndexingError, ShapeError
 from packrt.models.attention import KVCache, Step
 from packrt.models.devices import host, model_device, placed
 from packrt.models.generation_defaults import GenerationDefaults
 from packrt.models.hfconfig import UnsupportedModelError
 from packrt.models.layers import check_attention_mask, check_ids
+from packrt.models.sampling import (
+    GenerationArgumentError,
+    GenerationArgumentTypeError,
+    Sampling,
+    check_sampling,
+    eos_ids,
+    is_int,
+    is_token,
+    sample_next,
+)
 from packrt_core.publication import reading
 from packrt_io import mapped_files
 
@@ -46,21 +56,6 @@ class FromModel(enum.Enum):
 
 
 FROM_MODEL: Literal[FromModel.FROM_MODEL] = FromModel.FROM_MODEL
-
-
-def _is_token(value: object, vocab: int) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool) and 0 <= int(value) < vocab
-
-
-def _token_ids(values: int | Sequence[int] | None, vocab: int) -> tuple[int, ...]:
-    if values is None:
-        return ()
-    items: list[object] = list(values) if isinstance(values, list | tuple | range | np.ndarray) else [values]
-    if not all(_is_token(v, vocab) for v in items):
-        raise GenerationArgumentError(
-            f"generate: eos_token_id must be a token id in [0, {vocab}) or a list of them, got {values!r}"
-        )
-    return tuple(int(v) for v in items if isinstance(v, int | np.integer))
 
 
 def check_token_range(model: str, ids: np.ndarray, vocab: int) -> None:
@@ -89,82 +84,6 @@ def check_positions(model: str, positions: packrt.Tensor, max_positions: int | N
         )
 
 
-class GenerationArgumentError(PackrtError, ValueError):
-    """An argument of ``generate`` or ``stream`` outside what it takes (the message names it, its value and
-    the range)."""
-
-
-class GenerationArgumentTypeError(GenerationArgumentError, TypeError):
-    """An argument of ``generate`` or ``stream`` of a type it does not take (a str for a number, a bool for
-    an int)."""
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int | np.integer) and not isinstance(value, bool)
-
-
-def _number(name: str, value: object) -> float:
-    """``value`` as a finite float, or the error naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
-        raise GenerationArgumentTypeError(f"generate: {name} must be a number, got {type(value).__name__} {value!r}")
-    number = float(value)
-    if not np.isfinite(number):
-        raise GenerationArgumentError(f"generate: {name} must be finite, got {value!r}")
-    return number
-
-
-def _check_sampling(do_sample: object, temperature: object, top_k: object, top_p: object, seed: object) -> None:
-    """Every sampling argument of ``generate`` checked for its type and range before any work."""
-    if not isinstance(do_sample, bool | np.bool_):
-        raise GenerationArgumentTypeError(f"generate: do_sample must be a bool, got {type(do_sample).__name__}")
-    if not _number("temperature", temperature) > 0:
-        raise GenerationArgumentError(
-            f"generate: temperature must be > 0, got {temperature!r}; use do_sample=False for greedy"
-        )
-    if top_k is not None and (not _is_int(top_k) or int(top_k) <= 0):  # type: ignore[call-overload]
-        error = GenerationArgumentError if _is_int(top_k) else GenerationArgumentTypeError
-        raise error(f"generate: top_k must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0 < _number("top_p", top_p) <= 1:
-        raise GenerationArgumentError(f"generate: top_p must be in (0, 1] or None, got {top_p!r}")
-    if seed is not None and not _is_int(seed):
-        raise GenerationArgumentTypeError(
-            f"generate: seed must be an int >= 0 or None, got {type(seed).__name__} {seed!r}"
-        )
-    if seed is not None and int(seed) < 0:  # type: ignore[call-overload]
-        raise GenerationArgumentError(f"generate: seed must be an int >= 0 or None, got {seed!r}")
-
-
-def sample_next(
-    scores: np.ndarray,
-    rng: np.random.Generator,
-    temperature: float = 1.0,
-    top_k: int | None = None,
-    top_p: float | None = None,
-) -> np.ndarray:
-    """One token id per row of ``scores`` (batch, vocab), drawn after temperature, top-k, then top-p.
-
-    The order is transformers': scale by ``1/temperature``, keep the ``top_k`` best, keep the
-    smallest set of best tokens whose probability reaches ``top_p`` (at least one), then sample.
-    """
-    logits = scores.astype(np.float64) / temperature
-    if top_k is not None and top_k < logits.shape[-1]:
-        kth = np.partition(logits, -top_k, axis=-1)[:, -top_k, None]
-        logits = np.where(logits < kth, -np.inf, logits)
-    probs = np.exp(logits - logits.max(axis=-1, keepdims=True))
-    probs /= probs.sum(axis=-1, keepdims=True)
-    if top_p is not None and top_p < 1:
-        order = np.argsort(-probs, axis=-1, kind="stable")
-        ranked = np.take_along_axis(probs, order, axis=-1)
-        keep_ranked = np.cumsum(ranked, axis=-1) - ranked < top_p
-        keep = np.zeros_like(keep_ranked)
-        np.put_along_axis(keep, order, keep_ranked, axis=-1)
-        probs = np.where(keep, probs, 0.0)
-        probs /= probs.sum(axis=-1, keepdims=True)
-    draws = rng.random((probs.shape[0], 1))
-    chosen: np.ndarray = (np.cumsum(probs, axis=-1) > draws).argmax(axis=-1).astype(np.int64)
-    return chosen
-
-
 def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int) -> packrt.Tensor | None:
     """Mark the prompt's padding in ``cache``; with any padding, the position of every prompt and
     new token on the cache's device (real tokens counted only, padding at 0, as transformers'
@@ -184,16 +103,6 @@ def _padded_positions(cache: KVCache, attention_mask: packrt.Tensor, prompt: int
     return placed(grid, cache.device)
 
 
-class _Sampling(NamedTuple):
-    """How a run chooses each token: the argmax, or a draw seeded with ``seed`` (see ``generate``)."""
-
-    do_sample: bool
-    temperature: float
-    top_k: int | None
-    top_p: float | None
-    seed: int | None
-
-
 @dataclass
 class _Run:
     """A checked generation: the token buffer (prompt, then room for the new tokens) and its cache."""
@@ -206,7 +115,7 @@ class _Run:
     positions: packrt.Tensor | None
     eos: tuple[int, ...]
     filler: int
-    sampling: _Sampling
+    sampling: Sampling
 
 
 _P = ParamSpec("_P")
@@ -348,6 +257,55 @@ class CausalLM(nn.Module):
             )
         return batch, prompt, max_new_tokens
 
+    def _check_generates(self, max_new_tokens: int | None) -> None:
+        """The model has a next token to generate, and ``max_new_tokens`` is an int >= 0 or None."""
+        if self.bidirectional:
+            raise UnsupportedModelError(
+                f"{self._name()} attends in both directions (use_bidirectional_attention: an embedding model), so "
+                "it has no next token to generate; take its hidden_states, or load its sentence-transformers "
+                "directory with SentenceEncoder"
+            )
+        if max_new_tokens is not None and (not is_int(max_new_tokens) or max_new_tokens < 0):
+            error = GenerationArgumentError if is_int(max_new_tokens) else GenerationArgumentTypeError
+            raise error(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
+
+    def check_sequence(
+        self,
+        prompt: np.ndarray,
+        max_new_tokens: int | None,
+        eos_token_id: int | Sequence[int] | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
+    ) -> tuple[int, tuple[int, ...]]:
+        """``generate``'s checks of one sequence that a decoder of its own runs
+        (:class:`~packrt.models.batch_decode.BatchDecoder`): the model generates, ``prompt`` (1-D int64 ids) is
+        inside the vocabulary and leaves room for the new tokens; (new tokens, eos ids) as ``generate`` resolves
+        them. Such a decoder never computes its cached keys again, so a sequence that would cross the length
+        where the model's rotary frequencies change (LongRoPE) is refused."""
+        self._check_generates(max_new_tokens)
+        defaults = self._defaults()
+        _, length, new = self._check_prompt(packrt.from_numpy(prompt[None]), max_new_tokens, defaults)
+        check_token_range(f"{self._name()}.generate", prompt, self.vocab)
+        switch = self._rope_switch()
+        if switch is not None and length + new > switch:
+            raise GenerationArgumentError(
+                f"{self._name()}: {length} prompt tokens + {new} new ones cross the {switch} positions where its "
+                "rotary frequencies change, which only generate and stream follow; ask for fewer tokens or run "
+                "this sequence with generate or stream"
+            )
+        return new, eos_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
+
+    def step_scores(
+        self, ids: packrt.Tensor, step: Step, cache: KVCache, positions: packrt.Tensor | None
+    ) -> np.ndarray:
+        """One step of a generation: ``ids`` (batch, step.length) through the model over ``cache``, and the
+        scores (batch, vocab) of each row's last position, on the host. The step is one call: one version of the
+        weights, the mapped files checked first (a load lands between two steps, never inside one)."""
+        with reading():
+            for mapped in mapped_files(self):
+                mapped.check()
+            hidden = self._hidden(ids, step, cache, positions)
+            scores: np.ndarray = host(self._logits(hidden[:, -1:]))[:, -1]
+        return scores
+
     def _prepare(
         self,
         input_ids: packrt.Tensor,
@@ -363,21 +321,13 @@ class CausalLM(nn.Module):
         pad_token_id: int | Literal[FromModel.FROM_MODEL] | None = FROM_MODEL,
     ) -> _Run:
         """Every check of ``generate``'s arguments (its parameters are these), and the buffers its steps fill."""
-        if self.bidirectional:
-            raise UnsupportedModelError(
-                f"{self._name()} attends in both directions (use_bidirectional_attention: an embedding model), so "
-                "it has no next token to generate; take its hidden_states, or load its sentence-transformers "
-                "directory with SentenceEncoder"
-            )
-        if max_new_tokens is not None and (not _is_int(max_new_tokens) or max_new_tokens < 0):
-            error = GenerationArgumentError if _is_int(max_new_tokens) else GenerationArgumentTypeError
-            raise error(f"generate: max_new_tokens must be an int >= 0 or None, got {max_new_tokens!r}")
-        _check_sampling(do_sample, temperature, top_k, top_p, seed)
-        sampling = _Sampling(do_sample, temperature, top_k, top_p, seed)
+        self._check_generates(max_new_tokens)
+        check_sampling(do_sample, temperature, top_k, top_p, seed)
+        sampling = Sampling(do_sample, temperature, top_k, top_p, seed)
         defaults = self._defaults()
-        eos = _token_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
+        eos = eos_ids(defaults.eos_token_ids if eos_token_id is FROM_MODEL else eos_token_id, self.vocab)
         pad = defaults.pad_token_id if pad_token_id is FROM_MODEL else pad_token_id
-        if pad is not None and not _is_token(pad, self.vocab):
+        if pad is not None and not is_token(pad, self.vocab):
             raise GenerationArgumentError(
                 f"generate: pad_token_id must be a token id in [0, {self.vocab}), got {pad!r}; it is "
                 "written into the rows that have ended"
@@ -457,11 +407,7 @@ class CausalLM(nn.Module):
                 ids = placed(tokens[:, :length], device)
             step_mask = None if key_mask is None else key_mask[:, : start + length]
             step_positions = None if positions is None else positions[:, start : start + length]
-            with reading():  # the step is one call: one version of the weights, its files checked first
-                for mapped in mapped_files(self):
-                    mapped.check()
-                hidden = self._hidden(ids, Step(start, length, step_mask, device), cache, step_positions)
-                scores = host(self._logits(hidden[:, -1:]))[:, -1]
+            scores = self.step_scores(ids, Step(start, length, step_mask, device), cache, step_positions)
             chosen = sample_next(scores, rng, temperature, top_k, top_p) if do_sample else scores.argmax(axis=-1)
             if eos:
                 chosen = np.where(finished, run.filler, chosen)
