@@ -1,7 +1,7 @@
 """Every field of OpenAI's requests is honoured or refused by ``packrt serve``: ``echo``, ``logprobs`` /
 ``top_logprobs``, ``stream_options.include_usage``, ``dimensions`` and token-id input work (checked against
 transformers' logits and the server's own text answers); ``tools``, ``response_format`` other than text,
-penalties, ``n`` > 1 and the rest are a 400 whose error object names the field."""
+``n`` > 1 and the rest are a 400 whose error object names the field."""
 
 from __future__ import annotations
 
@@ -83,14 +83,11 @@ REFUSED = [
     ("/v1/chat/completions", {"function_call": "auto"}, "function_call", "makes no tool calls"),
     ("/v1/chat/completions", {"response_format": {"type": "json_object"}}, "response_format", "not served"),
     ("/v1/chat/completions", {"response_format": {"type": "json_schema"}}, "response_format", "ask for JSON"),
-    ("/v1/chat/completions", {"presence_penalty": 0.5}, "presence_penalty", "applies no penalty"),
-    ("/v1/chat/completions", {"frequency_penalty": -1}, "frequency_penalty", "send 0"),
     ("/v1/chat/completions", {"logit_bias": {"5": 10}}, "logit_bias", "not applied"),
     ("/v1/chat/completions", {"n": 3}, "n", "make 3 requests"),
     ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),
     ("/v1/chat/completions", {"logprobs": True, "stream": True}, "logprobs", "send stream: false"),
     ("/v1/chat/completions", {"stream_options": {"include_usage": True}}, "stream_options", "stream: true"),
-    ("/v1/completions", {"presence_penalty": 2}, "presence_penalty", "applies no penalty"),
     ("/v1/completions", {"n": 2}, "n", "one choice per request"),
     ("/v1/completions", {"best_of": 3}, "best_of", "one candidate"),
     ("/v1/completions", {"suffix": "the end"}, "suffix", "does not fill in"),

@@ -299,8 +299,9 @@ def test_completion_bounds_are_400s_or_422s_naming_the_field(plain_llama: Runnin
 
 def test_the_decode_loop_stops_between_steps_once_cancelled_or_past_its_deadline(plain_llama: Running) -> None:
     from packrt.serve import completions
+    from packrt.serve.decoding import DecodeJob
 
-    served = plain_llama.app.state.packrt.served
+    state = plain_llama.app.state.packrt
     prompt = completions.Prompt([1, 4, 5, 6, 7], 30, 0.0, 1.0, None, ())  # greedy: runs 12 steps and more
     cancelled = threading.Event()
     pieces: list[str] = []
@@ -310,12 +311,17 @@ def test_the_decode_loop_stops_between_steps_once_cancelled_or_past_its_deadline
         if len(pieces) == 3:
             cancelled.set()
 
-    outcome = completions.run(served, prompt, emit, time.monotonic() + START_S, cancelled)
+    def job(deadline: float, emit: Any, cancelled: threading.Event) -> DecodeJob:
+        completion = completions.Completion(state.served, prompt, emit)
+        return DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, lambda outcome: outcome)
+
+    outcome = state.worker.submit(job(time.monotonic() + START_S, emit, cancelled)).result(timeout=START_S)
     if outcome.finish == "stop":
         pytest.fail(f"the greedy text ended at eos before 3 pieces: {pieces}")
     assert (outcome.finish, outcome.count) == ("cancelled", 3)
+    late = state.worker.submit(job(time.monotonic() - 1, pieces.append, threading.Event()))
     with pytest.raises(completions.RequestTimeoutError):
-        completions.run(served, prompt, pieces.append, time.monotonic() - 1, threading.Event())
+        late.result(timeout=START_S)
 
 
 def test_a_stream_whose_client_goes_away_stops_decoding_at_the_next_step(

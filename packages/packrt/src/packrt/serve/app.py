@@ -11,6 +11,7 @@ OpenAI's error object (:mod:`packrt.serve.openai_shapes`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import json
@@ -31,7 +32,8 @@ from starlette.exceptions import HTTPException
 from packrt.errors import CheckpointError, PackrtError
 from packrt.serve import completions, tokens
 from packrt.serve.access import ApiKeyMiddleware, add_cors
-from packrt.serve.batching import CallWorker, EmbedJob, EmbedWorker, QueueFullError, Worker
+from packrt.serve.batching import EmbedJob, EmbedWorker, QueueFullError, Worker
+from packrt.serve.decoding import DecodeJob, DecodeWorker
 from packrt.serve.fields import check_fields
 from packrt.serve.inputs import (
     check_dimensions,
@@ -165,7 +167,7 @@ class _App:
                 scorer.logits, scorer.num_labels, capacity, limits.max_batch_tokens, limits.batch_wait_s, self._batched
             )
         else:
-            self.worker = CallWorker(capacity, "packrt-serve-generation")
+            self.worker = DecodeWorker(served, capacity, limits.max_batch_sequences)
         self.metrics = Metrics(lambda: self.worker.pending, capacity)
 
     def _batched(self, texts: int, tokens: int) -> None:
@@ -274,17 +276,18 @@ class _App:
             return self._stream(prompt, chat, ident, deadline, cancelled, usage)
         pieces: list[str] = []
 
-        def work() -> tuple[completions.Outcome, dict[str, Any] | None]:
-            outcome = completions.run(self.served, prompt, pieces.append, deadline, cancelled)
+        def then(outcome: completions.Outcome) -> tuple[completions.Outcome, dict[str, Any] | None]:
+            # scored on the worker thread, between two decode steps: the model is never called from two threads
             return outcome, completions.answer_logprobs(self.served, prompt, outcome, chat)
 
+        completion = completions.Completion(self.served, prompt, pieces.append)
         try:
-            future = self.worker_call(work)
+            future = self.submit(DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, then))
             outcome, logprobs = await asyncio.wait_for(asyncio.wrap_future(future), self.limits.request_timeout_s)
         except TimeoutError:
             raise as_serve_error(completions.RequestTimeoutError()) from None
         finally:
-            cancelled.set()  # a timeout or a client gone: the decode loop stops at its next step
+            cancelled.set()  # a timeout or a client gone: the worker drops the sequence before its next step
         self.metrics.add_tokens("prompt", len(prompt.ids))
         self.metrics.add_tokens("completion", outcome.count)
         text = (prompt.text if prompt.echo else "") + "".join(pieces)
@@ -293,10 +296,10 @@ class _App:
         )
         return JSONResponse(body)
 
-    def worker_call(self, work: Callable[[], Any]) -> Any:
-        assert isinstance(self.worker, CallWorker)
+    def submit(self, job: DecodeJob) -> concurrent.futures.Future[Any]:
+        assert isinstance(self.worker, DecodeWorker)
         try:
-            return self.worker.submit(work)
+            return self.worker.submit(job)
         except QueueFullError:
             raise self.full() from None
 
@@ -319,15 +322,13 @@ class _App:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening any more
                 loop.call_soon_threadsafe(events.put_nowait, (kind, value))
 
-        def work() -> None:
-            try:
-                post(
-                    "end", completions.run(self.served, prompt, lambda piece: post("text", piece), deadline, cancelled)
-                )
-            except BaseException as err:
-                post("error", err)
+        def failed(future: concurrent.futures.Future[Any]) -> None:
+            if future.exception() is not None:
+                post("error", future.exception())
 
-        self.worker_call(work)  # a full queue is a 429 before the stream starts
+        completion = completions.Completion(self.served, prompt, lambda piece: post("text", piece))
+        job = DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, lambda outcome: post("end", outcome))
+        self.submit(job).add_done_callback(failed)  # a full queue is a 429 before the stream starts
         name = self.served.name
 
         def chunk(text: str, finish: str | None = None) -> str:

@@ -12,8 +12,8 @@ soon as its last text is computed. Before each call the worker drops the request
 given up by their client, so an abandoned request stops costing the model at the next call boundary. A
 failing call fails only the requests whose texts were in it, never the queue or the worker.
 
-Generation runs on the same kind of worker, one request at a time (a causal LM's decode steps are
-sequential); its deadline is checked between decode steps by the caller's loop.
+Generation runs on a worker of its own kind (:mod:`packrt.serve.decoding`): every completion in flight is
+decoded in one batched step, requests joining and leaving between steps.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 from tokenizers import Encoding
 
 
-def _settle(future: concurrent.futures.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
+def settle(future: concurrent.futures.Future[Any], result: Any = None, error: BaseException | None = None) -> None:
     """Give ``future`` its outcome unless it has one (its client gave up and cancelled it meanwhile)."""
     with contextlib.suppress(concurrent.futures.InvalidStateError):
         if error is not None:
@@ -93,27 +93,6 @@ class Worker:
         raise NotImplementedError
 
 
-class CallWorker(Worker):
-    """Runs submitted callables one at a time (generation: one request's decode loop per call)."""
-
-    def submit(self, work: Callable[[], Any]) -> concurrent.futures.Future[Any]:
-        self._admit()
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        self._queue.put((work, future))
-        return future
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            work, future = item
-            try:
-                if future.set_running_or_notify_cancel():
-                    future.set_result(work())
-            except BaseException as err:  # the request's failure, never the worker's
-                future.set_exception(err)
-            finally:
-                self._done()
-
-
 class EmbedWorker(Worker):
     """Runs queued embedding jobs in token-budgeted model calls, each job's rows shared out fairly (see the
     module docstring)."""
@@ -173,7 +152,7 @@ class EmbedWorker(Worker):
                 self._step(waiting)
             except BaseException as err:  # a defect outside the model call: fail these jobs, keep the worker
                 for job in waiting:
-                    _settle(job.future, error=err)
+                    settle(job.future, error=err)
                 self._done(len(waiting))
                 waiting.clear()
 
@@ -213,7 +192,7 @@ class EmbedWorker(Worker):
             vectors = self._encode([job.encodings[i] for job, i in picked])
         except BaseException as err:  # fails the requests in this call only
             for job in {id(job): job for job, _ in picked}.values():
-                _settle(job.future, error=err)
+                settle(job.future, error=err)
                 waiting.remove(job)
                 self._done()
             return
@@ -226,9 +205,9 @@ class EmbedWorker(Worker):
         for job in {id(job): job for job, _ in picked}.values():
             del job.rows[: len(job.rows) - job.left]  # a call takes a prefix of each job's rows
             if job.left == 0:  # answered now, and its place in the queue freed at once
-                _settle(job.future, result=job.vectors)
+                settle(job.future, result=job.vectors)
                 waiting.remove(job)
                 self._done()
 
 
-__all__ = ["CallWorker", "EmbedJob", "EmbedWorker", "QueueFullError", "Worker"]
+__all__ = ["EmbedJob", "EmbedWorker", "QueueFullError", "Worker", "settle"]

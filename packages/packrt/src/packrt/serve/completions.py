@@ -2,9 +2,9 @@
 
 A chat request is rendered by the model's own chat template (``chat_template`` of
 tokenizer_config.json, a Jinja template run in a sandbox, with ``add_generation_prompt``); a model
-without one answers 400 saying so. The decode loop runs :meth:`~packrt.models.CausalLM.stream` on the
-server's worker thread and checks, between steps, the request's deadline and whether its client is
-still there, so a request that is given up stops computing at the next token.
+without one answers 400 saying so. Its tokens come from the server's generation worker
+(:mod:`packrt.serve.decoding`), which decodes every request in flight together, one step at a time;
+a :class:`Completion` turns one request's tokens into its text as they come.
 
 Text is produced by decoding every token so far and handing on what was not handed on yet; a tail
 that could be the start of a stop string, or that ends inside a multi-byte character (U+FFFD), is held
@@ -13,16 +13,11 @@ back until the next token settles it, so no stop string and no broken character 
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-import packrt
-from packrt.models import CausalLM
+from packrt.models import CausalLM, Penalties
 from packrt.serve import logprobs
 from packrt.serve.limits import ServeLimits
 from packrt.serve.openai_shapes import ChatRequest, CompletionRequest, ServeError
@@ -50,6 +45,8 @@ class Prompt:
     logprobs: int | None = None
     # each prompt token's (start, end) characters in ``text``, for a prompt given as text (None: given as ids)
     offsets: list[tuple[int, int]] | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
 
 
 @dataclass
@@ -161,6 +158,8 @@ def check_prompt(
     room = served.max_positions - len(ids)
     checked = Prompt(ids, min(max_tokens, room), request.temperature, request.top_p, request.seed, _stops(request.stop))
     checked.text, checked.offsets = text, offsets
+    checked.presence_penalty = request.presence_penalty or 0.0
+    checked.frequency_penalty = request.frequency_penalty or 0.0
     if isinstance(request, CompletionRequest):
         checked.echo, checked.logprobs = request.echo, request.logprobs
     elif request.logprobs:
@@ -217,58 +216,55 @@ class Decoder:
         return piece
 
 
-def run(
-    served: ServedModel,
-    prompt: Prompt,
-    emit: Callable[[str], None],
-    deadline: float,
-    cancelled: threading.Event,
-) -> Outcome:
-    """Decode ``prompt`` on this thread, calling ``emit`` with each piece of text; how it ended.
+class Completion:
+    """One request's decode as the generation worker drives it (:mod:`packrt.serve.decoding`): each token the
+    model chose goes in through :meth:`push`, its safe text goes out through ``emit`` as it settles, and
+    :meth:`outcome` says how it ended. An eos token ends it (``stop``, counted, no text), as does a stop string
+    (``stop``, the text cut before it); the model's length ends it with ``length``."""
 
-    Raises :class:`RequestTimeoutError` past ``deadline``; returns early ("cancelled") once ``cancelled`` is set.
-    A mapped checkpoint that changed since the load is a CheckpointError before the first step.
-    """
-    lm = served.module
-    assert isinstance(lm, CausalLM)
-    if cancelled.is_set():  # given up while it waited in the queue: no step is computed
-        return Outcome("cancelled", 0, [], "", False)
-    if time.monotonic() > deadline:
-        raise RequestTimeoutError
-    served.check_files()
-    sample = prompt.temperature > 0
-    steps = lm.stream(
-        packrt.from_numpy(np.asarray([prompt.ids], dtype=np.int64)),
-        prompt.max_new_tokens,
-        do_sample=sample,
-        temperature=prompt.temperature if sample else 1.0,
-        top_p=prompt.top_p if sample and prompt.top_p < 1 else None,
-        seed=prompt.seed,
-    )
-    eos = set(lm.generation_defaults.eos_token_ids if lm.generation_defaults is not None else ())
-    decoder = Decoder(served, prompt.stops)
-    count = 0
-    finish = "length"
-    for chosen in steps:
-        if cancelled.is_set():
-            return Outcome("cancelled", count, decoder.ids, decoder.text, decoder.stopped)
-        if time.monotonic() > deadline:
-            raise RequestTimeoutError
-        token = int(chosen[0])
-        count += 1
-        if token in eos:
-            finish = "stop"
-            break
-        piece = decoder.push(token)
+    def __init__(self, served: ServedModel, prompt: Prompt, emit: Callable[[str], None]) -> None:
+        lm = served.module
+        assert isinstance(lm, CausalLM)
+        self.prompt, self.emit = prompt, emit
+        self.decoder = Decoder(served, prompt.stops)
+        self.count = 0
+
+    def add_options(self) -> dict[str, Any]:
+        """The prompt's sampling and penalties as :meth:`~packrt.models.BatchDecoder.add`'s keywords: greedy at
+        temperature 0, else a draw seeded with ``seed``; the eos ids are the model's own."""
+        prompt = self.prompt
+        sample = prompt.temperature > 0
+        options: dict[str, Any] = {"max_new_tokens": prompt.max_new_tokens, "do_sample": sample}
+        if sample:
+            options |= {"temperature": prompt.temperature, "seed": prompt.seed}
+            options["top_p"] = prompt.top_p if prompt.top_p < 1 else None
+        penalties = Penalties(presence=prompt.presence_penalty, frequency=prompt.frequency_penalty)
+        if penalties:
+            options["logits_processor"] = penalties
+        return options
+
+    def push(self, token: int | None, finish: str | None) -> str | None:
+        """The model's next ``token`` (None: none was asked for) and whether the decoder ended the sequence there
+        (``finish``: "stop" for an eos token, "length"); how the completion ends here, or None to go on."""
+        if token is None:
+            return finish
+        self.count += 1
+        if finish == "stop":  # an eos token: counted, never shown
+            return finish
+        piece = self.decoder.push(token)
         if piece:
-            emit(piece)
-        if decoder.stopped:
-            finish = "stop"
-            break
-    rest = decoder.flush()
-    if rest:
-        emit(rest)
-    return Outcome(finish, count, decoder.ids, decoder.text, decoder.stopped)
+            self.emit(piece)
+        return "stop" if self.decoder.stopped else finish
+
+    def outcome(self, finish: str) -> Outcome:
+        """How it ended; the text held back for a possible stop string is handed on first (not when cancelled:
+        nobody is listening)."""
+        if finish != "cancelled":
+            rest = self.decoder.flush()
+            if rest:
+                self.emit(rest)
+        decoder = self.decoder
+        return Outcome(finish, self.count, decoder.ids, decoder.text, decoder.stopped)
 
 
 def answer_logprobs(served: ServedModel, prompt: Prompt, outcome: Outcome, chat: bool) -> dict[str, Any] | None:
@@ -338,11 +334,11 @@ __all__ = [
     "Decoder",
     "Outcome",
     "Prompt",
+    "Completion",
     "RequestTimeoutError",
     "answer_logprobs",
     "chat_text",
     "check_prompt",
     "completion_text",
     "render_chat",
-    "run",
 ]

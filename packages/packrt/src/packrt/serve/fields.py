@@ -5,7 +5,7 @@ something other than what was asked (JSON that is not JSON, a tool call that nev
 that was never applied). Each refusal is a 400 whose OpenAI error object names the field in ``param``
 (``code`` ``unsupported_parameter`` for a field this server never serves, ``unsupported_value`` for a
 value of a field it serves otherwise) and says what to send instead. A field's "nothing asked" value
-(``null``, ``0`` for a penalty, ``n: 1``, ``{"type": "text"}``, ``tool_choice: "none"``...) is served,
+(``null``, ``n: 1``, ``{"type": "text"}``, ``tool_choice: "none"``...) is served,
 since clients send those by default.
 """
 
@@ -31,15 +31,6 @@ def check_fields(request: CompletionRequest | ChatRequest) -> None:
             f"{request.n} requests, with different seeds to get different samples",
             UNSUPPORTED_VALUE,
         )
-    for name in ("presence_penalty", "frequency_penalty"):
-        value = getattr(request, name)
-        if value:  # 0 and null ask for no penalty, which is what the decode loop does
-            raise _refuse(
-                name,
-                f"{name} is {value}; this server's decode loop applies no penalty to the logits: send 0 or leave "
-                f"{name} out",
-                UNSUPPORTED_VALUE,
-            )
     if request.logit_bias:
         raise _refuse(
             "logit_bias", "logit_bias is not applied by this server; send {} or leave it out", UNSUPPORTED_VALUE

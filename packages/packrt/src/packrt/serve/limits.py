@@ -60,6 +60,10 @@ class ServeLimits:
         default=0.005,
         metadata={"help": "How long the embedding worker waits for more requests to join a batch that has room."},
     )
+    max_batch_sequences: int = field(
+        default=16,
+        metadata={"help": "Completions decoded together in one step; more wait in the queue for a place."},
+    )
     max_new_tokens: int = field(
         default=512, metadata={"help": "Most tokens one completion may ask for (its max_tokens field)."}
     )
