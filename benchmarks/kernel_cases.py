@@ -311,11 +311,17 @@ def _gemv(packed: bool) -> Callable[[], Built]:
 
 def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
     """A linear over quantized blocks (packrt_kernels_cpu.blocks), 576 -> 1536 as in SmolLM2-135M's MLP (2304 ->
-    1536 for the K-quants' 256-weight blocks): one row (decode, the fused row loop) or 64 (prefill, dequantized
-    panels through BLAS); torch multiplies the dequantized float32 weight by the activations packrt multiplies."""
+    1536 for the K-quants' 256-weight blocks): one row (decode, the q8 dots) or 64 (prefill: the VNNI block GEMM,
+    q8_gemm, where it serves the format, else dequantized panels); torch multiplies the dequantized float32 weight
+    by the activations packrt multiplies."""
 
     def build() -> Built:
         from packrt_kernels_cpu import block_tiles, blocks
+
+        try:
+            from packrt_kernels_cpu import q8_gemm
+        except ImportError:  # a revision from before the VNNI block GEMM: prefill rows take the float panels
+            q8_gemm = None
 
         width = 2304 if block_format.endswith("_K") else 576
         b = blocks.random_blocks(np.random.default_rng(3), block_format, 1536, width)
@@ -324,7 +330,10 @@ def _blocks(block_format: str, rows: int) -> Callable[[], Built]:
         # decode rows of a format with a q8 dot multiply int8 activations (llama.cpp's): the reference takes the
         # activations as their q8 blocks hold them (Q4_1/Q5_1's mins then differ by the fp16 sum q8_1 keeps)
         seen, tolerance = x, 1e-5
-        if rows <= blocks.ROW_LOOP_ROWS and block_format in block_tiles.FORMATS and block_tiles.available():
+        dots = rows <= blocks.ROW_LOOP_ROWS and block_format in block_tiles.FORMATS and block_tiles.available()
+        gemm = rows > blocks.ROW_LOOP_ROWS and q8_gemm is not None
+        gemm = gemm and block_format in q8_gemm.FORMATS and q8_gemm.available()
+        if dots or gemm:
             q8 = block_tiles.quantize_reference(x).reshape(rows, -1, block_tiles.Q8_BYTES)
             scales = q8[..., 32:36].copy().view(np.float32)
             seen = (q8[..., :32].view(np.int8).astype(np.float32) * scales).reshape(rows, width)
@@ -596,7 +605,12 @@ CASES: tuple[KernelCase, ...] = (
         )
         for f in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
     ),
-    KernelCase("kernel-blocks-q4_k-prefill", "blocks.PackedBlockLinear Q4_K, 64 rows (panels)", _blocks("Q4_K", 64)),
+    *(
+        KernelCase(
+            f"kernel-blocks-{f.lower()}-prefill", f"blocks.PackedBlockLinear {f}, 64 rows (prefill)", _blocks(f, 64)
+        )
+        for f in ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+    ),
     *(
         KernelCase(
             f"kernel-panels-f32-{rows}", f"float_tiles.gemm fp32, {rows}x384 -> 1536", _panels(F32, rows), rows == 1

@@ -18,6 +18,7 @@ from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
 
 from packrt_kernels_cpu import BlasUnavailableError, CpuBackend, KernelError, blas, mkl, openmp
 from packrt_kernels_cpu import settings as kernel_settings
+from packrt_kernels_cpu.errors import SettingError
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -96,6 +97,14 @@ def test_an_unknown_packrt_blas_value_is_refused_with_the_choices() -> None:
     with pytest.raises(BlasUnavailableError, match=r"PACKRT_BLAS='openblas'.*auto, mkl, numpy.*unset it"):
         kernel_settings.from_environment({"PACKRT_BLAS": "openblas"})
     assert issubclass(BlasUnavailableError, KernelError) and issubclass(BlasUnavailableError, ImportError)
+
+
+def test_the_prefill_road_of_block_weights_is_q8_unless_the_environment_asks_for_float() -> None:
+    assert kernel_settings.from_environment({}).block_prefill == "q8"
+    assert kernel_settings.from_environment({"PACKRT_BLOCK_PREFILL": " Float "}).block_prefill == "float"
+    with pytest.raises(SettingError, match=r"PACKRT_BLOCK_PREFILL='int4'.*q8, float.*unset it"):
+        kernel_settings.from_environment({"PACKRT_BLOCK_PREFILL": "int4"})
+    assert issubclass(SettingError, KernelError) and issubclass(SettingError, ValueError)
 
 
 @pytest.mark.parametrize(("value", "choice"), [("", "auto"), (" MKL ", "mkl"), ("numpy", "numpy"), ("auto", "auto")])

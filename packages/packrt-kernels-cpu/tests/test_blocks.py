@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 from packrt_base.blocks import BLOCK_FORMATS
-from packrt_kernels_cpu import block_tiles, blocks, compiled, float_tiles, threads
+from packrt_kernels_cpu import block_tiles, blocks, compiled, float_tiles, q8_gemm, threads
+from packrt_kernels_cpu import settings as kernel_settings
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.plan import plan_linear
 from packrt_kernels_cpu.tolerance import ROAD_TOLERANCES
@@ -81,6 +82,7 @@ def test_a_linear_over_blocks_gives_x_times_the_dequantized_weight_plus_bias(
     bias = rng.standard_normal(out).astype(np.float32)
     x = rng.standard_normal((rows, width)).astype(np.float32)
     q8_road = rows <= blocks.ROW_LOOP_ROWS and name in block_tiles.FORMATS and block_tiles.available()
+    q8_road |= rows > blocks.ROW_LOOP_ROWS and name in q8_gemm.FORMATS and out % 32 == 0 and q8_gemm.available()
     product = q8_expected(x, name, b) if q8_road else x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
     expected = product + bias
     for pack in (blocks.pack_block_linear(b, name, width, bias), blocks.borrow_block_linear(b, name, width, bias)):
@@ -94,23 +96,50 @@ def test_a_linear_over_blocks_gives_x_times_the_dequantized_weight_plus_bias(
 @pytest.mark.skipif(not float_tiles.available(), reason="no AVX-512 here: prefill rows take the BLAS")
 @pytest.mark.parametrize("rows", [blocks.ROW_LOOP_ROWS + 1, 13, 64])
 @pytest.mark.parametrize("name", FORMATS)
-def test_prefill_rows_over_whole_panels_take_the_tiles_with_the_same_bits_on_any_thread_count(
+def test_float_prefill_rows_over_whole_panels_take_the_tiles_with_the_same_bits_on_any_thread_count(
     rng: np.random.Generator, name: str, rows: int
 ) -> None:
-    """A weight of whole 32-row panels is dequantized straight into the float32 tiles' layout, panel run by
-    panel run over the pool: x @ W^T of llama.cpp's weights, each output's bits whatever the thread count."""
+    """Under ``block_prefill="float"``, a weight of whole 32-row panels is dequantized straight into the float32
+    tiles' layout, panel run by panel run over the pool: x @ W^T of llama.cpp's weights, each output's bits
+    whatever the thread count."""
     width, out = 512, 7 * 32
     b = random_blocks(rng, name, out, width)
     x = rng.standard_normal((rows, width)).astype(np.float32)
     pack = blocks.pack_block_linear(b, name, width)
-    pooled = pack.forward(x)
-    with threads.on_this_thread():
-        np.testing.assert_array_equal(pack.forward(x), pooled)
+    with kernel_settings.override(block_prefill="float"):
+        pooled = pack.forward(x)
+        with threads.on_this_thread():
+            np.testing.assert_array_equal(pack.forward(x), pooled)
+        fifth = pack.forward(x[:5])[3]
     expected = x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
     rtol, atol = ROAD_TOLERANCES["float32"]
     scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
     np.testing.assert_allclose(pooled, expected, rtol=rtol, atol=atol * 10 + 1e-6 * scale)
+    np.testing.assert_array_equal(fifth, pooled[3])  # a row's bits do not depend on the others
+
+
+@pytest.mark.skipif(not q8_gemm.available(), reason="no AVX512-VNNI here: prefill rows take the float panels")
+@pytest.mark.parametrize("rows", [blocks.ROW_LOOP_ROWS + 1, 13, 64])
+@pytest.mark.parametrize("name", q8_gemm.FORMATS)
+def test_q8_prefill_rows_take_the_vnni_gemm_as_llama_cpp_quantizes_them_the_same_bits_on_any_thread_count(
+    rng: np.random.Generator, name: str, rows: int
+) -> None:
+    """By default a prompt's rows are quantized per block of 32 to int8 and multiplied on the VNNI block GEMM:
+    the q8 blocks' values times llama.cpp's weights (Q4_1 and Q5_1's mins through q8_1's fp16 sums), within
+    float32 rounding; each output's bits whatever the thread count, and whatever rows share its call."""
+    width, out = 512, 7 * 32
+    b = random_blocks(rng, name, out, width)
+    bias = rng.standard_normal(out).astype(np.float32)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    pack = blocks.pack_block_linear(b, name, width, bias)
+    pooled = pack.forward(x)
+    with threads.on_this_thread():
+        np.testing.assert_array_equal(pack.forward(x), pooled)
+    expected = q8_expected(x, name, b) + bias
+    scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
+    np.testing.assert_allclose(pooled, expected, rtol=1e-5, atol=1e-6 * scale)
     np.testing.assert_array_equal(pack.forward(x[:5])[3], pooled[3])  # a row's bits do not depend on the others
+    np.testing.assert_array_equal(pack.forward(x[3:4].repeat(5, axis=0))[4], pooled[3])  # nor on its tile
 
 
 @pytest.mark.parametrize("name", block_tiles.FORMATS)

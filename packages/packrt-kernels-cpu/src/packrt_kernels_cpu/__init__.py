@@ -20,6 +20,7 @@ from packrt_kernels_cpu.errors import (
     KernelError,
     KernelIndexError,
     KernelShapeError,
+    SettingError,
 )
 from packrt_kernels_cpu.functional import (
     embedding,
@@ -83,6 +84,7 @@ __all__ = [
     "KernelError",
     "KernelIndexError",
     "KernelShapeError",
+    "SettingError",
     "Kernels",
     "LinearView",
     "PackedConv2d",

@@ -7,16 +7,18 @@ blocks themselves: no float copy of the weight is ever resident.
 - :class:`PackedBlockLinear` serves ``x @ W^T + b``. A few rows (decode: one token a sequence) are multiplied
   straight from the blocks, so the weight is read once, in blocks (a quarter to a ninth of its float32 bytes):
   on AVX2, as llama.cpp does, with the activations quantized per block of 32 to int8 and integer dot products
-  (:mod:`.block_tiles`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K, 0.1-0.3 ns a weight on one Zen 3 core);
+  (:mod:`.block_tiles`: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K, 0.04-0.06 ns a weight on one Zen 4 core);
   Q5_K (and every format without AVX2) through compiled loops of float32 products (0.2-0.8 ns a weight).
-  More rows (prefill) dequantize a panel
-  of weight rows at a time into float32 scratch and multiply it through BLAS, whose GEMM outruns the loops
-  once the panel is reused across enough rows.
+  More rows (prefill), by default (``PACKRT_BLOCK_PREFILL=q8``), are quantized the same way and multiplied on
+  AVX512-VNNI a panel of 32 weight rows at a time, the panel unpacked to bytes once per call (:mod:`.q8_gemm`:
+  every format but Q6_K, 160-210 GFLOP/s on one Zen 4 core); the others, and every row under
+  ``PACKRT_BLOCK_PREFILL=float``, dequantize a panel of weight rows at a time into float32 and multiply it
+  on the float32 tiles or through BLAS (~85 GFLOP/s).
 - Without numba (``PACKRT_NUMBA=0``) both roads dequantize panels with the numpy reference.
 
 The float roads sum in float32 (the compiled loop in its own order), so their outputs differ from
 ``x @ dequantize(W)^T`` by rounding only: within :data:`packrt_kernels_cpu.tolerance.ROAD_TOLERANCES` for float32.
-The q8 road differs by the activations' rounding as well (bounded in :mod:`.block_tiles`).
+The q8 roads differ by the activations' rounding as well (bounded in :mod:`.block_tiles`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 
 from packrt_base.arrays import FLOAT32, Array, astype, compute_dtype
 from packrt_base.blocks import BLOCK_FORMATS, BlockFormat
-from packrt_kernels_cpu import blas, block_tiles, compiled, float_tiles, settings, threads
+from packrt_kernels_cpu import blas, block_tiles, compiled, float_tiles, q8_gemm, settings, threads
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.scratch import scratch_f32
 
@@ -188,6 +190,10 @@ def _loops() -> Any:
     return compiled.module("packrt_kernels_cpu._numba_blocks")
 
 
+def _q8_loops() -> Any:
+    return compiled.module("packrt_kernels_cpu._numba_q8_gemm")
+
+
 _copies: dict[tuple[int, int, tuple[int, ...]], weakref.ref[np.ndarray[Any, Any]]] = {}
 _copies_lock = threading.Lock()
 
@@ -230,7 +236,7 @@ class PackedBlockLinear:
         self.blocks, self.format, self.b, self.owned, self.shared = blocks, fmt, b, owned, shared
         self.out_features, self.in_features = int(blocks.shape[0]), in_features
         self.code = CODES[fmt.name]
-        self._chosen: tuple[Any, Any, int] | None = None  # (settings, loops, q8 tile) of _road
+        self._chosen: tuple[Any, Any, int, tuple[int, int] | None] | None = None  # (settings, *_road())
         bias = 0 if b is None else int(b.nbytes)
         self.nbytes = (bias + (0 if shared else int(blocks.nbytes))) if owned else 0
 
@@ -242,23 +248,32 @@ class PackedBlockLinear:
         """Weight rows dequantized at a time on the panel road (their float32 fits :data:`PANEL_BYTES`)."""
         return max(1, min(self.out_features, PANEL_BYTES // (4 * self.in_features)))
 
-    def _road(self) -> tuple[Any, int]:
-        """(the compiled loops or None, the q8 tile's address or 0) under the current settings, decided once per
-        settings object: a decode step asks on every layer, and the answer changes only with the settings."""
+    def _road(self) -> tuple[Any, int, tuple[int, int] | None]:
+        """(the compiled loops or None, the q8 dot tile's address or 0, the VNNI block GEMM's tiles or None) under
+        the current settings, decided once per settings object: a decode step asks on every layer, and the answer
+        changes only with the settings."""
         now = settings.current()
         cached = self._chosen
         if cached is not None and cached[0] is now:
-            return cached[1], cached[2]
+            return cached[1], cached[2], cached[3]
         loops = _loops() if compiled.enabled() else None
         tile = (
             block_tiles.address(self.format.name)
             if self.format.name in block_tiles.FORMATS and block_tiles.available()
             else 0
         )
+        gemm = (
+            q8_gemm.addresses(self.format.name)
+            if now.block_prefill == "q8"
+            and self.format.name in q8_gemm.FORMATS
+            and self.out_features % 32 == 0
+            and q8_gemm.available()
+            else None
+        )
         if tile and blas.provider() == "numpy":
             threads.pool_carries_products()
-        self._chosen = (now, loops, tile)
-        return loops, tile
+        self._chosen = (now, loops, tile, gemm)
+        return loops, tile, gemm
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``x @ W^T + b`` of float ``x`` (..., in_features), in x's dtype (float32 arithmetic for half
@@ -271,10 +286,18 @@ class PackedBlockLinear:
         if out is None or out.dtype != cd or out.shape != (x2.shape[0], self.out_features):
             out = np.empty((x2.shape[0], self.out_features), cd)
         work = self.out_features * self.in_features
-        loops, tile = self._road()  # asked on every call: choosing the q8 road also quiets OpenBLAS before a prefill
-        if not (cd == FLOAT32 and x2.shape[0] <= ROW_LOOP_ROWS):
+        loops, tile, gemm = self._road()  # asked on every call: choosing the q8 road also quiets OpenBLAS first
+        if cd != FLOAT32:
+            loops, tile, gemm = None, 0, None
+        elif x2.shape[0] <= ROW_LOOP_ROWS:
+            gemm = None
+        else:
             loops, tile = None, 0
-        if tile:
+            gemm = gemm if out.flags.c_contiguous else None
+        if gemm is not None:
+            args = (x2, self.blocks, self.code, _HALF, gemm[0], gemm[1], out)
+            compiled.launch("q8_gemm", x2.shape[0] * work, *args, loops=_q8_loops(), least=1 << 20)
+        elif tile:
             compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=loops, least=Q8_PARALLEL)
         elif loops is not None:
             compiled.launch("block_rows", work, x2, self.blocks, self.code, _HALF, out, loops=loops, least=1 << 16)

@@ -14,4 +14,15 @@ class BlasUnavailableError(KernelError, ImportError):
     """``PACKRT_BLAS`` names a BLAS this process cannot load, or none packrt knows."""
 
 
-__all__ = ["BlasUnavailableError", "KernelDTypeError", "KernelError", "KernelIndexError", "KernelShapeError"]
+class SettingError(KernelError, ValueError):
+    """An environment variable that configures the CPU kernels holds a value packrt does not know."""
+
+
+__all__ = [
+    "BlasUnavailableError",
+    "SettingError",
+    "KernelDTypeError",
+    "KernelError",
+    "KernelIndexError",
+    "KernelShapeError",
+]

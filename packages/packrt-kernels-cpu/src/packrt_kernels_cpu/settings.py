@@ -4,6 +4,10 @@
   :func:`packrt_kernels_cpu.mkl.auto_road`), ``mkl`` (MKL or
   :class:`~packrt_kernels_cpu.errors.BlasUnavailableError`), ``numpy``.
 - ``PACKRT_NUMBA``: ``0`` turns numba's compiled kernels off (numpy's reference kernels everywhere).
+- ``PACKRT_BLOCK_PREFILL``: how many rows of activations (a prompt) multiply block-quantized weights: ``q8``
+  (the default: quantized per block of 32 to int8, as llama.cpp quantizes them, on the VNNI block GEMM where the
+  CPU has it, :mod:`packrt_kernels_cpu.q8_gemm`) or ``float`` (float32, against dequantized panels: slower, and
+  what the float32 product of the dequantized weights gives, within float32 rounding).
 - The thread cap: what ``packrt.set_num_threads`` last set (None: every core).
 
 The environment is read at the first kernel call, not at import, and never again: a process keeps
@@ -20,10 +24,12 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
-from packrt_kernels_cpu.errors import BlasUnavailableError
+from packrt_kernels_cpu.errors import BlasUnavailableError, SettingError
 
 BlasChoice = Literal["auto", "mkl", "numpy"]
 BLAS_CHOICES: tuple[BlasChoice, ...] = ("auto", "mkl", "numpy")
+BlockPrefill = Literal["q8", "float"]
+BLOCK_PREFILLS: tuple[BlockPrefill, ...] = ("q8", "float")
 
 
 @dataclass(frozen=True)
@@ -33,6 +39,7 @@ class Settings:
     blas: BlasChoice = "auto"
     numba: bool = True
     threads: int | None = None
+    block_prefill: BlockPrefill = "q8"
 
 
 def from_environment(environ: Mapping[str, str]) -> Settings:
@@ -44,7 +51,13 @@ def from_environment(environ: Mapping[str, str]) -> Settings:
             f"PACKRT_BLAS={choice!r} is not a BLAS packrt knows; expected one of {', '.join(BLAS_CHOICES)} "
             "(unset it for the default, auto)"
         )
-    return Settings(blas=choice, numba=environ.get("PACKRT_NUMBA", "1").strip() != "0")
+    prefill = environ.get("PACKRT_BLOCK_PREFILL", "q8").strip().lower() or "q8"
+    if prefill not in BLOCK_PREFILLS:
+        raise SettingError(
+            f"PACKRT_BLOCK_PREFILL={prefill!r} is not a road packrt knows; expected one of {', '.join(BLOCK_PREFILLS)} "
+            "(unset it for the default, q8)"
+        )
+    return Settings(blas=choice, numba=environ.get("PACKRT_NUMBA", "1").strip() != "0", block_prefill=prefill)
 
 
 _current: Settings | None = None
@@ -90,4 +103,15 @@ def override(**changes: object) -> Iterator[Settings]:
         _install(before)
 
 
-__all__ = ["BLAS_CHOICES", "BlasChoice", "Settings", "current", "from_environment", "on_change", "override", "update"]
+__all__ = [
+    "BLAS_CHOICES",
+    "BLOCK_PREFILLS",
+    "BlasChoice",
+    "BlockPrefill",
+    "Settings",
+    "current",
+    "from_environment",
+    "on_change",
+    "override",
+    "update",
+]

@@ -1,0 +1,150 @@
+"""The prefill GEMM over quantized blocks on AVX512-VNNI: q8 activations times weights unpacked to bytes a panel
+at a time, one ``vpdpbusd`` per 4 inputs of 16 outputs, each block's integer sums scaled into float32.
+
+A prompt's rows multiply each weight many times, so the weight is worth rearranging per call, but not worth a
+float32 copy: the float panel road (:func:`._numba_blocks.block_tiles`) dequantizes a panel and runs the float32
+tiles, ~80 GFLOP/s on one Zen 4 core; here the same panel is unpacked to unsigned bytes, the activations are
+quantized per block of 32 to int8 (the q8 rows of :mod:`.block_tiles`, as llama.cpp quantizes a prompt's), and
+the products run on the integer unit, four times as many per instruction.
+
+Every 32-weight block of every format reads ``w = s * u + c``: ``u`` an unsigned byte, ``s`` and ``c`` float32 per
+block and output (Q8_0: ``u = q + 128``, ``c = -128 d``; Q4_0 and Q5_0: the quants as stored, ``c = -8 d`` or
+``-16 d``; Q4_1 and Q5_1: ``c`` the block's min; Q4_K and Q5_K: ``s = d * scale``, ``c = -dmin * min`` of each
+sub-block of 32). A block of a q8 row (int8 ``q``, scale ``d_x``) then contributes
+``d_x * (s * sum(u q) + c * sum(q))``: the integer dot product is exact, and ``d_x * sum(q)`` is the q8 row's own
+field (exact, or through fp16 for the formats with a min, as llama.cpp's ``q8_1`` stores it). Q6_K (scales per
+16 weights) stays on the float panel road.
+
+The unpacked panel of 32 outputs holds, per block of 32 inputs, :data:`PANEL_BLOCK` bytes: eight groups of 4
+inputs, each the 4 bytes of every output side by side (128 bytes, as ``vpdpbusd`` reads them), then the 32
+``s`` and the 32 ``c``. A tile multiplies :data:`ROWS` q8 rows (or 1) by one panel over all blocks into float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from packrt_kernels_cpu import block_tiles, compiled, llvm_tiles, settings
+
+Array = Any
+ROWS: Final = 4  # q8 rows a full tile multiplies
+PANEL_BLOCK: Final = 1280  # bytes of an unpacked panel per block of 32 inputs: 1024 of weights, 32 s, 32 c
+FORMATS: Final[tuple[str, ...]] = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K")
+_MINS: Final = ("Q4_1", "Q5_1")  # formats whose c multiplies the q8 row's fp16 sum (llama.cpp's q8_1)
+_FEATURES = ("avx512f", "avx512bw", "avx512vnni")
+_Q8 = block_tiles.Q8_BYTES
+
+
+def _splat(name: str, scalar: str, value: str, lanes: int = 16) -> list[str]:
+    vector = f"<{lanes} x {scalar}>"
+    return [
+        f"  %{name}i = insertelement {vector} poison, {scalar} {value}, i32 0",
+        f"  %{name} = shufflevector {vector} %{name}i, {vector} poison, <{lanes} x i32> zeroinitializer",
+    ]
+
+
+def _tile_ir(name: str, rows: int, sum_at: int) -> str:
+    """A tile of ``rows`` q8 rows by one unpacked panel over ``%nb`` blocks: ``out[r, 0:32]`` float32, rows
+    ``ldo`` floats apart; the q8 rows ``lda`` bytes apart; ``sum_at``: the byte of a q8 block whose float32
+    (``d_x * sum(q)``) multiplies ``c``."""
+    i32, f32 = "<16 x i32>", "<16 x float>"
+    lines = [
+        f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %nb) #0 {{",
+        "entry:",
+        *llvm_tiles.row_pointers(rows, 1),
+        "  br label %loop",
+        "loop:",
+        "  %blk = phi i64 [0, %entry], [%blkn, %loop]",
+        *llvm_tiles.accumulators(rows, f32, "g"),
+        f"  %boff = mul i64 %blk, {PANEL_BLOCK}",
+        "  %bp = getelementptr i8, ptr %b, i64 %boff",
+        f"  %xoff = mul i64 %blk, {_Q8}",
+    ]
+    for r in range(rows):
+        lines.append(f"  %xr{r} = getelementptr i8, ptr %arow{r}, i64 %xoff")
+    for g in range(8):
+        for c in range(2):
+            lines += [
+                f"  %wp{g}_{c} = getelementptr i8, ptr %bp, i64 {128 * g + 64 * c}",
+                f"  %w{g}_{c} = load {i32}, ptr %wp{g}_{c}, align 1",
+            ]
+        for r in range(rows):
+            lines += [
+                f"  %xp{r}_{g} = getelementptr i8, ptr %xr{r}, i64 {4 * g}",
+                f"  %xs{r}_{g} = load i32, ptr %xp{r}_{g}, align 1",
+                *_splat(f"xv{r}_{g}", "i32", f"%xs{r}_{g}"),
+            ]
+            for c in range(2):
+                before = "zeroinitializer" if g == 0 else f"%i{r}_{c}_{g - 1}"
+                lines.append(
+                    f"  %i{r}_{c}_{g} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} {before}, "
+                    f"{i32} %w{g}_{c}, {i32} %xv{r}_{g})"
+                )
+    for c in range(2):
+        lines += [
+            f"  %sp{c} = getelementptr i8, ptr %bp, i64 {1024 + 64 * c}",
+            f"  %s{c} = load {f32}, ptr %sp{c}, align 1",
+            f"  %cp{c} = getelementptr i8, ptr %bp, i64 {1152 + 64 * c}",
+            f"  %c{c} = load {f32}, ptr %cp{c}, align 1",
+        ]
+    for r in range(rows):
+        lines += [
+            f"  %dp{r} = getelementptr i8, ptr %xr{r}, i64 32",
+            f"  %ds{r} = load float, ptr %dp{r}, align 1",
+            *_splat(f"dv{r}", "float", f"%ds{r}"),
+            f"  %tp{r} = getelementptr i8, ptr %xr{r}, i64 {sum_at}",
+            f"  %ts{r} = load float, ptr %tp{r}, align 1",
+            *_splat(f"tv{r}", "float", f"%ts{r}"),
+        ]
+        for c in range(2):
+            lines += [
+                f"  %fi{r}_{c} = sitofp {i32} %i{r}_{c}_7 to {f32}",
+                f"  %fd{r}_{c} = fmul {f32} %fi{r}_{c}, %dv{r}",
+                f"  %h{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %fd{r}_{c}, {f32} %s{c}, {f32} %acc{r}_{c})",
+                f"  %g{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %c{c}, {f32} %tv{r}, {f32} %h{r}_{c})",
+            ]
+    lines += [
+        "  %blkn = add i64 %blk, 1",
+        "  %done = icmp eq i64 %blkn, %nb",
+        "  br i1 %done, label %exit, label %loop",
+    ]
+    lines += llvm_tiles.stores(rows, f32, "g")
+    return "\n".join(lines)
+
+
+# (name, rows, byte of the sum field): the full and the one-row tile, for exact sums and for q8_1's fp16 ones
+_TILES: Final = tuple(
+    (f"packrt_q8_gemm_r{rows}_{kind}", rows, at) for kind, at in (("exact", 36), ("fp16", 40)) for rows in (ROWS, 1)
+)
+
+
+def _compile() -> llvm_tiles.Tiles | None:
+    source = "\n".join(
+        [
+            "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
+            "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
+            *(_tile_ir(name, rows, at) for name, rows, at in _TILES),
+            'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni,+fma" }',
+        ]
+    )
+    return llvm_tiles.compile_tiles(source, [name for name, _, _ in _TILES], _FEATURES)
+
+
+_tiles = llvm_tiles.OnFirstUse(_compile).get
+
+
+def available() -> bool:
+    """Whether the VNNI block GEMM may serve: numba's kernels on and a CPU with AVX512-VNNI."""
+    return settings.current().numba and compiled.enabled() and _tiles() is not None
+
+
+def addresses(block_format: str) -> tuple[int, int]:
+    """The (full, one-row) tiles for ``block_format`` (call only where :func:`available` and the format is one
+    of :data:`FORMATS`)."""
+    tiles = _tiles()
+    assert tiles is not None, "q8_gemm.addresses called where q8_gemm.available() is False"
+    first = 2 if block_format in _MINS else 0
+    return int(tiles.addresses[first]), int(tiles.addresses[first + 1])
+
+
+__all__ = ["FORMATS", "PANEL_BLOCK", "ROWS", "addresses", "available"]
