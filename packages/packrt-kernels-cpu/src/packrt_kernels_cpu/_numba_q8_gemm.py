@@ -9,12 +9,13 @@ from typing import Any
 import numba
 import numpy as np
 
-from packrt_kernels_cpu._numba_blocks import Q4_1, Q5_0, Q5_1, Q5_K, Q8_0, _q8_row
+from packrt_kernels_cpu._numba_blocks import Q4_1, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, _q8_row
 from packrt_kernels_cpu._numba_kernels import _serial, tasks, twins
 from packrt_kernels_cpu._numba_tiles import call_tile
 
 Array = Any
 PANEL_BLOCK = 1280  # q8_gemm.PANEL_BLOCK: 1024 bytes of weights, then 32 float32 s, then 32 float32 c
+Q6K_BLOCK = 1408  # q8_gemm.Q6K_BLOCK: 1024 bytes of signed weights, then 32 s of the first 16, 32 of the last, 32 c
 _Q8 = 44  # block_tiles.Q8_BYTES
 
 
@@ -99,18 +100,60 @@ def unpack_panel(code: int, blocks: Array, first: int, half: Array, panel: Array
             scales[base + 288 + j] = c
 
 
+_THREES = np.int64(0x03030303)
+_BIT5 = np.int64(0x20202020)
+
+
+@_serial
+def unpack_q6k_panel(blocks: Array, first: int, half: Array, panel: Array) -> None:
+    """Q6_K's weight rows ``first`` to ``first + 32`` into ``panel`` (uint8, blocks of 32 inputs x
+    :data:`Q6K_BLOCK` bytes): each block's weights ``q - 32`` as signed bytes in ``vpdpbusd``'s order, the scales
+    ``d * scale`` of its two halves, and ``c = -128 (s_lo sum_lo + s_hi sum_hi)`` (see q8_gemm)."""
+    words, scales = panel.view(np.uint32), panel.view(np.float32)
+    for b in range(panel.shape[0] // Q6K_BLOCK):
+        base = b * (Q6K_BLOCK // 4)
+        at, sub = (b >> 3) * 210, b & 7
+        h, t = sub >> 2, sub & 3  # 128-weight half of the super-block, and which 32 of it
+        low_at, high_at = at + 64 * h + 32 * (t & 1), at + 128 + 32 * h
+        shift, high_shift = 4 * (t >> 1), 2 * t
+        for j in range(32):
+            r = first + j
+            d = _half(blocks, r, at + 208, half)
+            lo_sum, hi_sum = np.int64(0), np.int64(0)
+            for g in range(8):
+                low = (_word(blocks, r, low_at + 4 * g) >> shift) & _LOW
+                q = low | (((_word(blocks, r, high_at + 4 * g) >> high_shift) & _THREES) << 4)
+                four = ((q * _ONES) >> 24) & 255  # the 4 bytes' sum (at most 4 * 63)
+                if g < 4:
+                    lo_sum += four
+                else:
+                    hi_sum += four
+                # q - 32 as a signed byte: q ^ 0x20 where bit 5 is set, q ^ 0xE0 where it is not
+                bit5 = q & _BIT5
+                words[base + 32 * g + j] = np.uint32(q ^ 0xE0E0E0E0 ^ (bit5 << 1) ^ (bit5 << 2))
+            s_lo = d * np.float32((np.int64(blocks[r, at + 192 + 2 * sub]) ^ 128) - 128)
+            s_hi = d * np.float32((np.int64(blocks[r, at + 193 + 2 * sub]) ^ 128) - 128)
+            scales[base + 256 + j] = s_lo
+            scales[base + 288 + j] = s_hi
+            low_part, high_part = s_lo * np.float32(lo_sum - 512), s_hi * np.float32(hi_sum - 512)
+            scales[base + 320 + j] = np.float32(-128.0) * (low_part + high_part)
+
+
 @_serial
 def _gemm_span(
     code: int, x8: Array, blocks: Array, half: Array, full: int, one: int, out: Array, lo: int, hi: int
 ) -> None:
     """Output columns ``32 lo`` to ``32 hi``: each panel unpacked once, then multiplied by every q8 row."""
     nb = x8.shape[1] // _Q8
-    panel = np.empty(nb * PANEL_BLOCK, np.uint8)
+    panel = np.empty(nb * (Q6K_BLOCK if code == Q6_K else PANEL_BLOCK), np.uint8)
     rows = x8.shape[0]
     so, sx, x = out.strides[0], x8.strides[0], x8.ctypes.data
     ldo = so // 4
     for p in range(lo, hi):
-        unpack_panel(code, blocks, 32 * p, half, panel)
+        if code == Q6_K:
+            unpack_q6k_panel(blocks, 32 * p, half, panel)
+        else:
+            unpack_panel(code, blocks, 32 * p, half, panel)
         o, w = out.ctypes.data + 128 * p, panel.ctypes.data
         r = 0
         while r + 4 <= rows:

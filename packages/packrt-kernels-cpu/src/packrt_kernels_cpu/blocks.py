@@ -11,9 +11,9 @@ blocks themselves: no float copy of the weight is ever resident.
   Q5_K (and every format without AVX2) through compiled loops of float32 products (0.2-0.8 ns a weight).
   More rows (prefill), by default (``PACKRT_BLOCK_PREFILL=q8``), are quantized the same way and multiplied on
   AVX512-VNNI a panel of 32 weight rows at a time, the panel unpacked to bytes once per call (:mod:`.q8_gemm`:
-  every format but Q6_K, 160-210 GFLOP/s on one Zen 4 core); the others, and every row under
-  ``PACKRT_BLOCK_PREFILL=float``, dequantize a panel of weight rows at a time into float32 and multiply it
-  on the float32 tiles or through BLAS (~85 GFLOP/s).
+  every format, 160-210 GFLOP/s on one Zen 4 core, Q6_K ~120); every row under
+  ``PACKRT_BLOCK_PREFILL=float`` (and a weight whose rows are no whole number of 32-row panels) dequantize a
+  panel of weight rows at a time into float32 and multiply it on the float32 tiles or through BLAS (~85 GFLOP/s).
 - Without numba (``PACKRT_NUMBA=0``) both roads dequantize panels with the numpy reference.
 
 The float roads sum in float32 (the compiled loop in its own order), so their outputs differ from

@@ -12,8 +12,8 @@ block and output (Q8_0: ``u = q + 128``, ``c = -128 d``; Q4_0 and Q5_0: the quan
 ``-16 d``; Q4_1 and Q5_1: ``c`` the block's min; Q4_K and Q5_K: ``s = d * scale``, ``c = -dmin * min`` of each
 sub-block of 32). A block of a q8 row (int8 ``q``, scale ``d_x``) then contributes
 ``d_x * (s * sum(u q) + c * sum(q))``: the integer dot product is exact, and ``d_x * sum(q)`` is the q8 row's own
-field (exact, or through fp16 for the formats with a min, as llama.cpp's ``q8_1`` stores it). Q6_K (scales per
-16 weights) stays on the float panel road.
+field (exact, or through fp16 for the formats with a min, as llama.cpp's ``q8_1`` stores it). Q6_K, whose scales
+go per 16 weights, has a tile of its own (:func:`_q6k_tile_ir`).
 
 The unpacked panel of 32 outputs holds, per block of 32 inputs, :data:`PANEL_BLOCK` bytes: eight groups of 4
 inputs, each the 4 bytes of every output side by side (128 bytes, as ``vpdpbusd`` reads them), then the 32
@@ -29,7 +29,7 @@ from packrt_kernels_cpu import block_tiles, compiled, llvm_tiles, settings
 Array = Any
 ROWS: Final = 4  # q8 rows a full tile multiplies
 PANEL_BLOCK: Final = 1280  # bytes of an unpacked panel per block of 32 inputs: 1024 of weights, 32 s, 32 c
-FORMATS: Final[tuple[str, ...]] = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K")
+FORMATS: Final[tuple[str, ...]] = ("Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 _MINS: Final = ("Q4_1", "Q5_1")  # formats whose c multiplies the q8 row's fp16 sum (llama.cpp's q8_1)
 _FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 _Q8 = block_tiles.Q8_BYTES
@@ -112,10 +112,84 @@ def _tile_ir(name: str, rows: int, sum_at: int) -> str:
     return "\n".join(lines)
 
 
+Q6K_BLOCK: Final = 1408  # Q6_K's unpacked bytes per block of 32 inputs: 1024 of signed weights, 32 s, 32 s, 32 c
+
+
+def _q6k_tile_ir(name: str, rows: int) -> str:
+    """Q6_K's tile: its weights ``d * scale * (q - 32)`` carry a scale per 16 inputs, so each block of 32 sums its
+    halves apart. The weights are signed bytes (``q - 32``) and the activations made unsigned (``q8 + 128``,
+    an xor of the broadcast); the 128 times each half's weight sum this adds is taken off through ``c``, computed
+    with the panel (``c = -128 (s_lo sum_lo + s_hi sum_hi)``), times the q8 scale ``d_x``."""
+    i32, f32 = "<16 x i32>", "<16 x float>"
+    flip = "<" + ", ".join(["i32 -2139062144"] * 16) + ">"  # 0x80808080 in every lane
+    lines = [
+        f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %nb) #0 {{",
+        "entry:",
+        *llvm_tiles.row_pointers(rows, 1),
+        "  br label %loop",
+        "loop:",
+        "  %blk = phi i64 [0, %entry], [%blkn, %loop]",
+        *llvm_tiles.accumulators(rows, f32, "g"),
+        f"  %boff = mul i64 %blk, {Q6K_BLOCK}",
+        "  %bp = getelementptr i8, ptr %b, i64 %boff",
+        f"  %xoff = mul i64 %blk, {_Q8}",
+    ]
+    for r in range(rows):
+        lines.append(f"  %xr{r} = getelementptr i8, ptr %arow{r}, i64 %xoff")
+    for g in range(8):
+        for c in range(2):
+            lines += [
+                f"  %wp{g}_{c} = getelementptr i8, ptr %bp, i64 {128 * g + 64 * c}",
+                f"  %w{g}_{c} = load {i32}, ptr %wp{g}_{c}, align 1",
+            ]
+        for r in range(rows):
+            lines += [
+                f"  %xp{r}_{g} = getelementptr i8, ptr %xr{r}, i64 {4 * g}",
+                f"  %xs{r}_{g} = load i32, ptr %xp{r}_{g}, align 1",
+                *_splat(f"xv{r}_{g}", "i32", f"%xs{r}_{g}"),
+                f"  %xu{r}_{g} = xor {i32} %xv{r}_{g}, {flip}",
+            ]
+            for c in range(2):
+                before = "zeroinitializer" if g in (0, 4) else f"%i{r}_{c}_{g - 1}"
+                lines.append(
+                    f"  %i{r}_{c}_{g} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} {before}, "
+                    f"{i32} %xu{r}_{g}, {i32} %w{g}_{c})"
+                )
+    for c in range(2):
+        for k, at in (("slo", 1024), ("shi", 1152), ("c", 1280)):
+            lines += [
+                f"  %{k}p{c} = getelementptr i8, ptr %bp, i64 {at + 64 * c}",
+                f"  %{k}{c} = load {f32}, ptr %{k}p{c}, align 1",
+            ]
+    for r in range(rows):
+        lines += [
+            f"  %dp{r} = getelementptr i8, ptr %xr{r}, i64 32",
+            f"  %ds{r} = load float, ptr %dp{r}, align 1",
+            *_splat(f"dv{r}", "float", f"%ds{r}"),
+        ]
+        for c in range(2):
+            lines += [
+                f"  %fl{r}_{c} = sitofp {i32} %i{r}_{c}_3 to {f32}",
+                f"  %fh{r}_{c} = sitofp {i32} %i{r}_{c}_7 to {f32}",
+                f"  %e{r}_{c} = fmul {f32} %fl{r}_{c}, %slo{c}",
+                f"  %t{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %fh{r}_{c}, {f32} %shi{c}, {f32} %e{r}_{c})",
+                f"  %u{r}_{c} = fadd {f32} %t{r}_{c}, %c{c}",
+                f"  %g{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %u{r}_{c}, {f32} %dv{r}, {f32} %acc{r}_{c})",
+            ]
+    lines += [
+        "  %blkn = add i64 %blk, 1",
+        "  %done = icmp eq i64 %blkn, %nb",
+        "  br i1 %done, label %exit, label %loop",
+    ]
+    lines += llvm_tiles.stores(rows, f32, "g")
+    return "\n".join(lines)
+
+
 # (name, rows, byte of the sum field): the full and the one-row tile, for exact sums and for q8_1's fp16 ones
 _TILES: Final = tuple(
     (f"packrt_q8_gemm_r{rows}_{kind}", rows, at) for kind, at in (("exact", 36), ("fp16", 40)) for rows in (ROWS, 1)
 )
+_Q6K_TILES: Final = tuple((f"packrt_q8_gemm_r{rows}_q6_k", rows) for rows in (ROWS, 1))
 
 
 def _compile() -> llvm_tiles.Tiles | None:
@@ -124,10 +198,12 @@ def _compile() -> llvm_tiles.Tiles | None:
             "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <16 x i32>, <16 x i32>)",
             "declare <16 x float> @llvm.fma.v16f32(<16 x float>, <16 x float>, <16 x float>)",
             *(_tile_ir(name, rows, at) for name, rows, at in _TILES),
+            *(_q6k_tile_ir(name, rows) for name, rows in _Q6K_TILES),
             'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni,+fma" }',
         ]
     )
-    return llvm_tiles.compile_tiles(source, [name for name, _, _ in _TILES], _FEATURES)
+    names = [name for name, _, _ in _TILES] + [name for name, _ in _Q6K_TILES]
+    return llvm_tiles.compile_tiles(source, names, _FEATURES)
 
 
 _tiles = llvm_tiles.OnFirstUse(_compile).get
@@ -143,8 +219,8 @@ def addresses(block_format: str) -> tuple[int, int]:
     of :data:`FORMATS`)."""
     tiles = _tiles()
     assert tiles is not None, "q8_gemm.addresses called where q8_gemm.available() is False"
-    first = 2 if block_format in _MINS else 0
+    first = 4 if block_format == "Q6_K" else 2 if block_format in _MINS else 0
     return int(tiles.addresses[first]), int(tiles.addresses[first + 1])
 
 
-__all__ = ["FORMATS", "PANEL_BLOCK", "ROWS", "addresses", "available"]
+__all__ = ["FORMATS", "PANEL_BLOCK", "Q6K_BLOCK", "ROWS", "addresses", "available"]
