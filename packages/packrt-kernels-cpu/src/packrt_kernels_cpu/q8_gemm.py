@@ -43,11 +43,12 @@ def _splat(name: str, scalar: str, value: str, lanes: int = 16) -> list[str]:
     ]
 
 
-def _tile_ir(name: str, rows: int, sum_at: int) -> str:
-    """A tile of ``rows`` q8 rows by one unpacked panel over ``%nb`` blocks: ``out[r, 0:32]`` float32, rows
-    ``ldo`` floats apart; the q8 rows ``lda`` bytes apart; ``sum_at``: the byte of a q8 block whose float32
-    (``d_x * sum(q)``) multiplies ``c``."""
-    i32, f32 = "<16 x i32>", "<16 x float>"
+def _products(name: str, rows: int, block_bytes: int, signed_weights: bool) -> list[str]:
+    """The tile's start and, per block, its integer sums: ``%i{r}_{c}_{g}`` after group ``g`` of 4 inputs, for
+    row ``r`` and the 16 outputs ``c``. Unsigned weights meet the q8 bytes as they are; signed ones (Q6_K) meet
+    them made unsigned (an xor of 0x80 per byte) and restart their sums at the block's second half (``g = 4``)."""
+    i32 = "<16 x i32>"
+    flip = "<" + ", ".join(["i32 -2139062144"] * 16) + ">"  # 0x80808080 in every lane
     lines = [
         f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %nb) #0 {{",
         "entry:",
@@ -55,13 +56,12 @@ def _tile_ir(name: str, rows: int, sum_at: int) -> str:
         "  br label %loop",
         "loop:",
         "  %blk = phi i64 [0, %entry], [%blkn, %loop]",
-        *llvm_tiles.accumulators(rows, f32, "g"),
-        f"  %boff = mul i64 %blk, {PANEL_BLOCK}",
+        *llvm_tiles.accumulators(rows, "<16 x float>", "g"),
+        f"  %boff = mul i64 %blk, {block_bytes}",
         "  %bp = getelementptr i8, ptr %b, i64 %boff",
         f"  %xoff = mul i64 %blk, {_Q8}",
+        *(f"  %xr{r} = getelementptr i8, ptr %arow{r}, i64 %xoff" for r in range(rows)),
     ]
-    for r in range(rows):
-        lines.append(f"  %xr{r} = getelementptr i8, ptr %arow{r}, i64 %xoff")
     for g in range(8):
         for c in range(2):
             lines += [
@@ -74,12 +74,30 @@ def _tile_ir(name: str, rows: int, sum_at: int) -> str:
                 f"  %xs{r}_{g} = load i32, ptr %xp{r}_{g}, align 1",
                 *_splat(f"xv{r}_{g}", "i32", f"%xs{r}_{g}"),
             ]
+            if signed_weights:
+                lines.append(f"  %xu{r}_{g} = xor {i32} %xv{r}_{g}, {flip}")
             for c in range(2):
-                before = "zeroinitializer" if g == 0 else f"%i{r}_{c}_{g - 1}"
-                lines.append(
-                    f"  %i{r}_{c}_{g} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} {before}, "
-                    f"{i32} %w{g}_{c}, {i32} %xv{r}_{g})"
-                )
+                fresh = g == 0 or (signed_weights and g == 4)
+                before = "zeroinitializer" if fresh else f"%i{r}_{c}_{g - 1}"
+                # vpdpbusd's first operand is the unsigned one
+                pair = f"{i32} %xu{r}_{g}, {i32} %w{g}_{c}" if signed_weights else f"{i32} %w{g}_{c}, {i32} %xv{r}_{g}"
+                lines.append(f"  %i{r}_{c}_{g} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} {before}, {pair})")
+    return lines
+
+
+_NEXT_BLOCK: Final = [
+    "  %blkn = add i64 %blk, 1",
+    "  %done = icmp eq i64 %blkn, %nb",
+    "  br i1 %done, label %exit, label %loop",
+]
+
+
+def _tile_ir(name: str, rows: int, sum_at: int) -> str:
+    """A tile of ``rows`` q8 rows by one unpacked panel over ``%nb`` blocks: ``out[r, 0:32]`` float32, rows
+    ``ldo`` floats apart; the q8 rows ``lda`` bytes apart; ``sum_at``: the byte of a q8 block whose float32
+    (``d_x * sum(q)``) multiplies ``c``."""
+    i32, f32 = "<16 x i32>", "<16 x float>"
+    lines = _products(name, rows, PANEL_BLOCK, signed_weights=False)
     for c in range(2):
         lines += [
             f"  %sp{c} = getelementptr i8, ptr %bp, i64 {1024 + 64 * c}",
@@ -103,12 +121,7 @@ def _tile_ir(name: str, rows: int, sum_at: int) -> str:
                 f"  %h{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %fd{r}_{c}, {f32} %s{c}, {f32} %acc{r}_{c})",
                 f"  %g{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %c{c}, {f32} %tv{r}, {f32} %h{r}_{c})",
             ]
-    lines += [
-        "  %blkn = add i64 %blk, 1",
-        "  %done = icmp eq i64 %blkn, %nb",
-        "  br i1 %done, label %exit, label %loop",
-    ]
-    lines += llvm_tiles.stores(rows, f32, "g")
+    lines += [*_NEXT_BLOCK, *llvm_tiles.stores(rows, f32, "g")]
     return "\n".join(lines)
 
 
@@ -121,40 +134,7 @@ def _q6k_tile_ir(name: str, rows: int) -> str:
     an xor of the broadcast); the 128 times each half's weight sum this adds is taken off through ``c``, computed
     with the panel (``c = -128 (s_lo sum_lo + s_hi sum_hi)``), times the q8 scale ``d_x``."""
     i32, f32 = "<16 x i32>", "<16 x float>"
-    flip = "<" + ", ".join(["i32 -2139062144"] * 16) + ">"  # 0x80808080 in every lane
-    lines = [
-        f"define void @{name}(ptr %out, i64 %ldo, ptr %a, i64 %lda, ptr %b, i64 %nb) #0 {{",
-        "entry:",
-        *llvm_tiles.row_pointers(rows, 1),
-        "  br label %loop",
-        "loop:",
-        "  %blk = phi i64 [0, %entry], [%blkn, %loop]",
-        *llvm_tiles.accumulators(rows, f32, "g"),
-        f"  %boff = mul i64 %blk, {Q6K_BLOCK}",
-        "  %bp = getelementptr i8, ptr %b, i64 %boff",
-        f"  %xoff = mul i64 %blk, {_Q8}",
-    ]
-    for r in range(rows):
-        lines.append(f"  %xr{r} = getelementptr i8, ptr %arow{r}, i64 %xoff")
-    for g in range(8):
-        for c in range(2):
-            lines += [
-                f"  %wp{g}_{c} = getelementptr i8, ptr %bp, i64 {128 * g + 64 * c}",
-                f"  %w{g}_{c} = load {i32}, ptr %wp{g}_{c}, align 1",
-            ]
-        for r in range(rows):
-            lines += [
-                f"  %xp{r}_{g} = getelementptr i8, ptr %xr{r}, i64 {4 * g}",
-                f"  %xs{r}_{g} = load i32, ptr %xp{r}_{g}, align 1",
-                *_splat(f"xv{r}_{g}", "i32", f"%xs{r}_{g}"),
-                f"  %xu{r}_{g} = xor {i32} %xv{r}_{g}, {flip}",
-            ]
-            for c in range(2):
-                before = "zeroinitializer" if g in (0, 4) else f"%i{r}_{c}_{g - 1}"
-                lines.append(
-                    f"  %i{r}_{c}_{g} = call {i32} @llvm.x86.avx512.vpdpbusd.512({i32} {before}, "
-                    f"{i32} %xu{r}_{g}, {i32} %w{g}_{c})"
-                )
+    lines = _products(name, rows, Q6K_BLOCK, signed_weights=True)
     for c in range(2):
         for k, at in (("slo", 1024), ("shi", 1152), ("c", 1280)):
             lines += [
@@ -176,12 +156,7 @@ def _q6k_tile_ir(name: str, rows: int) -> str:
                 f"  %u{r}_{c} = fadd {f32} %t{r}_{c}, %c{c}",
                 f"  %g{r}_{c} = call {f32} @llvm.fma.v16f32({f32} %u{r}_{c}, {f32} %dv{r}, {f32} %acc{r}_{c})",
             ]
-    lines += [
-        "  %blkn = add i64 %blk, 1",
-        "  %done = icmp eq i64 %blkn, %nb",
-        "  br i1 %done, label %exit, label %loop",
-    ]
-    lines += llvm_tiles.stores(rows, f32, "g")
+    lines += [*_NEXT_BLOCK, *llvm_tiles.stores(rows, f32, "g")]
     return "\n".join(lines)
 
 
