@@ -19,7 +19,7 @@ import packrt
 from packrt.models import CausalLM, from_pretrained
 from packrt.models.batch_decode import BatchDecoder, Emitted, exact_rows
 from packrt.models.generation import GenerationArgumentError, GenerationArgumentTypeError
-from packrt.models.logits_processing import Penalties
+from packrt.models.logits_processing import LogitBias, Penalties, chained
 
 VOCAB = 61
 CONFIGS: dict[str, dict[str, Any]] = {
@@ -216,6 +216,47 @@ def test_penalties_outside_openais_range_or_not_numbers_are_refused(
 ) -> None:
     with pytest.raises(error, match=match):
         Penalties(presence=presence, frequency=frequency)
+
+
+def test_logit_bias_adds_each_named_tokens_bias_to_its_score_every_step() -> None:
+    scores = np.linspace(-1.0, 1.0, 10).astype(np.float32)
+    bias = LogitBias.of({"3": 5, 7: -100.0, "0": 0}, vocab=10)
+    expected = scores.astype(np.float64)
+    expected[3] += 5
+    expected[7] -= 100
+    np.testing.assert_array_equal(bias(np.array([1, 2]), scores), expected)
+    assert bias and not LogitBias.of({"4": 0}, vocab=10)
+    both = chained(Penalties(presence=0.5), bias)
+    assert both is not None
+    np.testing.assert_array_equal(both(np.array([3]), scores), expected - 0.5 * (np.arange(10) == 3))
+
+
+@pytest.mark.parametrize(
+    ("bias", "error", "match"),
+    [
+        ({"10": 1}, GenerationArgumentError, r"token id 10 is not in the model's vocabulary of 10 \(0 to 9\)"),
+        ({"-1": 1}, GenerationArgumentError, r"token id -1 is not in the model's vocabulary"),
+        ({"3": 100.5}, GenerationArgumentError, r"logit_bias\['3'\] must be in \[-100, 100\]"),
+        ({"cat": 1}, GenerationArgumentTypeError, r"key 'cat' is not a token id"),
+        ({"3": "1"}, GenerationArgumentTypeError, r"logit_bias\['3'\] must be a number, got str '1'"),
+    ],
+)
+def test_a_logit_bias_outside_the_vocabulary_or_openais_range_is_refused_naming_the_entry(
+    bias: dict[Any, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        LogitBias.of(bias, vocab=10)
+
+
+def test_a_logit_bias_of_100_makes_greedy_decoding_choose_that_token(model: CausalLM) -> None:
+    decoder = BatchDecoder(model)
+    forced = decoder.add(PROMPTS[0], max_new_tokens=4, logits_processor=LogitBias.of({"5": 100}, model.vocab))
+    plain = decoder.add(PROMPTS[0], max_new_tokens=4)
+    events: list[Emitted] = []
+    while decoder.active or decoder.waiting:
+        events += decoder.step()
+    assert tokens([e for e in events if e.sequence == forced]) == [5, 5, 5, 5]
+    assert tokens([e for e in events if e.sequence == plain]) == alone(model, PROMPTS[0], 4)
 
 
 def _penalized_alone(model: CausalLM, prompt: list[int], new: int, penalties: Penalties) -> list[int]:

@@ -167,3 +167,12 @@ def test_presence_and_frequency_penalties_change_the_logits_by_openais_formula(
     chat |= {"presence_penalty": presence, "frequency_penalty": frequency}
     changed = httpx.post(f"{server.base}/v1/chat/completions", json=chat, timeout=WAIT_S).json()
     assert changed["choices"][0]["message"] != plain["choices"][0]["message"], "the penalties changed the chat's answer"
+
+
+def test_a_logit_bias_of_100_on_a_token_makes_the_greedy_answer_that_token(server: Running, llama_dir: Path) -> None:
+    tokenizer = load_tokenizer(llama_dir)
+    token = tokenizer.encode("cat", add_special_tokens=False).ids[0]
+    body = {"prompt": "the dog", "max_tokens": 3, "temperature": 0, "logit_bias": {str(token): 100}}
+    answer = httpx.post(f"{server.base}/v1/completions", json=body, timeout=WAIT_S)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["choices"][0]["text"] == tokenizer.decode([token] * 3)

@@ -17,7 +17,8 @@ Face directory or a GGUF file (the causal families:
 :class:`Olmo2ForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 :class:`BatchDecoder` decodes several sequences of a causal LM together, each as it is alone, with its own
-sampling, stop rules and logits processor (:class:`Penalties`: OpenAI's presence and frequency penalties).
+sampling, stop rules and logits processor (:class:`Penalties`: OpenAI's presence and frequency penalties;
+:class:`LogitBias`: its logit_bias).
 
 Both are meant to be declared under :func:`packrt.meta_init` (no weight storage) and bound
 to a checkpoint with ``packrt.io.load_checkpoint(model, path, assign=True)``, so the weights
@@ -42,7 +43,7 @@ from packrt.models.granite import GraniteForCausalLM
 from packrt.models.kinds import ModelDescription, PromptNameError, describe
 from packrt.models.layers import MultiHeadAttention
 from packrt.models.llama import LlamaForCausalLM
-from packrt.models.logits_processing import LogitsProcessor, Penalties
+from packrt.models.logits_processing import LogitBias, LogitsProcessor, Penalties
 from packrt.models.ministral import MinistralForCausalLM
 from packrt.models.olmo2 import Olmo2ForCausalLM
 from packrt.models.phi3 import Phi3ForCausalLM
@@ -87,6 +88,7 @@ __all__ = [
     "load_tokenizer",
     "supported",
     "Emitted",
+    "LogitBias",
     "LogitsProcessor",
     "Penalties",
     "DecoderConfig",

@@ -17,7 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from packrt.models import CausalLM, Penalties
+from packrt.models import CausalLM, LogitBias, Penalties
+from packrt.models.logits_processing import chained
+from packrt.models.sampling import GenerationArgumentError, GenerationArgumentTypeError
 from packrt.serve import logprobs
 from packrt.serve.limits import ServeLimits
 from packrt.serve.openai_shapes import ChatRequest, CompletionRequest, ServeError
@@ -47,6 +49,7 @@ class Prompt:
     offsets: list[tuple[int, int]] | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    logit_bias: LogitBias | None = None
 
 
 @dataclass
@@ -160,6 +163,11 @@ def check_prompt(
     checked.text, checked.offsets = text, offsets
     checked.presence_penalty = request.presence_penalty or 0.0
     checked.frequency_penalty = request.frequency_penalty or 0.0
+    if request.logit_bias:
+        try:
+            checked.logit_bias = LogitBias.of(request.logit_bias, _vocab(served))
+        except (GenerationArgumentError, GenerationArgumentTypeError) as err:
+            raise ServeError(400, str(err), param="logit_bias") from err
     if isinstance(request, CompletionRequest):
         checked.echo, checked.logprobs = request.echo, request.logprobs
     elif request.logprobs:
@@ -167,9 +175,14 @@ def check_prompt(
     return checked
 
 
+def _vocab(served: ServedModel) -> int:
+    """How many token ids the served model scores."""
+    return int(served.module.vocab) if isinstance(served.module, CausalLM) else served.tokenizer.get_vocab_size()
+
+
 def _token_ids(served: ServedModel, ids: list[int]) -> list[int]:
     """A prompt given as token ids, each checked to be one of the model's (400 naming ``prompt``)."""
-    vocab = served.module.vocab if isinstance(served.module, CausalLM) else served.tokenizer.get_vocab_size()
+    vocab = _vocab(served)
     for index, token in enumerate(ids):
         if not 0 <= token < vocab:
             raise ServeError(
@@ -230,8 +243,8 @@ class Completion:
         self.count = 0
 
     def add_options(self) -> dict[str, Any]:
-        """The prompt's sampling and penalties as :meth:`~packrt.models.BatchDecoder.add`'s keywords: greedy at
-        temperature 0, else a draw seeded with ``seed``; the eos ids are the model's own."""
+        """The prompt's sampling, penalties and logit bias as :meth:`~packrt.models.BatchDecoder.add`'s keywords:
+        greedy at temperature 0, else a draw seeded with ``seed``; the eos ids are the model's own."""
         prompt = self.prompt
         sample = prompt.temperature > 0
         options: dict[str, Any] = {"max_new_tokens": prompt.max_new_tokens, "do_sample": sample}
@@ -239,8 +252,9 @@ class Completion:
             options |= {"temperature": prompt.temperature, "seed": prompt.seed}
             options["top_p"] = prompt.top_p if prompt.top_p < 1 else None
         penalties = Penalties(presence=prompt.presence_penalty, frequency=prompt.frequency_penalty)
-        if penalties:
-            options["logits_processor"] = penalties
+        processors = [p for p in (penalties, prompt.logit_bias) if p]
+        if processors:
+            options["logits_processor"] = chained(*processors)
         return options
 
     def push(self, token: int | None, finish: str | None) -> str | None:

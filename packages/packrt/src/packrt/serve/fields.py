@@ -31,10 +31,6 @@ def check_fields(request: CompletionRequest | ChatRequest) -> None:
             f"{request.n} requests, with different seeds to get different samples",
             UNSUPPORTED_VALUE,
         )
-    if request.logit_bias:
-        raise _refuse(
-            "logit_bias", "logit_bias is not applied by this server; send {} or leave it out", UNSUPPORTED_VALUE
-        )
     if request.stream_options is not None and not request.stream:
         raise _refuse(
             "stream_options",
