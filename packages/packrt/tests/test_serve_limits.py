@@ -26,6 +26,7 @@ from serving import START_S, Running, running, tiny_llama
 
 from packrt.models import SentenceEncoder
 from packrt.serve import LimitsError, ServeLimits
+from packrt.serve.metrics import endpoint_of
 
 LIMITS = ServeLimits(
     max_texts_per_request=4, max_tokens_per_text=16, max_body_bytes=4096, max_json_depth=8, max_queued_requests=2
@@ -260,6 +261,13 @@ def test_metrics_count_requests_by_endpoint_and_status_and_show_the_queue(server
     assert counts['packrt_tokens_total{kind="prompt"}'] >= 3
     assert counts["packrt_queue_depth"] == 0
     assert counts["packrt_queue_capacity"] == 2
+
+
+def test_metrics_label_every_route_by_its_path_one_label_for_all_model_pages_and_other_for_unknown_paths() -> None:
+    for path in ("/v1/embeddings", "/v1/rerank", "/rerank", "/tokenize", "/detokenize", "/v1/models", "/health"):
+        assert endpoint_of(path) == path
+    assert endpoint_of("/v1/models/my-model") == endpoint_of("/v1/models/other") == "/v1/models/{id}"
+    assert endpoint_of("/v1/models/") == endpoint_of("/v1/secret/../x") == endpoint_of("/nothing") == "other"
 
 
 # -- completions ------------------------------------------------------------------------------------------

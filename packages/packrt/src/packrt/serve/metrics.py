@@ -22,12 +22,25 @@ _ENDPOINTS = (
     "/v1/embeddings",
     "/v1/completions",
     "/v1/chat/completions",
+    "/v1/rerank",
+    "/rerank",
     "/v1/models",
     "/tokenize",
     "/detokenize",
     "/health",
     "/metrics",
 )
+_ONE_MODEL = "/v1/models/{id}"  # every model's page counts under one label, not one label per id sent
+
+
+def endpoint_of(path: str) -> str:
+    """The ``endpoint`` label of a request path: a route's own path, ``/v1/models/{id}`` for a model's page, and
+    ``other`` for a path the server has no route for (so a client cannot grow the label set without bound)."""
+    if path in _ENDPOINTS:
+        return path
+    if path.startswith("/v1/models/") and len(path) > len("/v1/models/"):
+        return _ONE_MODEL
+    return "other"
 
 
 def _label(value: str) -> str:
@@ -112,7 +125,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        endpoint = path if path in _ENDPOINTS else "other"
+        endpoint = endpoint_of(path)
         started = time.perf_counter()
         status = [500]
 
