@@ -5,16 +5,16 @@ does every array a model still holds when its serving plan hands back the rest."
 from __future__ import annotations
 
 import mmap
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import packrt_core as prt
+from packrt_base.pages import pagemap_readable
 from packrt_core import nn
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the pagemap is Linux's")
+pytestmark = pytest.mark.skipif(not pagemap_readable(), reason="no readable pagemap here (Linux's, unhardened)")
 
 PAGE = mmap.PAGESIZE
 

@@ -103,6 +103,17 @@ def release_unserved_pages(served: Iterable[Any]) -> int:
     return sum(release_pages(np.frombuffer(m, np.uint8), keep=views) for m in mappings.values())
 
 
+def pagemap_readable() -> bool:
+    """Whether this process can tell its resident pages apart (Linux, a readable pagemap that shows a page just
+    written as present): where it cannot, :func:`release_pages` drops nothing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    probe = np.ones(2 * PAGE, np.uint8)
+    start = int(probe.__array_interface__["data"][0])
+    flags = _page_flags(-(-start // PAGE) * PAGE, 1)
+    return flags is not None and bool(flags[0] & _PRESENT)
+
+
 def _page_flags(address: int, pages: int) -> np.ndarray[Any, np.dtype[np.uint64]] | None:
     """The pagemap entry of each page from ``address`` on (one uint64 each), or None where it cannot be read."""
     try:
