@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import packrt_io
+from packrt_base.pages import mapping_under as _mapping_under
 from packrt_core.errors import CheckpointError
-from packrt_io._gguf import _mapping_under
 
 try:
     import gguf

@@ -29,6 +29,7 @@ from typing import Any, Final
 import ml_dtypes
 import numpy as np
 
+from packrt_base.pages import mapping_under
 from packrt_core.errors import CheckpointError
 from packrt_core.nn.memory import name_converted_array, name_mapped_file
 from packrt_io._checkpoint import _guard_mapped_files
@@ -152,17 +153,6 @@ def _value(field: Any) -> Any:
     """A metadata field as Python: str, int, float, bool, or a list of them."""
     value = field.contents()
     return value.tolist() if isinstance(value, np.ndarray) else value
-
-
-def _mapping_under(array: Any) -> _mmap.mmap | None:
-    obj = array
-    for _ in range(64):
-        if isinstance(obj, _mmap.mmap):
-            return obj
-        obj = getattr(obj, "base", None)
-        if obj is None:
-            return None
-    return None
 
 
 @dataclass(frozen=True)
@@ -322,7 +312,7 @@ def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
         reader = reader_class(where, "c")  # "c": copy-on-write, a write never reaches the file
     except (ValueError, KeyError, IndexError, OSError) as err:
         raise CheckpointError(f"GGUF file {str(where)!r} cannot be read by the gguf package: {err}") from err
-    mapping = _mapping_under(reader.data)
+    mapping = mapping_under(reader.data)
     if mapping is not None:
         name_mapped_file(mapping, str(where))  # so memory_report names the file a weight's pages come from
     if len(reader.data) != mapped.identity[2]:

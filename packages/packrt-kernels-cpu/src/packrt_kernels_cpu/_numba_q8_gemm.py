@@ -12,11 +12,10 @@ import numpy as np
 from packrt_kernels_cpu._numba_blocks import Q4_1, Q5_0, Q5_1, Q5_K, Q6_K, Q8_0, _q8_row
 from packrt_kernels_cpu._numba_kernels import _serial, tasks, twins
 from packrt_kernels_cpu._numba_tiles import call_tile
+from packrt_kernels_cpu.block_tiles import Q8_BYTES as _Q8
+from packrt_kernels_cpu.q8_gemm import PANEL_BLOCK, Q6K_BLOCK
 
 Array = Any
-PANEL_BLOCK = 1280  # q8_gemm.PANEL_BLOCK: 1024 bytes of weights, then 32 float32 s, then 32 float32 c
-Q6K_BLOCK = 1408  # q8_gemm.Q6K_BLOCK: 1024 bytes of signed weights, then 32 s of the first 16, 32 of the last, 32 c
-_Q8 = 44  # block_tiles.Q8_BYTES
 
 
 # numba inlines these into the loop that calls them (LLVM would leave a call with eight array arguments per block)

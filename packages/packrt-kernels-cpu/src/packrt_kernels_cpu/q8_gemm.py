@@ -165,6 +165,7 @@ _TILES: Final = tuple(
     (f"packrt_q8_gemm_r{rows}_{kind}", rows, at) for kind, at in (("exact", 36), ("fp16", 40)) for rows in (ROWS, 1)
 )
 _Q6K_TILES: Final = tuple((f"packrt_q8_gemm_r{rows}_q6_k", rows) for rows in (ROWS, 1))
+_NAMES: Final = [name for name, _, _ in _TILES] + [name for name, _ in _Q6K_TILES]  # compiled in this order
 
 
 def _compile() -> llvm_tiles.Tiles | None:
@@ -177,8 +178,7 @@ def _compile() -> llvm_tiles.Tiles | None:
             'attributes #0 = { nounwind "target-features"="+avx512f,+avx512bw,+avx512vnni,+fma" }',
         ]
     )
-    names = [name for name, _, _ in _TILES] + [name for name, _ in _Q6K_TILES]
-    return llvm_tiles.compile_tiles(source, names, _FEATURES)
+    return llvm_tiles.compile_tiles(source, _NAMES, _FEATURES)
 
 
 _tiles = llvm_tiles.OnFirstUse(_compile).get
@@ -194,8 +194,9 @@ def addresses(block_format: str) -> tuple[int, int]:
     of :data:`FORMATS`)."""
     tiles = _tiles()
     assert tiles is not None, "q8_gemm.addresses called where q8_gemm.available() is False"
-    first = 4 if block_format == "Q6_K" else 2 if block_format in _MINS else 0
-    return int(tiles.addresses[first]), int(tiles.addresses[first + 1])
+    kind = "q6_k" if block_format == "Q6_K" else "fp16" if block_format in _MINS else "exact"
+    full, one = (_NAMES.index(f"packrt_q8_gemm_r{rows}_{kind}") for rows in (ROWS, 1))
+    return int(tiles.addresses[full]), int(tiles.addresses[one])
 
 
 __all__ = ["FORMATS", "PANEL_BLOCK", "Q6K_BLOCK", "ROWS", "addresses", "available"]

@@ -18,6 +18,7 @@ import mmap
 import weakref
 from typing import Any, NamedTuple
 
+from packrt_base.pages import mapping_under
 from packrt_core.nn.module import Module
 from packrt_core.nn.packed import PackedLayer
 from packrt_core.tensor import Tensor
@@ -47,22 +48,6 @@ def _converted_from(array: Any) -> str | None:
         entry = _CONVERTED.get(id(obj))
         if entry is not None and entry[0]() is obj:
             return entry[1]
-        base = getattr(obj, "base", None)
-        if base is None:
-            return None
-        obj = base
-    return None
-
-
-def _mapping_of(array: Any) -> mmap.mmap | None:
-    """The memory map ``array``'s storage is a view of, if any (following views, then buffers)."""
-    obj = array
-    for _ in range(64):  # a view chain is short; the bound only keeps a cyclic base from looping
-        if isinstance(obj, mmap.mmap):
-            return obj
-        if isinstance(obj, memoryview):
-            obj = obj.obj
-            continue
         base = getattr(obj, "base", None)
         if base is None:
             return None
@@ -187,7 +172,7 @@ class _Tally:
             self.raw += nbytes
         if t._data is None:
             return
-        mapping = _mapping_of(t._data)
+        mapping = mapping_under(t._data)
         if mapping is None:
             origin = _converted_from(t._data)
             if origin is not None:
