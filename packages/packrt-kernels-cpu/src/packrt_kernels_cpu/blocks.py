@@ -236,7 +236,7 @@ class PackedBlockLinear:
         self.blocks, self.format, self.b, self.owned, self.shared = blocks, fmt, b, owned, shared
         self.out_features, self.in_features = int(blocks.shape[0]), in_features
         self.code = CODES[fmt.name]
-        self._chosen: tuple[Any, Any, int, tuple[int, int] | None] | None = None  # (settings, *_road())
+        self._chosen: tuple[Any, tuple[Any, int, tuple[int, int] | None]] | None = None  # (settings, _road())
         bias = 0 if b is None else int(b.nbytes)
         self.nbytes = (bias + (0 if shared else int(blocks.nbytes))) if owned else 0
 
@@ -255,7 +255,7 @@ class PackedBlockLinear:
         now = settings.current()
         cached = self._chosen
         if cached is not None and cached[0] is now:
-            return cached[1], cached[2], cached[3]
+            return cached[1]
         loops = _loops() if compiled.enabled() else None
         tile = (
             block_tiles.address(self.format.name)
@@ -272,7 +272,7 @@ class PackedBlockLinear:
         )
         if tile and blas.provider() == "numpy":
             threads.pool_carries_products()
-        self._chosen = (now, loops, tile, gemm)
+        self._chosen = (now, (loops, tile, gemm))
         return loops, tile, gemm
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:

@@ -4,7 +4,7 @@
   :func:`packrt_kernels_cpu.mkl.auto_road`), ``mkl`` (MKL or
   :class:`~packrt_kernels_cpu.errors.BlasUnavailableError`), ``numpy``.
 - ``PACKRT_NUMBA``: ``0`` turns numba's compiled kernels off (numpy's reference kernels everywhere).
-- ``PACKRT_BLOCK_PREFILL``: how many rows of activations (a prompt) multiply block-quantized weights: ``q8``
+- ``PACKRT_BLOCK_PREFILL``: how a prompt's rows of activations multiply block-quantized weights: ``q8``
   (the default: quantized per block of 32 to int8, as llama.cpp quantizes them, on the VNNI block GEMM where the
   CPU has it, :mod:`packrt_kernels_cpu.q8_gemm`) or ``float`` (float32, against dequantized panels: slower, and
   what the float32 product of the dequantized weights gives, within float32 rounding).
