@@ -1,7 +1,7 @@
 """Every field of OpenAI's requests is honoured or refused by ``packrt serve``: ``echo``, ``logprobs`` /
 ``top_logprobs``, ``stream_options.include_usage``, ``dimensions`` and token-id input work (checked against
 transformers' logits and the server's own text answers); ``tools``, ``response_format`` other than text,
-``n`` > 1 and the rest are a 400 whose error object names the field."""
+``best_of`` other than ``n`` and the rest are a 400 whose error object names the field."""
 
 from __future__ import annotations
 
@@ -86,16 +86,17 @@ REFUSED = [
     ("/v1/chat/completions", {"logit_bias": {"five": 10}}, "logit_bias", "not a token id"),
     ("/v1/chat/completions", {"logit_bias": {"5": 150}}, "logit_bias", "in [-100, 100]"),
     ("/v1/completions", {"logit_bias": {"999999": 1}}, "logit_bias", "not in the model's vocabulary"),
-    ("/v1/chat/completions", {"n": 3}, "n", "make 3 requests"),
     ("/v1/chat/completions", {"top_logprobs": 2}, "top_logprobs", "needs logprobs: true"),
     ("/v1/chat/completions", {"logprobs": True, "stream": True}, "logprobs", "send stream: false"),
     ("/v1/chat/completions", {"stream_options": {"include_usage": True}}, "stream_options", "stream: true"),
-    ("/v1/completions", {"n": 2}, "n", "one choice per request"),
-    ("/v1/completions", {"best_of": 3}, "best_of", "one candidate"),
+    ("/v1/completions", {"best_of": 3}, "best_of", "send best_of equal to n"),
+    ("/v1/completions", {"n": 2, "best_of": 3}, "best_of", "best_of is 3 with n 2"),
+    ("/v1/completions", {"n": 65}, "n", "asks for 65 choices, more than the 64"),
+    ("/v1/completions", {"prompt": ["hello"] * 40, "n": 2}, "n", "n 2 x 40 prompt(s)"),
+    ("/v1/completions", {"prompt": []}, "prompt", "empty list"),
+    ("/v1/completions", {"prompt": [[4], [5, 999]]}, "prompt[1]", "prompt[1][1] is token id 999"),
     ("/v1/completions", {"suffix": "the end"}, "suffix", "does not fill in"),
     ("/v1/completions", {"logprobs": 1, "stream": True}, "logprobs", "send stream: false"),
-    ("/v1/completions", {"prompt": ["hello", "world"]}, "prompt", "one per request"),
-    ("/v1/completions", {"prompt": [[4, 5], [6]]}, "prompt", "one per request"),
 ]
 
 

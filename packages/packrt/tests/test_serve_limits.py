@@ -292,9 +292,15 @@ def test_completion_bounds_are_400s_or_422s_naming_the_field(plain_llama: Runnin
     )
     _error(_post(base, "/v1/completions", {"prompt": "hello " * 20}), 400, "prompt", "context_length_exceeded")
     _error(_post(base, "/v1/completions", {"prompt": "\ud800"}), 400, "prompt")
-    _error(_post(base, "/v1/completions", {"prompt": ["a", "b"]}), 400, "prompt")
+    _error(_post(base, "/v1/completions", {"prompt": []}), 400, "prompt")
+    many = {"prompt": ["a"] * 257}  # over max_texts_per_request's 256
+    assert "holds 257 prompts, more than this server's 256" in _error(
+        _post(base, "/v1/completions", many), 400, "prompt"
+    )
     _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": 3}), 422, "temperature")
-    assert "one choice per request" in _error(_post(base, "/v1/completions", {"prompt": "hello", "n": 2}), 400, "n")
+    assert "more than the 64 this server holds" in _error(
+        _post(base, "/v1/completions", {"prompt": "a", "n": 65}), 400, "n"
+    )
     # each field's JSON type is the one OpenAI documents: a string is not coerced into a number or a bool
     _error(_post(base, "/v1/completions", {"prompt": "hello", "max_tokens": "5"}), 422, "max_tokens")
     _error(_post(base, "/v1/completions", {"prompt": "hello", "temperature": "1"}), 422, "temperature")
@@ -323,11 +329,12 @@ def test_the_decode_loop_stops_between_steps_once_cancelled_or_past_its_deadline
         completion = completions.Completion(state.served, prompt, emit)
         return DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, lambda outcome: outcome)
 
-    outcome = state.worker.submit(job(time.monotonic() + START_S, emit, cancelled)).result(timeout=START_S)
+    [future] = state.worker.submit([job(time.monotonic() + START_S, emit, cancelled)])
+    outcome = future.result(timeout=START_S)
     if outcome.finish == "stop":
         pytest.fail(f"the greedy text ended at eos before 3 pieces: {pieces}")
     assert (outcome.finish, outcome.count) == ("cancelled", 3)
-    late = state.worker.submit(job(time.monotonic() - 1, pieces.append, threading.Event()))
+    [late] = state.worker.submit([job(time.monotonic() - 1, pieces.append, threading.Event())])
     with pytest.raises(completions.RequestTimeoutError):
         late.result(timeout=START_S)
 

@@ -16,7 +16,6 @@ import contextlib
 import functools
 import json
 import os
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
@@ -24,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -33,6 +32,7 @@ from packrt.errors import CheckpointError, PackrtError
 from packrt.serve import completions, tokens
 from packrt.serve.access import ApiKeyMiddleware, add_cors
 from packrt.serve.batching import EmbedJob, EmbedWorker, QueueFullError, Worker
+from packrt.serve.choices import ChoiceRunner
 from packrt.serve.decoding import DecodeJob, DecodeWorker
 from packrt.serve.fields import check_fields
 from packrt.serve.inputs import (
@@ -53,14 +53,11 @@ from packrt.serve.openai_shapes import (
     EmbeddingsRequest,
     RerankRequest,
     ServeError,
-    completion_chunk,
-    completion_response,
     embeddings_response,
     new_id,
     rerank_response,
-    usage_chunk,
 )
-from packrt.serve.served import ServedModel, TokenizedText, dumps
+from packrt.serve.served import ServedModel, TokenizedText
 from packrt_io import json_depth  # the one JSON depth scan: safetensors headers and request bodies alike
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -169,6 +166,7 @@ class _App:
         else:
             self.worker = DecodeWorker(served, capacity, limits.max_batch_sequences)
         self.metrics = Metrics(lambda: self.worker.pending, capacity)
+        self.choices = ChoiceRunner(served, self.metrics, self.submit, limits.request_timeout_s, as_serve_error)
 
     def _batched(self, texts: int, tokens: int) -> None:
         self.metrics.batch(texts, tokens)
@@ -257,116 +255,48 @@ class _App:
         self.metrics.add_tokens("prompt", sum(tokens))
         return rows, sum(tokens)
 
-    def _prompt(self, request: CompletionRequest | ChatRequest) -> tuple[completions.Prompt, bool]:
+    def _prompts(self, request: CompletionRequest | ChatRequest) -> tuple[list[completions.Prompt], bool]:
+        """The request's checked prompts (a chat's one), each bound checked, and whether it is a chat; a 400
+        naming ``n`` when its choices could never fit the queue."""
         path = "/v1/chat/completions" if isinstance(request, ChatRequest) else "/v1/completions"
         self.require("completions", path, request.model)
         check_fields(request)  # a field this server does not serve is a 400 naming it, before any work
         if isinstance(request, ChatRequest):
             text, max_tokens = completions.chat_text(self.served, request)
-            return completions.check_prompt(self.served, self.limits, text, max_tokens, request, True), True
-        given = completions.completion_text(request)
-        return completions.check_prompt(self.served, self.limits, given, request.max_tokens, request, False), False
+            prompts = [completions.check_prompt(self.served, self.limits, text, max_tokens, request, True)]
+        else:
+            given = completions.completion_prompts(request, self.limits)
+            # with several prompts, an error names the one it is about by index
+            names = ["prompt"] if len(given) == 1 else [f"prompt[{at}]" for at in range(len(given))]
+            prompts = [
+                completions.check_prompt(self.served, self.limits, each, request.max_tokens, request, False, name)
+                for each, name in zip(given, names, strict=True)
+            ]
+        choices, capacity = request.n * len(prompts), self.limits.max_queued_requests
+        if choices > capacity:
+            raise ServeError(
+                400,
+                f"n {request.n} x {len(prompts)} prompt(s) asks for {choices} choices, more than the {capacity} this "
+                "server holds at once (each choice is decoded as its own sequence); ask for fewer",
+                param="n",
+            )
+        return prompts, isinstance(request, ChatRequest)
 
     async def complete(self, request: CompletionRequest | ChatRequest) -> Response:
-        prompt, chat = self._prompt(request)
-        deadline, cancelled = self.deadline(), threading.Event()
+        prompts, chat = self._prompts(request)
         ident = new_id("chatcmpl" if chat else "cmpl")
         if request.stream:
             usage = request.stream_options is not None and bool(request.stream_options.include_usage)
-            return self._stream(prompt, chat, ident, deadline, cancelled, usage)
-        pieces: list[str] = []
-
-        def then(outcome: completions.Outcome) -> tuple[completions.Outcome, dict[str, Any] | None]:
-            # scored on the worker thread, between two decode steps: the model is never called from two threads
-            return outcome, completions.answer_logprobs(self.served, prompt, outcome, chat)
-
-        completion = completions.Completion(self.served, prompt, pieces.append)
-        try:
-            future = self.submit(DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, then))
-            outcome, logprobs = await asyncio.wait_for(asyncio.wrap_future(future), self.limits.request_timeout_s)
-        except TimeoutError:
-            raise as_serve_error(completions.RequestTimeoutError()) from None
-        finally:
-            cancelled.set()  # a timeout or a client gone: the worker drops the sequence before its next step
-        self.metrics.add_tokens("prompt", len(prompt.ids))
-        self.metrics.add_tokens("completion", outcome.count)
-        text = (prompt.text if prompt.echo else "") + "".join(pieces)
-        body = completion_response(
-            ident, self.served.name, text, outcome.finish, len(prompt.ids), outcome.count, chat, logprobs
-        )
+            return self.choices.stream(prompts, request.n, chat, ident, self.deadline(), usage)
+        body, _ = await self.choices.answer(prompts, request.n, chat, ident, self.deadline())
         return JSONResponse(body)
 
-    def submit(self, job: DecodeJob) -> concurrent.futures.Future[Any]:
+    def submit(self, jobs: list[DecodeJob]) -> list[concurrent.futures.Future[Any]]:
         assert isinstance(self.worker, DecodeWorker)
         try:
-            return self.worker.submit(job)
+            return self.worker.submit(jobs)
         except QueueFullError:
             raise self.full() from None
-
-    def _stream(
-        self,
-        prompt: completions.Prompt,
-        chat: bool,
-        ident: str,
-        deadline: float,
-        cancelled: threading.Event,
-        include_usage: bool,
-    ) -> StreamingResponse:
-        """The completion as server-sent events: a first chunk with the role (chat) or the echoed prompt, one
-        per piece of text, one with the finish reason, with ``include_usage`` one with no choices and the usage
-        (every other chunk then carries ``"usage": null``, as OpenAI's do), then ``[DONE]``."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-
-        def post(kind: str, value: Any) -> None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody is listening any more
-                loop.call_soon_threadsafe(events.put_nowait, (kind, value))
-
-        def failed(future: concurrent.futures.Future[Any]) -> None:
-            if future.exception() is not None:
-                post("error", future.exception())
-
-        completion = completions.Completion(self.served, prompt, lambda piece: post("text", piece))
-        job = DecodeJob(prompt.ids, completion, deadline, cancelled.is_set, lambda outcome: post("end", outcome))
-        self.submit(job).add_done_callback(failed)  # a full queue is a 429 before the stream starts
-        name = self.served.name
-
-        def chunk(text: str, finish: str | None = None) -> str:
-            event = completion_chunk(ident, name, text, finish, chat)
-            if include_usage:
-                event["usage"] = None
-            return f"data: {dumps(event)}\n\n"
-
-        async def sse() -> AsyncIterator[str]:
-            try:
-                if chat:
-                    first = completion_chunk(ident, name, "", None, True)
-                    first["choices"][0]["delta"] = {"role": "assistant", "content": ""}
-                    first |= {"usage": None} if include_usage else {}
-                    yield f"data: {dumps(first)}\n\n"
-                elif prompt.echo:
-                    yield chunk(prompt.text)
-                while True:
-                    kind, value = await asyncio.wait_for(events.get(), max(deadline - time.monotonic(), 0.0) + 1.0)
-                    if kind == "text":
-                        yield chunk(value)
-                    elif kind == "end":
-                        self.metrics.add_tokens("prompt", len(prompt.ids))
-                        self.metrics.add_tokens("completion", value.count)
-                        yield chunk("", value.finish)
-                        if include_usage:
-                            yield f"data: {dumps(usage_chunk(ident, name, len(prompt.ids), value.count, chat))}\n\n"
-                        break
-                    else:
-                        yield f"data: {dumps(as_serve_error(value).body())}\n\n"
-                        break
-            except TimeoutError:
-                yield f"data: {dumps(as_serve_error(completions.RequestTimeoutError()).body())}\n\n"
-            finally:
-                cancelled.set()
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(sse(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 def _error_response(error: ServeError) -> JSONResponse:

@@ -75,11 +75,12 @@ class Worker:
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def _admit(self) -> None:
+    def _admit(self, count: int = 1) -> None:
+        """``count`` places taken at once, or none (QueueFullError): a request's jobs enter whole."""
         with self._lock:
-            if self.pending >= self.capacity:
+            if self.pending + count > self.capacity:
                 raise QueueFullError
-            self.pending += 1
+            self.pending += count
 
     def _done(self, count: int = 1) -> None:
         with self._lock:

@@ -124,13 +124,15 @@ def check_prompt(
     max_tokens: int | None,
     request: CompletionRequest | ChatRequest,
     chat: bool,
+    param: str | None = None,
 ) -> Prompt:
     """The prompt's ids (a text tokenized; token ids as given, each inside the vocabulary) and the request's
-    sampling, each bound checked (400 naming the field)."""
-    param = "messages" if chat else "prompt"
+    sampling, each bound checked (400 naming the field; ``param`` names the prompt, default ``prompt`` or
+    ``messages``)."""
+    param = param or ("messages" if chat else "prompt")
     offsets = None
     if isinstance(prompt, list):
-        ids, text = _token_ids(served, prompt), served.tokenizer.decode(prompt)
+        ids, text = _token_ids(served, prompt, param), served.tokenizer.decode(prompt)
     else:
         try:
             prompt.encode("utf-8")
@@ -180,16 +182,16 @@ def _vocab(served: ServedModel) -> int:
     return int(served.module.vocab) if isinstance(served.module, CausalLM) else served.tokenizer.get_vocab_size()
 
 
-def _token_ids(served: ServedModel, ids: list[int]) -> list[int]:
-    """A prompt given as token ids, each checked to be one of the model's (400 naming ``prompt``)."""
+def _token_ids(served: ServedModel, ids: list[int], param: str) -> list[int]:
+    """A prompt given as token ids, each checked to be one of the model's (400 naming ``param``)."""
     vocab = _vocab(served)
     for index, token in enumerate(ids):
         if not 0 <= token < vocab:
             raise ServeError(
                 400,
-                f"prompt[{index}] is token id {token}, outside this model's vocabulary [0, {vocab}); token ids "
+                f"{param}[{index}] is token id {token}, outside this model's vocabulary [0, {vocab}); token ids "
                 "come from the served model's tokenizer (POST /tokenize gives them)",
-                param="prompt",
+                param=param,
                 code="invalid_token_id",
             )
     return list(ids)
@@ -326,22 +328,24 @@ def chat_text(served: ServedModel, request: ChatRequest) -> tuple[str, int | Non
     )
 
 
-def completion_text(request: CompletionRequest) -> str | list[int]:
-    """The request's one prompt: a text, or a list of token ids (a list holding one of either is that one);
-    a list of several prompts is a 400 naming ``prompt``."""
+def completion_prompts(request: CompletionRequest, limits: ServeLimits) -> list[str | list[int]]:
+    """The request's prompts: one text or one list of token ids is one prompt; a list of texts or of token-id
+    lists is that many (at most ``max_texts_per_request``; an empty list is a 400 naming ``prompt``)."""
     prompt: Any = request.prompt
-    if isinstance(prompt, list) and prompt and all(isinstance(token, int) for token in prompt):
-        return list(prompt)
-    if isinstance(prompt, list):
-        if len(prompt) != 1:
-            raise ServeError(
-                400,
-                f"prompt holds {len(prompt)} prompts; this server takes one per request: send each in its own request",
-                param="prompt",
-                code="unsupported_value",
-            )
-        prompt = prompt[0]
-    return prompt if isinstance(prompt, list) else str(prompt)
+    if isinstance(prompt, str):
+        return [prompt]
+    if prompt and all(isinstance(token, int) for token in prompt):
+        return [list(prompt)]
+    if not prompt:
+        raise ServeError(400, "prompt is an empty list; give a prompt, or a list of prompts", param="prompt")
+    if len(prompt) > limits.max_texts_per_request:
+        raise ServeError(
+            400,
+            f"prompt holds {len(prompt)} prompts, more than this server's {limits.max_texts_per_request} per "
+            "request; send them in several requests",
+            param="prompt",
+        )
+    return [list(each) if isinstance(each, list) else str(each) for each in prompt]
 
 
 __all__ = [
@@ -353,6 +357,6 @@ __all__ = [
     "answer_logprobs",
     "chat_text",
     "check_prompt",
-    "completion_text",
+    "completion_prompts",
     "render_chat",
 ]

@@ -53,10 +53,13 @@ class DecodeWorker(Worker):
         self._decoder = BatchDecoder(lm, max_batch=max_batch)
         super().__init__(capacity, "packrt-serve-generation")
 
-    def submit(self, job: DecodeJob) -> concurrent.futures.Future[Any]:
-        self._admit()
-        self._queue.put(job)
-        return job.future
+    def submit(self, jobs: list[DecodeJob]) -> list[concurrent.futures.Future[Any]]:
+        """Queue ``jobs`` (one request's choices) together: each takes a place in the queue, all or none
+        (QueueFullError); each frees its place when it ends."""
+        self._admit(len(jobs))
+        for job in jobs:
+            self._queue.put(job)
+        return [job.future for job in jobs]
 
     def _run(self) -> None:
         jobs: dict[int, DecodeJob] = {}  # the decoder's sequence id -> its job

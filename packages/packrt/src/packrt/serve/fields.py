@@ -5,7 +5,7 @@ something other than what was asked (JSON that is not JSON, a tool call that nev
 that was never applied). Each refusal is a 400 whose OpenAI error object names the field in ``param``
 (``code`` ``unsupported_parameter`` for a field this server never serves, ``unsupported_value`` for a
 value of a field it serves otherwise) and says what to send instead. A field's "nothing asked" value
-(``null``, ``n: 1``, ``{"type": "text"}``, ``tool_choice: "none"``...) is served,
+(``null``, ``best_of`` equal to ``n``, ``{"type": "text"}``, ``tool_choice: "none"``...) is served,
 since clients send those by default.
 """
 
@@ -24,13 +24,6 @@ def _refuse(param: str, message: str, code: str = UNSUPPORTED) -> ServeError:
 def check_fields(request: CompletionRequest | ChatRequest) -> None:
     """A 400 naming the first field of ``request`` whose value this server does not serve; nothing when every
     field is served."""
-    if request.n != 1:
-        raise _refuse(
-            "n",
-            f"n is {request.n}; this server makes one choice per request: send n: 1 (or leave it out) and make "
-            f"{request.n} requests, with different seeds to get different samples",
-            UNSUPPORTED_VALUE,
-        )
     if request.stream_options is not None and not request.stream:
         raise _refuse(
             "stream_options",
@@ -44,11 +37,12 @@ def check_fields(request: CompletionRequest | ChatRequest) -> None:
 
 
 def _check_completion(request: CompletionRequest) -> None:
-    if request.best_of is not None and request.best_of != 1:
+    if request.best_of is not None and request.best_of != request.n:
         raise _refuse(
             "best_of",
-            f"best_of is {request.best_of}; this server makes one candidate per request: send best_of: 1 or "
-            "leave it out",
+            f"best_of is {request.best_of} with n {request.n}; this server makes exactly n candidates per prompt "
+            "and returns them all (it does not rank extra ones by likelihood): send best_of equal to n, or leave "
+            "it out",
             UNSUPPORTED_VALUE,
         )
     if request.suffix:

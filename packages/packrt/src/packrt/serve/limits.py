@@ -8,7 +8,8 @@ anything, with a status a client can act on:
   :func:`packrt_io.json_depth`'s scan of the raw bytes, before the parser could recurse into it);
 - more than ``max_texts_per_request`` inputs: 400; a text longer than ``max_tokens_per_text`` tokens:
   400 when the request says ``truncate: false``, cut to the bound when it says ``true`` (the default);
-- ``max_queued_requests`` already waiting or running: 429 with ``Retry-After``;
+- ``max_queued_requests`` already waiting or running: 429 with ``Retry-After`` (each choice of a completion,
+  ``n`` per prompt, takes a place; a request with more choices than the bound is a 400 naming ``n``);
 - a request not finished within ``request_timeout_s``: 504, and its remaining work is dropped (between
   model calls for embeddings, between decode steps for generation).
 """
@@ -31,7 +32,10 @@ class ServeLimits:
 
     max_texts_per_request: int = field(
         default=256,
-        metadata={"help": "Inputs in one embeddings request (OpenAI's own bound is 2048; a CPU replica serves fewer)."},
+        metadata={
+            "help": "Inputs in one embeddings request, prompts in one completions request (OpenAI's own bound is "
+            "2048; a CPU replica serves fewer)."
+        },
     )
     max_tokens_per_text: int = field(
         default=512, metadata={"help": "Tokens of one input text or prompt (also capped by the model's positions)."}

@@ -101,7 +101,7 @@ class _Sampling(_Request):
     stop: str | list[str] | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
-    # checked by packrt.serve.fields, which answers a value this server does not serve with a 400 naming it
+    # choices per prompt, each its own sequence (packrt.serve.choices)
     n: int = Field(default=1, ge=1)
     presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
@@ -109,9 +109,10 @@ class _Sampling(_Request):
 
 
 class CompletionRequest(_Sampling):
-    """``POST /v1/completions``: one prompt (a str, a list holding one str, a list of token ids or a list
-    holding one such list); ``echo`` puts the prompt before the answer; ``logprobs`` (0-5) the log
-    probability of each token and of the ``logprobs`` likeliest at its place."""
+    """``POST /v1/completions``: a prompt (a str or a list of token ids) or a list of prompts (of strs, or of
+    lists of token ids), each answered with ``n`` choices; ``echo`` puts each choice's prompt before its answer;
+    ``logprobs`` (0-5) the log probability of each token and of the ``logprobs`` likeliest at its place;
+    ``best_of`` is served where it asks for no more candidates than ``n``."""
 
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: bool = False
@@ -190,44 +191,43 @@ def usage(prompt: int, completion: int) -> dict[str, int]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
-def completion_chunk(ident: str, model: str, text: str, finish: str | None, chat: bool) -> dict[str, Any]:
-    """One server-sent event of a streamed completion (``chat``: a chat.completion.chunk with a delta)."""
+def completion_chunk(
+    ident: str, model: str, text: str, finish: str | None, chat: bool, index: int = 0
+) -> dict[str, Any]:
+    """One server-sent event of a streamed completion (``chat``: a chat.completion.chunk with a delta), for the
+    choice ``index``."""
     choice: dict[str, Any]
     if chat:
-        choice = {"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}
+        choice = {"index": index, "delta": {"content": text} if text else {}, "finish_reason": finish}
         kind = "chat.completion.chunk"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
         kind = "text_completion"
     return {"id": ident, "object": kind, "created": int(time.time()), "model": model, "choices": [choice]}
 
 
-def completion_response(
-    ident: str,
-    model: str,
-    text: str,
-    finish: str,
-    prompt_tokens: int,
-    new_tokens: int,
-    chat: bool,
-    logprobs: dict[str, Any] | None = None,
+def completion_choice(
+    index: int, text: str, finish: str, chat: bool, logprobs: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A whole completion (``chat``: a chat.completion with a message); ``logprobs`` is the choice's, as
+    """One choice of a whole completion (``chat``: with a message); ``logprobs`` is the choice's, as
     :mod:`packrt.serve.logprobs` shapes it for the endpoint (None where the request did not ask)."""
-    choice: dict[str, Any]
     if chat:
         message = {"role": "assistant", "content": text}
-        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish}
-        kind = "chat.completion"
-    else:
-        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        kind = "text_completion"
+        return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish}
+    return {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+
+
+def completion_response(
+    ident: str, model: str, choices: list[dict[str, Any]], prompt_tokens: int, new_tokens: int, chat: bool
+) -> dict[str, Any]:
+    """A whole completion (``chat``: a chat.completion) holding ``choices`` (:func:`completion_choice`), in the
+    order of their index; the usage counts each prompt's tokens once and every choice's new tokens."""
     return {
         "id": ident,
-        "object": kind,
+        "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [choice],
+        "choices": choices,
         "usage": usage(prompt_tokens, new_tokens),
     }
 
@@ -256,6 +256,7 @@ __all__ = [
     "RerankRequest",
     "ServeError",
     "StreamOptions",
+    "completion_choice",
     "completion_chunk",
     "completion_response",
     "embedding_item",
