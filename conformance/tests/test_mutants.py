@@ -28,16 +28,18 @@ from packrt_conformance.report import validate_report
 HERE = Path(__file__).parent
 
 
-def _load_mutants() -> Any:
-    # Imported from its file, so this test module needs neither sys.path nor a package.
-    spec = importlib.util.spec_from_file_location("mutants", HERE / "mutants.py")
+def _load_mutants(name: str) -> Any:
+    # Imported from its file, so this test module needs no package (conftest.py puts this folder on
+    # sys.path, where mutants_sentences.py finds the base it shares with mutants.py).
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-MUTANTS = _load_mutants().MUTANTS
+#: The first mutants (mutants.py), then one per sentence a hidden adapter broke unseen (mutants_sentences.py).
+MUTANTS = (*_load_mutants("mutants").MUTANTS, *_load_mutants("mutants_sentences").MUTANTS)
 
 
 def _env() -> dict[str, str]:
@@ -86,14 +88,20 @@ def test_real_packrt_passes_every_clause_a_mutant_breaks(tmp_path: Path, revisio
 
 
 @pytest.fixture(scope="module")
-def mutant_runs(tmp_path_factory: pytest.TempPathFactory, require_packrt: None) -> dict[str, Future[Run]]:
-    """Every mutant's run, started at once on a few workers (each is a subprocess): the module's
-    tests then only read their own result, so the selftest costs about runs / workers."""
+def mutant_runs(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, require_packrt: None
+) -> dict[str, Future[Run]]:
+    """Every selected mutant's run, started at once on a few workers (each is a subprocess): the
+    module's tests then only read their own result, so the selftest costs about runs / workers.
+    ``PACKRT_MUTANT_WORKERS`` sets the number of workers (1 on a machine others are timing on)."""
     tmp = tmp_path_factory.mktemp("mutants")
-    pool = ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2)))
+    workers = int(os.environ.get("PACKRT_MUTANT_WORKERS", "0")) or max(2, min(4, os.cpu_count() or 2))
+    pool = ThreadPoolExecutor(max_workers=workers)
+    selected = {item.callspec.id for item in request.session.items if hasattr(item, "callspec")}
     runs = {
-        m.__name__: pool.submit(_run, tmp, f"mutants:{m.__name__}", m.revision_under_test, m.suite_files)
+        m.__name__: pool.submit(_run, tmp, f"{m.__module__}:{m.__name__}", m.revision_under_test, m.suite_files)
         for m in MUTANTS
+        if m.__name__ in selected
     }
     pool.shutdown(wait=False)
     return runs

@@ -90,6 +90,16 @@ def test_apply_visits_children_before_their_parent_and_returns_the_module() -> N
     assert seen == [root.first, root.second, root]
 
 
+def test_apply_visits_a_child_of_two_parents_once_before_either_parent() -> None:
+    root, shared = nn.Module(), nn.Module()
+    root.left, root.right = nn.Module(), nn.Module()
+    root.left.shared = shared
+    root.right.shared = shared
+    seen: list[nn.Module] = []
+    root.apply(seen.append)
+    assert [id(m) for m in seen] == [id(shared), id(root.left), id(root.right), id(root)]
+
+
 def test_train_and_eval_set_the_flag_on_the_whole_tree() -> None:
     root = make_tree()
     assert root.eval() is root

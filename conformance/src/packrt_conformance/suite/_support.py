@@ -75,6 +75,19 @@ def shared_child_tree(impl: Adapter) -> tuple[Any, Any]:
     return root, child
 
 
+def two_parent_tree(impl: Adapter) -> tuple[Any, Any]:
+    """root -> left -> shared, root -> right -> shared: one child object under two parents
+    (reachable as left.shared and right.shared); the shared child holds one parameter 'w'."""
+    root = impl.nn.Module()
+    shared = impl.nn.Module()
+    shared.w = impl.parameter([1.0])
+    root.left = impl.nn.Module()
+    root.right = impl.nn.Module()
+    root.left.shared = shared
+    root.right.shared = shared
+    return root, shared
+
+
 def forward_module(impl: Adapter) -> Any:
     """A module whose forward(x, y=0) returns x * 10 + y on plain numbers and records its calls."""
 

@@ -144,6 +144,42 @@ def test_hooks_run_in_registration_order_and_prepend_goes_first(impl: Adapter, r
     assert log == ["prepended", "first", "second"]
 
 
+@pytest.mark.parametrize("register", hook_registry_cases("prepend"))
+def test_each_prepended_hook_runs_before_every_hook_registered_before_it(impl: Adapter, register: str) -> None:
+    m = forward_module(impl)
+    log: list[str] = []
+    add = getattr(m, register)
+    add(lambda mod, args, *out: log.append("a"))
+    add(lambda mod, args, *out: log.append("p1"), prepend=True)
+    add(lambda mod, args, *out: log.append("b"))
+    add(lambda mod, args, *out: log.append("p2"), prepend=True)
+    add(lambda mod, args, *out: log.append("c"))
+    m(1)
+    assert log == ["p2", "p1", "a", "b", "c"], "the latest prepend runs first; the plain ones keep their order"
+
+
+@pytest.mark.clause("forward.call-runs-hooks")
+def test_hooks_run_on_a_child_called_inside_its_parents_forward(impl: Adapter) -> None:
+    child = forward_module(impl)
+
+    class Parent(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.child = child
+
+        def forward(self, x: Any) -> Any:
+            return self.child(x) + 1
+
+    parent = Parent()
+    log: list[str] = []
+    child.register_forward_pre_hook(lambda mod, args: log.append("child-pre"))
+    child.register_forward_hook(lambda mod, args, out: log.append("child-post"))
+    parent.register_forward_hook(lambda mod, args, out: log.append("parent-post"))
+    assert parent(2) == 21
+    assert parent(3) == 31
+    assert log == ["child-pre", "child-post", "parent-post"] * 2, "a nested call is a call: its hooks run"
+
+
 @pytest.mark.parametrize("register", hook_registry_cases("handle-remove"))
 def test_removed_hook_no_longer_runs(impl: Adapter, register: str) -> None:
     m = forward_module(impl)

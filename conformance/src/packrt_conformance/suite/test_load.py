@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,32 @@ def test_each_value_lands_in_the_tensor_its_key_names(impl: Adapter) -> None:
     assert values_equal(impl, m.proj.weight, W)
     assert values_equal(impl, m.proj.bias, B)
     assert values_equal(impl, m.gain, [2.0])
+
+
+class _Checkpoint(Mapping[str, Any]):
+    """A Mapping that is not a dict: what a lazily read checkpoint file looks like."""
+
+    def __init__(self, entries: dict[str, Any]) -> None:
+        self._entries = entries
+
+    def __getitem__(self, key: str) -> Any:
+        return self._entries[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+@pytest.mark.clause("load_state_dict.any-mapping")
+@pytest.mark.parametrize("wrap", [MappingProxyType, _Checkpoint], ids=["mappingproxy", "user-mapping"])
+def test_any_mapping_loads_as_a_dict_does(impl: Adapter, wrap: Any) -> None:
+    layer = impl.linear(2, 1)
+    result = layer.load_state_dict(wrap({"weight": impl.tensor([[3.0, 4.0]]), "bias": impl.tensor([5.0])}))
+    assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], [])
+    assert values_equal(impl, layer.weight, [[3.0, 4.0]])
+    assert values_equal(impl, layer.bias, [5.0])
 
 
 @pytest.mark.clause("load_state_dict.returns-accounting")

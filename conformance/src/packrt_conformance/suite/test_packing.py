@@ -17,6 +17,7 @@ from packrt_conformance.suite._support import values_equal
 W = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
 B = np.array([0.5, -0.5, 1.5])
 X = np.array([[1.0, -2.0]])
+RESIDENCIES = ["packed", "borrowed", "auto", "per_call"]
 
 
 def _loaded(impl: Adapter, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
@@ -114,11 +115,32 @@ def test_no_residency_keeps_the_layer_default(impl: Adapter) -> None:
 
 
 @pytest.mark.clause("load_state_dict.residency.plain-parameters-ignore")
-def test_loose_parameters_ignore_residency(impl: Adapter) -> None:
+@pytest.mark.parametrize("residency", RESIDENCIES)
+def test_loose_parameters_ignore_residency(impl: Adapter, residency: str) -> None:
     root = impl.nn.Module()
     root.gain = impl.parameter([1.0, 1.0])
-    root.load_state_dict({"gain": impl.tensor([4.0, 5.0])}, weight_residency="packed")
+    held = root.gain
+    handle = root.state_dict()["gain"]  # a plain handle on the parameter's storage
+    root.load_state_dict({"gain": impl.tensor([4.0, 5.0])}, weight_residency=residency)
+    assert root.gain is held
     assert values_equal(impl, root.gain, [4.0, 5.0])
+    assert impl.shares_storage(root.gain, handle), "a copy load writes into the storage the parameter has"
+    assert values_equal(impl, handle, [4.0, 5.0])
+
+
+@pytest.mark.clause("load_state_dict.residency.only-bound-layers")
+@pytest.mark.parametrize("residency", ["borrowed", "per_call"])
+def test_residency_reaches_only_the_layers_the_load_binds(impl: Adapter, residency: str) -> None:
+    root = impl.nn.Module()
+    root.bound = impl.linear(2, 3)
+    root.other = impl.linear(2, 3)
+    ckpt = {"bound.weight": impl.tensor(W), "bound.bias": impl.tensor(B)}
+    result = root.load_state_dict(ckpt, strict=False, weight_residency=residency)
+    assert list(result.missing_keys) == ["other.weight", "other.bias"]
+    _out(impl, root.other)
+    assert impl.is_packed(root.other), "a layer the load did not bind keeps its default (packing) residency"
+    _out(impl, root.bound)
+    assert not impl.is_packed(root.bound), f"the bound layer serves under {residency}"
 
 
 @pytest.mark.clause("initialize.packs-eagerly")

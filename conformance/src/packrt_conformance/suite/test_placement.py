@@ -188,9 +188,14 @@ def test_to_empty_without_recursion_leaves_children(impl: Adapter) -> None:
     root = sample_tree(impl)
     child_weight = impl.to_numpy(root.encoder.weight)
     held = root.encoder.weight
+    handles = root.state_dict()  # plain handles on the old storage, the child's buffer among them
     root.to_empty(device=None, recurse=False)
     assert root.encoder.weight is held
     assert (impl.to_numpy(root.encoder.weight) == child_weight).all()
+    children = [k for k in handles if "." in k]
+    assert children == ["encoder.weight", "encoder.bias", "decoder.gain", "decoder.steps"]
+    live = root.state_dict()
+    assert [k for k in children if not impl.shares_storage(live[k], handles[k])] == [], "children's storage kept"
 
 
 @pytest.mark.clause("to_empty.storage-free-stays")

@@ -144,6 +144,13 @@ def test_register_module_is_add_module(impl: Adapter) -> None:
     a.register_module("x", child)
     b.add_module("x", child)
     assert list(a.named_children()) == list(b.named_children()) == [("x", child)]
+    a.register_module("slot", None)
+    b.add_module("slot", None)
+    assert (a.slot, b.slot) == (None, None), "None files an empty slot through either name"
+    assert list(a.named_children()) == list(b.named_children()) == [("x", child)]
+    a.register_module("slot", child)
+    b.add_module("slot", child)
+    assert (a.slot, b.slot) == (child, child)
 
 
 @pytest.mark.clause("register_parameter.files-parameter")
@@ -333,3 +340,26 @@ def test_assigning_over_another_kind_replaces_it(impl: Adapter, before: str, aft
     assert names(m.named_buffers()) == []
     assert names(m.named_children()) == (["foo"] if after == "child" else [])
     assert list(m.state_dict()) == names(m.named_parameters())
+
+
+@pytest.mark.clause("register_buffer.non-persistent-key-unexpected")
+def test_a_checkpoint_key_for_a_non_persistent_buffer_is_unexpected(impl: Adapter) -> None:
+    m = impl.nn.Module()
+    m.w = impl.parameter([1.0])
+    m.register_buffer("cache", impl.tensor([0.0]), persistent=False)
+    result = m.load_state_dict({"w": impl.tensor([2.0]), "cache": impl.tensor([9.0])}, strict=False)
+    assert (list(result.missing_keys), list(result.unexpected_keys)) == ([], ["cache"])
+    assert impl.to_numpy(m.cache).tolist() == [0.0], "the non-persistent buffer is not loaded"
+    with pytest.raises(RuntimeError, match="cache"):
+        m.load_state_dict({"w": impl.tensor([3.0]), "cache": impl.tensor([9.0])})
+
+
+@pytest.mark.clause("module.register.parameter-after-forward")
+def test_a_bias_given_to_a_linear_after_a_run_is_used(impl: Adapter) -> None:
+    layer = impl.linear(2, 3, bias=False)
+    impl.write_(layer.weight, [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
+    x = impl.tensor([[1.0, 2.0]])
+    assert impl.to_numpy(layer(x)).tolist() == [[1.0, 2.0, 3.0]]
+    layer.bias = impl.parameter([10.0, 20.0, 30.0])
+    assert impl.to_numpy(layer(x)).tolist() == [[11.0, 22.0, 33.0]], "the next forward adds the new bias"
+    assert impl.to_numpy(layer(x)).tolist() == [[11.0, 22.0, 33.0]]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from packrt_conformance.adapter import Adapter
-from packrt_conformance.suite._support import clause_param, sample_tree, shared_child_tree
+from packrt_conformance.suite._support import clause_param, sample_tree, shared_child_tree, two_parent_tree
 
 
 def _deep(impl: Adapter) -> Any:
@@ -27,6 +27,18 @@ def test_apply_visits_each_module_once_children_first(impl: Adapter) -> None:
     order: list[Any] = []
     assert root.apply(order.append) is root
     assert [id(m) for m in order] == [id(root.encoder), id(root.decoder), id(root)]
+
+
+@pytest.mark.clause("apply.shared-child-once")
+def test_apply_visits_a_child_of_two_parents_once_before_both(impl: Adapter) -> None:
+    root, shared = two_parent_tree(impl)
+    order: list[Any] = []
+    root.apply(order.append)
+    assert [id(m) for m in order].count(id(shared)) == 1, "a child two parents hold is one module of the tree"
+    assert len(order) == 4
+    assert order.index(shared) < order.index(root.left)
+    assert order.index(shared) < order.index(root.right)
+    assert order[-1] is root
 
 
 @pytest.mark.clause("train.sets-flag-tree", "train.returns-self")
@@ -117,6 +129,25 @@ def test_set_submodule_files_the_module_at_the_path(impl: Adapter, parent: str, 
     assert (name, new) in list(root.get_submodule(parent).named_children())
 
 
+@pytest.mark.clause("set_submodule.replaces")
+def test_set_submodule_replacement_keeps_the_childs_place(impl: Adapter) -> None:
+    root = impl.nn.Module()
+    for name in ("first", "middle", "last"):
+        setattr(root, name, impl.linear(2, 2))
+    new = impl.linear(2, 2)
+    root.set_submodule("middle", new)
+    assert [(n, c is new) for n, c in root.named_children()] == [("first", False), ("middle", True), ("last", False)]
+
+
+@pytest.mark.clause("set_submodule.default-creates-last")
+def test_set_submodule_creates_only_the_last_segment(impl: Adapter) -> None:
+    root = _deep(impl)
+    with pytest.raises(AttributeError, match="missing"):
+        root.set_submodule("decoder.missing.head", impl.linear(2, 2))
+    assert not hasattr(root.decoder, "missing"), "a missing segment before the last one is not created"
+    assert [n for n, _ in root.decoder.named_children()] == []
+
+
 @pytest.mark.clause("set_submodule.strict-requires-existing")
 def test_strict_set_submodule_refuses_a_missing_target(impl: Adapter) -> None:
     root = _deep(impl)
@@ -132,6 +163,19 @@ def test_extra_repr_text_appears_in_repr(impl: Adapter) -> None:
             return "tag=conformance-7"
 
     assert "tag=conformance-7" in repr(Tagged())
+
+
+@pytest.mark.clause("extra_repr.in-repr")
+def test_extra_repr_text_appears_beside_children(impl: Adapter) -> None:
+    class Tagged(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def extra_repr(self) -> str:
+            return "tag=conformance-8"
+
+    tagged = Tagged()
+    tagged.head = impl.linear(2, 2)
+    text = repr(tagged)
+    assert "tag=conformance-8" in text
+    assert "(head)" in text
 
 
 @pytest.mark.clause("extra_repr.linear-geometry")
@@ -169,3 +213,12 @@ def test_linear_without_bias_still_states_its_geometry(impl: Adapter, fan_in: in
     assert f"out_features={fan_out}" in text
     assert "bias=True" not in text
     assert f"in_features={fan_in}" in repr(layer)
+
+
+@pytest.mark.clause("module.dedup.repr")
+def test_repr_prints_a_child_of_two_parents_once(impl: Adapter) -> None:
+    root, _ = two_parent_tree(impl)
+    text = repr(root)
+    assert "(left)" in text
+    assert "(right)" in text
+    assert text.count("(shared)") == 1, "printed under its first path (left.shared) only"

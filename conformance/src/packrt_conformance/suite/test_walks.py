@@ -15,6 +15,7 @@ from packrt_conformance.suite._support import (
     sample_tree,
     shared_child_tree,
     tied_tree,
+    two_parent_tree,
 )
 
 _IDENT = st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True).filter(
@@ -135,6 +136,12 @@ def test_modules_yields_self_first_and_each_module_once(impl: Adapter) -> None:
     assert len(found) == 2
     assert found[0] is root
     assert found[1] is child
+
+
+@pytest.mark.clause("modules.self-first-each-once")
+def test_modules_yields_a_child_of_two_parents_once(impl: Adapter) -> None:
+    root, shared = two_parent_tree(impl)
+    assert [id(m) for m in root.modules()] == [id(root), id(root.left), id(shared), id(root.right)]
 
 
 @pytest.mark.clause("named_modules.self-first")

@@ -391,22 +391,27 @@ class Module:
 
     def apply(self, fn: Callable[[Module], None]) -> Self:
         """Call ``fn`` on every module of the tree, each once, children before their parent."""
-        for module in reversed(list(self._post_order())):
+        for module in self._post_order():
             fn(module)
         return self
 
     def _post_order(self) -> Iterator[Module]:
-        # Reversed post-order without recursion limits: parent first, then children reversed.
-        stack: list[Module] = [self]
-        order: list[Module] = []
+        # Post-order without recursion limits: each module after all its children, children in
+        # registration order, a module held by two parents once, where the walk first meets it
+        # (so before both of them).
         seen: set[Module] = {self}
+        order: list[Module] = []
+        stack: list[tuple[Module, Iterator[Module]]] = [(self, iter(list(self.children())))]
         while stack:
-            module = stack.pop()
-            order.append(module)
-            for child in module.children():
+            module, pending = stack[-1]
+            for child in pending:
                 if child not in seen:
                     seen.add(child)
-                    stack.append(child)
+                    stack.append((child, iter(list(child.children()))))
+                    break
+            else:
+                stack.pop()
+                order.append(module)
         return iter(order)
 
     # -- paths -------------------------------------------------------------------------------------
