@@ -347,26 +347,36 @@ def _serve_parser(commands: Any) -> None:
     serve = commands.add_parser(
         "serve", help="serve a model directory over HTTP with an OpenAI-style API (needs packrt[serve])"
     )
-    serve.add_argument("path", metavar="DIR", help="a model directory from_pretrained serves, or a .gguf file")
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    # every option defaults to None, so that one given on the command line is told from one left out: a value
+    # left out comes from --config's file, else from packrt.serve.config.ServeOptions' default (the help's)
+    serve.add_argument(
+        "path",
+        metavar="DIR",
+        nargs="?",
+        help="a model directory from_pretrained serves, or a .gguf file (or 'path' in the --config file)",
+    )
+    serve.add_argument(
+        "--config",
+        metavar="TOML",
+        help="a TOML file setting any of these options by name (port = 9000, max_queued_requests = 128...); an "
+        "option given on the command line wins over the file",
+    )
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8000)")
     serve.add_argument("--name", help="the model's name in responses and /v1/models (default: the directory's)")
     serve.add_argument(
         "--weight-residency",
-        default=None,
         help="as from_pretrained takes it (default: borrowed, from the mapped file; packed for a .gguf file, whose "
         "quantized tensors are dequantized at load)",
     )
     serve.add_argument(
         "--drain",
         type=int,
-        default=30,
         metavar="SECONDS",
         help="on SIGTERM, how long requests in flight may take to finish (default 30)",
     )
     serve.add_argument(
         "--api-key",
-        default=None,
         metavar="KEY",
         help="require 'Authorization: Bearer KEY' on every route but /health (default: the PACKRT_API_KEY "
         "environment variable, else no key)",
@@ -374,7 +384,6 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument(
         "--cors-origin",
         action="append",
-        default=[],
         metavar="ORIGIN",
         help="a browser origin allowed to call the server (CORS), e.g. http://localhost:3000; repeat for more, "
         "'*' for any",
@@ -384,7 +393,6 @@ def _serve_parser(commands: Any) -> None:
         serve.add_argument(
             "--" + field.name.replace("_", "-"),
             type=type(default),
-            default=default,
             metavar="N",
             help=f"{field.metadata['help']} (default {default})",
         )
@@ -392,28 +400,31 @@ def _serve_parser(commands: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from packrt.serve import config
+    from packrt.serve.limits import LimitsError
+
+    try:
+        options = config.resolve(vars(args), args.config)  # a ServeConfigError as raised: it names the file
+    except LimitsError as err:
+        raise UsageError(str(err)) from err
+    if options.path is None:
+        raise UsageError("packrt serve needs a model: give its directory (DIR), or 'path' in the --config file")
     try:
         from packrt import serve
 
         importlib.import_module("packrt.serve.app")  # FastAPI and uvicorn: the serve extra
     except ImportError as err:
         raise UsageError(f"packrt serve needs the serve extra ({err}); pip install 'packrt[serve]'") from err
-    try:
-        limits = serve.ServeLimits(
-            **{field.name: getattr(args, field.name) for field in dataclasses.fields(serve.ServeLimits)}
-        )
-    except serve.LimitsError as err:
-        raise UsageError(str(err)) from err
     serve.serve(
-        args.path,
-        args.host,
-        args.port,
-        limits,
-        weight_residency=args.weight_residency,
-        name=args.name,
-        drain_s=args.drain,
-        api_key=args.api_key,
-        cors_origins=tuple(args.cors_origin),
+        options.path,
+        options.host,
+        options.port,
+        options.limits,
+        weight_residency=options.weight_residency,
+        name=options.name,
+        drain_s=options.drain,
+        api_key=options.api_key,
+        cors_origins=options.cors_origin,
     )
     return _EXIT_OK
 
