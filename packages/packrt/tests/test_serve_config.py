@@ -112,3 +112,22 @@ def test_a_bad_bound_on_the_command_line_is_still_a_usage_error(
 ) -> None:
     assert main(["serve", "m", "--max-queued-requests", "0"]) == 2
     assert "ServeLimits.max_queued_requests must be a positive number, got 0" in capsys.readouterr().err
+
+
+def test_dtype_and_quantize_reach_the_load_from_the_flags_or_the_file(
+    tmp_path: Path, served: list[dict[str, Any]]
+) -> None:
+    config = _toml(tmp_path, 'path = "m"\ndtype = "float16"\nquantize = "int8"\n')
+    assert main(["serve", "--config", str(config), "--dtype", "bf16"]) == 0
+    assert (served[0]["dtype"], served[0]["quantize"]) == ("bf16", "int8")
+
+
+def test_a_dtype_or_quantize_from_pretrained_does_not_take_names_where_it_was_set(tmp_path: Path) -> None:
+    with pytest.raises(ServeConfigError, match=r"--dtype: dtype 'int8' is not a floating dtype .* float16, bfloat16"):
+        resolve({"path": "m", "dtype": "int8"})
+    with pytest.raises(ServeConfigError, match=r"--quantize: quantize 'int4' is not a scheme packrt has; .* int8"):
+        resolve({"path": "m", "quantize": "int4"})
+    config = _toml(tmp_path, 'dtype = "fp8"\n')
+    named = re.escape(str(config))
+    with pytest.raises(ServeConfigError, match=f"config file '{named}': key 'dtype': dtype 'fp8' is not a floating"):
+        resolve({"path": "m"}, config)

@@ -388,6 +388,15 @@ def _serve_parser(commands: Any) -> None:
         help="a browser origin allowed to call the server (CORS), e.g. http://localhost:3000; repeat for more, "
         "'*' for any",
     )
+    serve.add_argument(
+        "--dtype",
+        help="serve the weights in this floating dtype (float32, bfloat16, float16; as from_pretrained's dtype=; "
+        "default: the checkpoint's own)",
+    )
+    serve.add_argument(
+        "--quantize",
+        help="serve the linears quantized (int8; as from_pretrained's quantize=; default: the checkpoint's floats)",
+    )
     for field in dataclasses.fields(ServeLimits):
         default = field.default
         serve.add_argument(
@@ -425,6 +434,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         drain_s=options.drain,
         api_key=options.api_key,
         cors_origins=options.cors_origin,
+        dtype=options.dtype,
+        quantize=options.quantize,
     )
     return _EXIT_OK
 

@@ -55,18 +55,30 @@ def serve(
     drain_s: int = 30,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
+    dtype: str | None = None,
+    quantize: str | None = None,
 ) -> None:
     """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
     up to ``drain_s`` seconds to finish. ``weight_residency`` None: borrowed, packed for a GGUF file
     (:func:`packrt.serve.served.default_residency`). ``api_key`` None: the ``PACKRT_API_KEY`` environment
-    variable's, if set (:func:`packrt.serve.access.api_key_from`)."""
+    variable's, if set (:func:`packrt.serve.access.api_key_from`). ``dtype`` and ``quantize`` as
+    :meth:`ServedModel.load` takes them."""
     import uvicorn
 
     from packrt.serve.access import api_key_from
     from packrt.serve.app import build_app
 
     key = api_key_from(api_key)
-    app = build_app(path, limits, weight_residency=weight_residency, name=name, api_key=key, cors_origins=cors_origins)
+    app = build_app(
+        path,
+        limits,
+        weight_residency=weight_residency,
+        name=name,
+        api_key=key,
+        cors_origins=cors_origins,
+        dtype=dtype,
+        quantize=quantize,
+    )
     uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_s, log_level="info")
 
 

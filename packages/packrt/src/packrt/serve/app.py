@@ -418,9 +418,12 @@ def build_app(
     name: str | None = None,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
+    dtype: str | None = None,
+    quantize: str | None = None,
 ) -> FastAPI:
-    """Load the model at ``path`` and return its application (see :func:`create_app`)."""
-    served = ServedModel.load(path, weight_residency=weight_residency, name=name)
+    """Load the model at ``path`` (``dtype``, ``quantize``: as :meth:`ServedModel.load` takes them) and return its
+    application (see :func:`create_app`)."""
+    served = ServedModel.load(path, weight_residency=weight_residency, name=name, dtype=dtype, quantize=quantize)
     return create_app(served, limits, api_key=api_key, cors_origins=cors_origins)
 
 

@@ -46,6 +46,8 @@ class ServeOptions:
     drain: int = 30
     api_key: str | None = None
     cors_origin: tuple[str, ...] = ()
+    dtype: str | None = None
+    quantize: str | None = None
     limits: ServeLimits = field(default_factory=ServeLimits)
 
 
@@ -59,6 +61,8 @@ _TYPES: dict[str, tuple[type, str]] = {
     "drain": (int, "30"),
     "api_key": (str, '"sk-local"'),
     "cors_origin": (list, '["http://localhost:3000"]'),
+    "dtype": (str, '"bfloat16"'),
+    "quantize": (str, '"int8"'),
 }
 _LIMITS = {each.name: each for each in dataclasses.fields(ServeLimits)}
 _PATHS = ("path",)  # read from the file's directory when relative
@@ -139,14 +143,42 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return options
 
 
+def _check_load(chosen: dict[str, Any], named: dict[str, str]) -> None:
+    """``dtype`` and ``quantize`` are values from_pretrained takes (ServeConfigError naming where each was set)."""
+    from packrt.models.quantization import QUANTIZE
+    from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
+
+    dtype, quantize = chosen.get("dtype"), chosen.get("quantize")
+    floating = ", ".join(names_of(each)[0] for each in FLOATING_DTYPES)
+    if dtype is not None:
+        try:
+            found = as_dtype(dtype)
+        except PackrtError:
+            found = None
+        if found is None or not found.is_floating_point:
+            raise ServeConfigError(
+                f"{named['dtype']}: dtype {dtype!r} is not a floating dtype the weights can be served in; expected "
+                f"one of {floating}, or leave it out to serve the checkpoint's own dtype"
+            )
+    if quantize is not None and quantize not in QUANTIZE:
+        raise ServeConfigError(
+            f"{named['quantize']}: quantize {quantize!r} is not a scheme packrt has; expected one of "
+            f"{', '.join(QUANTIZE)}, or leave it out to serve the checkpoint's floats"
+        )
+
+
 def resolve(given: Mapping[str, Any], config: str | os.PathLike[str] | None = None) -> ServeOptions:
     """The options to serve with: each of ``given`` that is not None (the command line's), else the ``config``
-    file's, else the default. A bound of ServeLimits that is not a positive number is a LimitsError."""
+    file's, else the default. A bound of ServeLimits that is not a positive number is a LimitsError; a ``dtype``
+    or ``quantize`` from_pretrained does not take is a ServeConfigError naming the flag or the file's key."""
     chosen = read_config(config) if config is not None else {}
+    named = {key: f"config file {str(config)!r}: key {key!r}" for key in chosen}
     for key in keys():
         value = given.get(key)
         if value is not None:
             chosen[key] = tuple(value) if isinstance(value, list) else value
+            named[key] = "--" + key.replace("_", "-")
+    _check_load(chosen, named)
     limits = ServeLimits(**{key: chosen.pop(key) for key in list(chosen) if key in _LIMITS})
     return ServeOptions(**chosen, limits=limits)
 

@@ -24,7 +24,7 @@ from tokenizers import Encoding, Tokenizer
 
 import packrt_io
 from packrt import models, nn
-from packrt.errors import CheckpointError
+from packrt.errors import CheckpointError, PackrtError
 from packrt.models.cross_encoder import CrossEncoder
 from packrt.models.hfconfig import read_json
 from packrt.models.sentence import SentenceEncoder
@@ -118,6 +118,25 @@ def matryoshka(*directories: Path) -> tuple[int, ...] | None:
     return None
 
 
+class ServeOptionError(PackrtError, ValueError):
+    """A load option (``dtype``, ``quantize``) that the model at hand cannot take."""
+
+
+def _check_load_options(
+    described: models.ModelDescription, where: Path, dtype: str | None, quantize: str | None
+) -> None:
+    """A GGUF file is served as its blocks are stored: a cast or a re-quantization would first dequantize every
+    block to float32 at load (several times the file's memory, and int8 over 4-bit blocks adds a second rounding),
+    so both are refused; every safetensors directory takes them."""
+    asked = [f"{flag} {value!r}" for flag, value in (("dtype", dtype), ("quantize", quantize)) if value is not None]
+    if asked and described.format == "gguf":
+        raise ServeOptionError(
+            f"{str(where)!r} is a GGUF file, whose quantized blocks are served as stored; {' and '.join(asked)} "
+            "would dequantize every block to float32 at load first: serve the file without --dtype and --quantize "
+            "(choose the quantization when making the GGUF), or serve a safetensors directory with them"
+        )
+
+
 @dataclass(frozen=True)
 class TokenizedText:
     """One served text, tokenized once: ``encoding`` as the model reads it (special tokens added, truncated to
@@ -147,10 +166,18 @@ class ServedModel:
 
     @classmethod
     def load(
-        cls, path: str | os.PathLike[str], *, weight_residency: str | None = None, name: str | None = None
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        weight_residency: str | None = None,
+        name: str | None = None,
+        dtype: str | None = None,
+        quantize: str | None = None,
     ) -> ServedModel:
-        """Load ``path`` for serving (``weight_residency`` None: :func:`default_residency`); packrt's load errors
-        (CheckpointError, UnsupportedModelError...) as raised."""
+        """Load ``path`` for serving (``weight_residency`` None: :func:`default_residency`; ``dtype`` and
+        ``quantize`` as :func:`~packrt.models.from_pretrained` takes them, for every kind of model); packrt's
+        load errors (CheckpointError, UnsupportedModelError, QuantizeError...) as raised. A GGUF file takes
+        neither: :class:`ServeOptionError`, before anything is read."""
         where = Path(os.fspath(path)).expanduser().absolute()
         shown = name or where.name
         if not where.exists():
@@ -159,14 +186,16 @@ class ServedModel:
                 "sentence-transformers directory with modules.json) or a .gguf file"
             )
         described = models.describe(where)
+        _check_load_options(described, where, dtype, quantize)
         weight_residency = weight_residency or default_residency(described)
+        options: dict[str, Any] = {"weight_residency": weight_residency, "dtype": dtype, "quantize": quantize}
         if endpoint(described) == "rerank":
-            scorer = CrossEncoder.from_pretrained(where, weight_residency=weight_residency)
+            scorer = CrossEncoder.from_pretrained(where, **options)
             return cls.from_loaded(where, scorer.model, cross_encoder=scorer, name=shown)
         if endpoint(described) == "embeddings":
-            encoder = SentenceEncoder.from_pipeline(described.pipeline(), weight_residency=weight_residency)
+            encoder = SentenceEncoder.from_pipeline(described.pipeline(), **options)
             return cls.from_loaded(where, encoder.model, encoder=encoder, name=shown)
-        return cls.from_loaded(where, models.from_pretrained(where, weight_residency=weight_residency), name=shown)
+        return cls.from_loaded(where, models.from_pretrained(where, **options), name=shown)
 
     @classmethod
     def from_loaded(
@@ -266,4 +295,13 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
-__all__ = ["Kind", "ServedModel", "TokenizedText", "default_residency", "dumps", "endpoint", "matryoshka"]
+__all__ = [
+    "Kind",
+    "ServeOptionError",
+    "ServedModel",
+    "TokenizedText",
+    "default_residency",
+    "dumps",
+    "endpoint",
+    "matryoshka",
+]
