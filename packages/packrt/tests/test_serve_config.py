@@ -131,3 +131,10 @@ def test_a_dtype_or_quantize_from_pretrained_does_not_take_names_where_it_was_se
     named = re.escape(str(config))
     with pytest.raises(ServeConfigError, match=f"config file '{named}': key 'dtype': dtype 'fp8' is not a floating"):
         resolve({"path": "m"}, config)
+
+
+def test_an_access_log_in_the_file_is_read_from_its_directory_and_dash_is_standard_output(tmp_path: Path) -> None:
+    assert read_config(_toml(tmp_path, 'access_log = "logs/access.jsonl"\n')) == {
+        "access_log": str(tmp_path / "logs" / "access.jsonl")
+    }
+    assert read_config(_toml(tmp_path, 'access-log = "-"\n')) == {"access_log": "-"}

@@ -397,6 +397,12 @@ def _serve_parser(commands: Any) -> None:
         "--quantize",
         help="serve the linears quantized (int8; as from_pretrained's quantize=; default: the checkpoint's floats)",
     )
+    serve.add_argument(
+        "--access-log",
+        metavar="FILE",
+        help="append one JSON line per request (time, method, path, status, duration_ms, request_id, client, "
+        "tokens) to FILE, '-' for standard output; uvicorn's own access lines are then off (default: uvicorn's)",
+    )
     for field in dataclasses.fields(ServeLimits):
         default = field.default
         serve.add_argument(
@@ -436,6 +442,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> int:
         cors_origins=options.cors_origin,
         dtype=options.dtype,
         quantize=options.quantize,
+        access_log=options.access_log,
     )
     return _EXIT_OK
 

@@ -11,7 +11,8 @@
 
 ``api_key`` (``--api-key``, or the ``PACKRT_API_KEY`` environment variable) makes every route but
 ``/health`` need ``Authorization: Bearer <key>``; ``cors_origins`` (``--cors-origin``) lets those browser
-origins call the server (:mod:`packrt.serve.access`).
+origins call the server (:mod:`packrt.serve.access`); ``access_log`` (``--access-log FILE``, ``-`` for standard
+output) writes one JSON line per request (:mod:`packrt.serve.access_log`).
 
 Every request is bounded by :class:`ServeLimits`; every error body is OpenAI's error object. One worker
 thread runs the model: embedding texts and rerank pairs are batched by tokens (:mod:`packrt.serve.batching`).
@@ -57,12 +58,14 @@ def serve(
     cors_origins: Sequence[str] = (),
     dtype: str | None = None,
     quantize: str | None = None,
+    access_log: str | None = None,
 ) -> None:
     """Load ``path`` and serve it on ``host:port`` until SIGINT or SIGTERM; requests in flight then get
     up to ``drain_s`` seconds to finish. ``weight_residency`` None: borrowed, packed for a GGUF file
     (:func:`packrt.serve.served.default_residency`). ``api_key`` None: the ``PACKRT_API_KEY`` environment
     variable's, if set (:func:`packrt.serve.access.api_key_from`). ``dtype`` and ``quantize`` as
-    :meth:`ServedModel.load` takes them."""
+    :meth:`ServedModel.load` takes them. ``access_log`` (a file, ``-`` for standard output) gets one JSON line per
+    request (:mod:`packrt.serve.access_log`), and uvicorn's own access lines are then off."""
     import uvicorn
 
     from packrt.serve.access import api_key_from
@@ -78,8 +81,16 @@ def serve(
         cors_origins=cors_origins,
         dtype=dtype,
         quantize=quantize,
+        access_log=access_log,
     )
-    uvicorn.run(app, host=host, port=port, timeout_graceful_shutdown=drain_s, log_level="info")
+    uvicorn.run(
+        app,
+        host=host,
+        port=port,
+        timeout_graceful_shutdown=drain_s,
+        log_level="info",
+        access_log=access_log is None,  # ours is the one line per request
+    )
 
 
 __all__ = ["LimitsError", "ServeLimits", "ServedModel", "build_app", "create_app", "serve"]

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException
 from packrt.errors import CheckpointError, PackrtError
 from packrt.serve import completions, tokens
 from packrt.serve.access import ApiKeyMiddleware, add_cors
+from packrt.serve.access_log import AccessLog, AccessLogMiddleware, note_tokens
 from packrt.serve.batching import EmbedJob, EmbedWorker, QueueFullError, Worker
 from packrt.serve.choices import ChoiceRunner
 from packrt.serve.decoding import DecodeJob, DecodeWorker
@@ -253,6 +254,7 @@ class _App:
         except TimeoutError:
             raise as_serve_error(completions.RequestTimeoutError()) from None
         self.metrics.add_tokens("prompt", sum(tokens))
+        note_tokens(prompt=sum(tokens))
         return rows, sum(tokens)
 
     def _prompts(self, request: CompletionRequest | ChatRequest) -> tuple[list[completions.Prompt], bool]:
@@ -309,16 +311,21 @@ def create_app(
     *,
     api_key: str | None = None,
     cors_origins: Sequence[str] = (),
+    access_log: AccessLog | str | None = None,
 ) -> FastAPI:
     """The server's ASGI application for ``served`` (run it with uvicorn, or ``packrt serve``). With ``api_key``
     every route but ``/health`` needs ``Authorization: Bearer <api_key>``; ``cors_origins`` are the browser
-    origins allowed to call it (:mod:`packrt.serve.access`)."""
+    origins allowed to call it (:mod:`packrt.serve.access`); ``access_log`` (a file path, ``-`` for standard
+    output) gets one JSON line per request (:mod:`packrt.serve.access_log`)."""
     state = _App(served, limits or ServeLimits())
+    log = AccessLog(access_log) if isinstance(access_log, str) else access_log
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
         await run_in_threadpool(state.worker.close)  # after uvicorn has drained the requests in flight
+        if log is not None:
+            log.close()
 
     app = FastAPI(title="packrt serve", summary=f"OpenAI-style API for {served.name}", lifespan=lifespan)
     app.state.packrt = state
@@ -327,7 +334,9 @@ def create_app(
     if api_key:
         app.add_middleware(ApiKeyMiddleware, key=api_key)  # inside the metrics: a 401 is counted
     app.add_middleware(MetricsMiddleware, metrics=state.metrics)
-    add_cors(app, cors_origins)  # outermost: a preflight, which carries no key, is answered first
+    add_cors(app, cors_origins)  # a preflight, which carries no key, is answered before the key check
+    if log is not None:
+        app.add_middleware(AccessLogMiddleware, log=log)  # outermost: every request is logged, preflights included
     return app
 
 
@@ -420,11 +429,13 @@ def build_app(
     cors_origins: Sequence[str] = (),
     dtype: str | None = None,
     quantize: str | None = None,
+    access_log: AccessLog | str | None = None,
 ) -> FastAPI:
     """Load the model at ``path`` (``dtype``, ``quantize``: as :meth:`ServedModel.load` takes them) and return its
     application (see :func:`create_app`)."""
+    log = AccessLog(access_log) if isinstance(access_log, str) else access_log  # a bad path: before the load
     served = ServedModel.load(path, weight_residency=weight_residency, name=name, dtype=dtype, quantize=quantize)
-    return create_app(served, limits, api_key=api_key, cors_origins=cors_origins)
+    return create_app(served, limits, api_key=api_key, cors_origins=cors_origins, access_log=log)
 
 
 __all__ = ["as_serve_error", "build_app", "create_app", "parse"]

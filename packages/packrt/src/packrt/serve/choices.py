@@ -30,6 +30,7 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
+from packrt.serve.access_log import note_tokens
 from packrt.serve.completions import Completion, Outcome, Prompt, RequestTimeoutError, answer_logprobs
 from packrt.serve.decoding import DecodeJob
 from packrt.serve.metrics import Metrics
@@ -84,6 +85,7 @@ class ChoiceRunner:
         prompt_tokens = sum(len(prompt.ids) for prompt in prompts)
         self.metrics.add_tokens("prompt", prompt_tokens)
         self.metrics.add_tokens("completion", new_tokens)
+        note_tokens(prompt_tokens, new_tokens)
         return prompt_tokens, new_tokens
 
     async def answer(
@@ -138,12 +140,11 @@ class ChoiceRunner:
         ident: str,
         deadline: float,
         include_usage: bool,
-        counted: Callable[[int, int], None] = lambda prompt, completion: None,
     ) -> StreamingResponse:
         """The completion as server-sent events: for each choice a first chunk with the role (chat) or its echoed
         prompt, one per piece of text, one with its finish reason; with ``include_usage`` one with no choices and
         the usage (every other chunk then carries ``"usage": null``, as OpenAI's do), then ``[DONE]``. A full queue
-        is a 429 before the stream starts; ``counted`` gets the token counts when the last choice ended."""
+        is a 429 before the stream starts."""
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, int, Any]] = asyncio.Queue()
         cancelled = threading.Event()
@@ -196,7 +197,6 @@ class ChoiceRunner:
                         break
                 else:
                     counts = self._count(prompts, new_tokens)
-                    counted(*counts)
                     if include_usage:
                         yield f"data: {dumps(usage_chunk(ident, name, *counts, chat))}\n\n"
             except TimeoutError:

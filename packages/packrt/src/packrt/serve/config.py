@@ -3,7 +3,7 @@
 The file is flat: each key is an option's name without ``--`` (``max_batch_sequences`` or
 ``max-batch-sequences``), the model directory included (``path``), each value of the option's type::
 
-    path = "models/all-MiniLM-L6-v2"   # relative paths are read from the file's directory
+    path = "models/all-MiniLM-L6-v2"   # relative paths (path, access_log) are read from the file's directory
     port = 9000
     cors_origin = ["http://localhost:3000"]
     max_queued_requests = 128
@@ -48,6 +48,7 @@ class ServeOptions:
     cors_origin: tuple[str, ...] = ()
     dtype: str | None = None
     quantize: str | None = None
+    access_log: str | None = None
     limits: ServeLimits = field(default_factory=ServeLimits)
 
 
@@ -63,9 +64,10 @@ _TYPES: dict[str, tuple[type, str]] = {
     "cors_origin": (list, '["http://localhost:3000"]'),
     "dtype": (str, '"bfloat16"'),
     "quantize": (str, '"int8"'),
+    "access_log": (str, '"access.jsonl"'),
 }
 _LIMITS = {each.name: each for each in dataclasses.fields(ServeLimits)}
-_PATHS = ("path",)  # read from the file's directory when relative
+_PATHS = ("path", "access_log")  # read from the file's directory when relative ("-" is standard output)
 
 
 def keys() -> tuple[str, ...]:
@@ -137,7 +139,7 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
                     f"config file {str(where)!r}: key {given!r} must be a positive number, got {value!r}; "
                     f"write it as, e.g., {given} = {example}"
                 ) from err
-        if key in _PATHS:
+        if key in _PATHS and value != "-":
             value = str(where.parent / Path(value).expanduser())
         options[key] = tuple(value) if isinstance(value, list) else value
     return options
