@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import FastAPI
@@ -36,6 +36,7 @@ from ray.serve.deployment import Application
 
 import packrt
 from packrt.serve import ServedModel, ServeLimits, create_app
+from packrt.serve.access import api_key_from
 from packrt_ray.model import ModelSource, RequestError, load
 
 # Serve's own default of 5 requests in flight per replica would leave the app's token batching
@@ -47,7 +48,8 @@ DEPLOYMENT_DEFAULTS: dict[str, Any] = {
     "health_check_period_s": 10.0,
 }
 _LIMIT_FIELDS = {f.name: f for f in dataclasses.fields(ServeLimits)}
-_BUILDER_KEYS = ("path", "weight_residency", "limits", "model_name")
+# the builder's keys that reach the replica, not Deployment.options (an api_key there would be Serve's error)
+_BUILDER_KEYS = ("path", "weight_residency", "limits", "model_name", "api_key", "cors_origins")
 # Deployment options that are numbers: ``serve run k=v`` passes them as strings, which Serve refuses.
 _NUMERIC_OPTIONS = {
     "num_replicas": int,
@@ -92,6 +94,10 @@ class PackrtServer:
         weight_residency: how a path given as ``model_dir`` is loaded (a ModelSource carries its own).
         model_name: the name requests must give as ``model`` and answers carry (``packrt serve
             --name``); the directory's name when None.
+        api_key: every route but ``/health`` then needs ``Authorization: Bearer <api_key>`` (``packrt serve
+            --api-key``); None: the replica's ``PACKRT_API_KEY`` environment variable, if set, as under
+            ``packrt serve``.
+        cors_origins: the browser origins allowed to call the application (``packrt serve --cors-origin``).
     """
 
     def __init__(
@@ -101,6 +107,8 @@ class PackrtServer:
         limits: ServeLimits | Mapping[str, Any] | None = None,
         weight_residency: str = "borrowed",
         model_name: str | None = None,
+        api_key: str | None = None,
+        cors_origins: Sequence[str] = (),
     ) -> None:
         source = (
             model_dir
@@ -108,6 +116,7 @@ class PackrtServer:
             else ModelSource.resolve(model_dir, weight_residency=weight_residency)
         )
         self.limits = _limits(limits)
+        self.api_key, self.cors_origins = api_key_from(api_key), tuple(cors_origins)
         self.loaded = load(source)
         self.served = ServedModel.from_loaded(
             source.path, self.loaded.model, encoder=self.loaded.encoder, name=model_name
@@ -115,7 +124,7 @@ class PackrtServer:
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """The replica's application: ``packrt serve``'s, plus ``GET /replica`` and ``GET /memory``."""
-        app = create_app(self.served, self.limits)
+        app = create_app(self.served, self.limits, api_key=self.api_key, cors_origins=self.cors_origins)
         app.add_api_route("/replica", self.info, methods=["GET"])
         app.add_api_route("/memory", self.memory, methods=["GET"])
         return app
@@ -155,22 +164,27 @@ def build_app(
     weight_residency: str = "borrowed",
     limits: ServeLimits | Mapping[str, Any] | None = None,
     model_name: str | None = None,
+    api_key: str | None = None,
+    cors_origins: Sequence[str] = (),
     **deployment_options: Any,
 ) -> Application:
     """The Serve application for ``model_dir``, checked here in the driver, ready for ``serve.run``.
 
     ``limits`` bounds each request as under ``packrt serve`` (:class:`~packrt.serve.ServeLimits` or a
     dict of its fields); ``model_name`` is the name requests give as ``model`` (the directory's
-    name when None). ``deployment_options`` go to ``Deployment.options`` as Serve takes them:
-    ``num_replicas`` (an int, or ``"auto"``), ``autoscaling_config``, ``ray_actor_options``
-    (``{"num_cpus": 1}``), ``max_ongoing_requests``, ``max_queued_requests``, ``name``, ...
+    name when None); ``api_key`` and ``cors_origins`` reach the replica's application as ``packrt serve``'s
+    ``--api-key`` and ``--cors-origin`` (:class:`PackrtServer`). ``deployment_options`` go to
+    ``Deployment.options`` as Serve takes them: ``num_replicas`` (an int, or ``"auto"``), ``autoscaling_config``,
+    ``ray_actor_options`` (``{"num_cpus": 1}``), ``max_ongoing_requests``, ``max_queued_requests``, ``name``, ...
     A missing directory raises :class:`~packrt_ray.model.ModelDirectoryError`, a bad limit a
     :class:`~packrt.serve.LimitsError` or :class:`~packrt_ray.model.RequestError`, before anything is deployed.
     """
     source = ModelSource.resolve(model_dir, weight_residency=weight_residency)
     checked = _limits(limits)
     deployment = PackrtDeployment.options(**deployment_options) if deployment_options else PackrtDeployment
-    return deployment.bind(source, limits=checked, model_name=model_name)
+    return deployment.bind(
+        source, limits=checked, model_name=model_name, api_key=api_key, cors_origins=tuple(cors_origins)
+    )
 
 
 def _option(key: str, value: Any) -> Any:
@@ -187,7 +201,9 @@ def app_builder(args: dict[str, Any]) -> Application:
     """Serve's application builder: one dict, as ``serve run packrt_ray.serve:app_builder path=DIR k=v``
     or a config file's ``args`` give it.
 
-    ``path`` (required), ``weight_residency`` and ``model_name`` name the model; ``limits`` (a dict), or any
+    ``path`` (required), ``weight_residency`` and ``model_name`` name the model; ``api_key`` and ``cors_origins``
+    (a list, or one string of origins separated by commas, as ``serve run cors_origins=a,b`` gives it) go to the
+    application as :func:`build_app` takes them; ``limits`` (a dict), or any
     :class:`~packrt.serve.ServeLimits` field given at the top level (``max_texts_per_request=64``),
     bounds the requests; every other key is a deployment option (``num_replicas``,
     ``autoscaling_config``, ``ray_actor_options``, ``max_ongoing_requests``, ``max_queued_requests``...).
@@ -201,13 +217,29 @@ def app_builder(args: dict[str, Any]) -> Application:
     limits = dict(args.get("limits") or {})
     limits.update({k: v for k, v in args.items() if k in _LIMIT_FIELDS})
     residency = str(args.get("weight_residency", "borrowed"))
-    name = args.get("model_name")
+    name, key = args.get("model_name"), args.get("api_key")
     return build_app(
         str(args["path"]),
         weight_residency=residency,
         limits=limits,
         model_name=None if name is None else str(name),
+        api_key=None if key is None else str(key),
+        cors_origins=_origins(args.get("cors_origins")),
         **options,
+    )
+
+
+def _origins(value: Any) -> tuple[str, ...]:
+    """``cors_origins`` as the builder gets it: a list of origins, or one string of them separated by commas."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(origin.strip() for origin in value.split(",") if origin.strip())
+    if isinstance(value, (list, tuple)) and all(isinstance(origin, str) for origin in value):
+        return tuple(value)
+    raise RequestError(
+        f"cors_origins must be a list of origins or one string of them separated by commas, got {value!r}; "
+        "e.g. cors_origins=http://localhost:3000,https://app.example"
     )
 
 
