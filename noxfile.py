@@ -410,11 +410,16 @@ def conformance_selftest(session: nox.Session) -> None:
 
 @nox.session(requires=["build"])
 def conformance_mutants(session: nox.Session) -> None:
-    """Mutation testing: AST mutants of packrt's Module, state, placement, residency, Linear and hook
-    code, a seeded sample bounded to about 20 minutes, the suite run against each in a fresh
+    """Mutation testing. First the per-sentence gate: every adapter-level mutant (conformance/tests/mutants*.py)
+    must fail exactly its clauses and every sentence of both pages must have one or wait on the backlog
+    (a survivor fails the session). Then AST mutants of packrt's Module, state, placement, residency, Linear
+    and hook code, a seeded sample bounded to about 20 minutes, the suite run against each in a fresh
     subprocess; JSON results in reports/ (conformance/mutation/README.md). Not part of CI.
     ``nox -s conformance_mutants -- --sample 50 --seed 7`` passes options to the mutator."""
-    _install_from_dist(session, "packrt-conformance", "packrt")
+    _install_from_dist(session, "packrt-conformance[test]", "packrt")
+    session.chdir(str(CONFORMANCE))
+    gate = ["tests/test_mutants.py", "tests/test_sentence_mutants.py", "-q", "-p", "no:cacheprovider"]
+    session.run("python", "-m", "pytest", *gate, "--import-mode=importlib", env={"PACKRT_REQUIRE_PACKRT": "1"})
     REPORTS.mkdir(exist_ok=True)
     session.chdir(str(ROOT))
     mutator = ["python", "conformance/mutation/mutate.py", "--root", str(ROOT), "--budget-s", "1200"]

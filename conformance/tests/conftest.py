@@ -18,6 +18,11 @@ if _HERE not in sys.path:
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # mutants_families.py reads the suite's signature table, whose cases carry the suite's clause mark.
+    config.addinivalue_line("markers", "clause(*ids): the contract clauses a suite test checks")
+
+
 def _require(module: str, flag: str, why: str) -> None:
     """Skip when ``module`` does not import, unless ``flag``=1 in the environment makes that a failure."""
     try:

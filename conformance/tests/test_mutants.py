@@ -38,8 +38,9 @@ def _load_mutants(name: str) -> Any:
     return module
 
 
-#: The first mutants (mutants.py), then one per sentence a hidden adapter broke unseen (mutants_sentences.py).
-MUTANTS = (*_load_mutants("mutants").MUTANTS, *_load_mutants("mutants_sentences").MUTANTS)
+#: The first mutants (mutants.py), one per sentence a hidden adapter broke unseen (mutants_sentences.py), one
+#: per signature sentence and the revision-1 twins (mutants_families.py).
+MUTANTS = tuple(m for name in ("mutants", "mutants_sentences", "mutants_families") for m in _load_mutants(name).MUTANTS)
 
 
 def _env() -> dict[str, str]:
