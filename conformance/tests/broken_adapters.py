@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import numpy as np
@@ -43,3 +44,18 @@ class ClaimsPacking(TorchAdapter):
     def __init__(self, device: str = "cpu") -> None:
         super().__init__(device)
         self.capabilities = self.capabilities | {"packing", "dtype-names"}
+
+
+class SequentialWithoutIndexing(TorchAdapter):
+    """An nn namespace whose Sequential builds and runs but cannot be indexed (seq[i])."""
+
+    def __init__(self, device: str = "cpu") -> None:
+        super().__init__(device)
+        real = self._torch.nn
+
+        class Sequential(real.Sequential):  # type: ignore[misc]
+            def __getitem__(self, idx: Any) -> Any:
+                raise TypeError("'Sequential' object is not subscriptable")
+
+        names = ("Module", "Parameter", "Buffer", "Linear")
+        self.nn = types.SimpleNamespace(**{n: getattr(real, n) for n in names}, Sequential=Sequential)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from packrt_conformance.adapter_check import PROBES, adapter_problems, format_problems
+from packrt_conformance.adapter_check import PROBES, SURFACE, adapter_problems, format_problems
 from packrt_conformance.adapters import build_adapter
 from packrt_conformance.clauses import CAPABILITIES
 
@@ -53,6 +53,19 @@ def test_a_declared_capability_that_does_not_exist_is_an_adapter_problem() -> No
     assert sorted(p.problem.split("'")[1] for p in problems) == ["dtype-names", "packing"]
     assert all(p.member == "capabilities" and p.fix.startswith("drop '") for p in problems)
     assert "is_packed is False" in next(p.problem for p in problems if "'packing'" in p.problem)
+
+
+def test_a_sequential_that_cannot_be_indexed_is_named_as_such() -> None:
+    problems = adapter_problems(broken_adapters.SequentialWithoutIndexing())
+    assert [p.member for p in problems] == ["nn.Sequential"]
+    assert problems[0].problem.startswith("nn.Sequential cannot be indexed: seq[0] raised TypeError")
+    assert "seq[i]" in problems[0].fix
+
+
+@pytest.mark.usefixtures("require_packrt")
+def test_the_packrt_adapter_has_no_problem_the_surface_checks_included() -> None:
+    assert sorted(SURFACE) == ["linear", "nn.Module", "nn.Parameter / nn.Buffer", "nn.Sequential"]
+    assert adapter_problems(build_adapter("packrt")) == []
 
 
 def test_every_capability_has_a_probe() -> None:

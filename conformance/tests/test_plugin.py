@@ -9,10 +9,12 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from packrt_conformance import __version__
+from packrt_conformance.plugin import _expected_actual
 from packrt_conformance.report import validate_report
 
 HERE = Path(__file__).parent
@@ -154,3 +156,31 @@ def test_device_the_adapter_cannot_take_is_a_usage_error(suite: pytest.Pytester)
     result = _run(suite, "--device", "cuda")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*adapter 'fake' runs on 'cpu' and takes no device argument*"])
+
+
+def _failure_of(block: Any) -> pytest.ExceptionInfo[BaseException]:
+    try:
+        block()
+    except AssertionError as err:
+        return pytest.ExceptionInfo.from_exception(err)
+    raise AssertionError("the block did not fail")
+
+
+def test_a_message_mismatch_reports_the_regex_and_the_message_it_met() -> None:
+    def mismatch() -> None:
+        with pytest.raises(ValueError, match="empty"):
+            raise ValueError("the name is blank")
+
+    expected, actual, _ = _expected_actual(_failure_of(mismatch), None)
+    assert (expected, actual) == ("message matching 'empty'", "'the name is blank'")
+
+
+def test_an_identity_failure_tells_two_alike_objects_apart_by_id() -> None:
+    left, right = [1], [1]
+    expected, actual, _ = _expected_actual(_failure_of(lambda: _assert_is(left, right)), ("is", left, right))
+    assert expected == f"is [1] (id {id(right):#x})"
+    assert actual == f"[1] (id {id(left):#x})"
+
+
+def _assert_is(left: Any, right: Any) -> None:
+    assert left is right

@@ -15,7 +15,7 @@ from typing import Any, cast
 from packrt_conformance.adapter import _MEMBERS, ADAPTER_PROTOCOL_VERSION, DTYPE_NAMES, Adapter
 from packrt_conformance.clauses import CAPABILITIES
 
-__all__ = ["PROBES", "AdapterProblem", "adapter_problems", "format_problems"]
+__all__ = ["PROBES", "SURFACE", "AdapterProblem", "adapter_problems", "format_problems"]
 
 _DATA = {
     "protocol_version": int,
@@ -154,6 +154,94 @@ def _meta_problems(impl: Adapter) -> list[AdapterProblem]:
 
 
 _META_FIX = "build layers so an enclosing meta_init() applies, or drop the 'meta-init' capability"
+
+
+# -- the nn surface and tensor operations every run relies on, whatever the capabilities ---------------
+def _surface_module(impl: Adapter) -> None:
+    """nn.Module() with no argument; a subclass calling super().__init__() files a Parameter
+    assigned as an attribute, and named_parameters lists it."""
+
+    class Holder(impl.nn.Module):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = impl.parameter([1.0])
+
+    impl.nn.Module()
+    listed = [name for name, _ in Holder().named_parameters()]
+    if listed != ["w"]:
+        raise AssertionError(f"a Parameter assigned in a subclass's __init__ is listed as {listed}, not ['w']")
+
+
+def _surface_sequential(impl: Adapter) -> None:
+    """nn.Sequential(a, b) from modules given positionally; its children are named '0', '1' and
+    seq[0] / seq[1] return them (the suite indexes it and walks 'layers.3' paths)."""
+    a, b = impl.nn.Module(), impl.nn.Module()
+    seq = impl.nn.Sequential(a, b)
+    names = [name for name, _ in seq.named_children()]
+    if names != ["0", "1"]:
+        raise AssertionError(f"nn.Sequential(a, b) names its children {names}, not ['0', '1']")
+    try:
+        first, second = seq[0], seq[1]
+    except Exception as err:
+        raise AssertionError(f"nn.Sequential cannot be indexed: seq[0] raised {type(err).__name__}: {err}") from err
+    if first is not a or second is not b:
+        raise AssertionError("nn.Sequential(a, b)[0] / [1] are not a and b themselves")
+
+
+def _surface_tensor_classes(impl: Adapter) -> None:
+    """nn.Parameter and nn.Buffer are classes: parameter() returns an nn.Parameter instance and
+    buffer() an object that register_buffer files (the suite tests isinstance against both)."""
+    if not isinstance(impl.nn.Parameter, type) or not isinstance(impl.parameter([1.0]), impl.nn.Parameter):
+        raise AssertionError("parameter() does not return an instance of the class nn.Parameter")
+    if not isinstance(impl.nn.Buffer, type):
+        raise AssertionError("nn.Buffer is not a class")
+    m = impl.nn.Module()
+    m.register_buffer("b", impl.buffer([1.0]))
+    if [name for name, _ in m.named_buffers()] != ["b"]:
+        raise AssertionError("a buffer() object given to register_buffer is not listed by named_buffers")
+
+
+def _surface_linear(impl: Adapter) -> None:
+    """linear(2, 3) holds weight (shape (3, 2)) and bias (shape (3,)), bias=False leaves bias None,
+    tuple(t.shape) reads a shape, and calling the layer on tensor([[1.0, 2.0]]) returns a tensor
+    to_numpy reads with shape (1, 3)."""
+    layer = impl.linear(2, 3)
+    shapes = (tuple(layer.weight.shape), tuple(layer.bias.shape))
+    if shapes != ((3, 2), (3,)):
+        raise AssertionError(f"linear(2, 3) holds weight and bias of shapes {shapes}, not ((3, 2), (3,))")
+    if impl.linear(2, 3, bias=False).bias is not None:
+        raise AssertionError("linear(2, 3, bias=False).bias is not None")
+    out = impl.to_numpy(layer(impl.tensor([[1.0, 2.0]])))
+    if tuple(out.shape) != (1, 3):
+        raise AssertionError(f"a linear(2, 3) called on a (1, 2) tensor returns shape {tuple(out.shape)}, not (1, 3)")
+
+
+#: What every run builds and reads, whatever the capabilities: name -> the check (raises when it fails).
+SURFACE: dict[str, Callable[[Adapter], None]] = {
+    "nn.Module": _surface_module,
+    "nn.Sequential": _surface_sequential,
+    "nn.Parameter / nn.Buffer": _surface_tensor_classes,
+    "linear": _surface_linear,
+}
+
+_SURFACE_FIX = {
+    "nn.Module": "hand out the implementation's Module class as nn.Module",
+    "nn.Sequential": "hand out a Sequential that takes modules positionally, names them '0', '1', ... and "
+    "returns the i-th one for seq[i]",
+    "nn.Parameter / nn.Buffer": "hand out the Parameter and Buffer classes, and build parameter() / buffer() from them",
+    "linear": "build a layer with weight (out, in) and bias (out,) whose call takes a 2-d tensor",
+}
+
+
+def _surface_problems(impl: Adapter) -> list[AdapterProblem]:
+    found: list[AdapterProblem] = []
+    for name, check in SURFACE.items():
+        try:
+            check(impl)
+        except Exception as err:
+            text = str(err) if isinstance(err, AssertionError) else f"fails ({type(err).__name__}: {err})"
+            found.append(AdapterProblem(name, text, _SURFACE_FIX[name]))
+    return found
 
 
 # -- capability probes: each calls what the capability promises ------------------------------------
@@ -300,12 +388,14 @@ def _capability_problems(impl: Adapter) -> list[AdapterProblem]:
 
 
 def adapter_problems(adapter: object) -> list[AdapterProblem]:
-    """Every adapter mistake found: members and signatures first; when those hold, the dtype names,
-    meta_init (when declared) and one probe per declared capability."""
+    """Every adapter mistake found: members and signatures first; when those hold, the nn surface and
+    tensor operations every run relies on (:data:`SURFACE`), the dtype names, meta_init (when
+    declared) and one probe per declared capability."""
     found = _member_problems(adapter)
     if found:
         return found  # the behavioural checks would only trip over the same gaps
     impl: Adapter = adapter  # type: ignore[assignment]
+    found += _surface_problems(impl)
     found += _dtype_problems(impl)
     if "meta-init" in impl.capabilities:
         found += _meta_problems(impl)
@@ -316,6 +406,8 @@ def adapter_problems(adapter: object) -> list[AdapterProblem]:
 def format_problems(spec: str, problems: list[AdapterProblem]) -> str:
     """The report ``--check-adapter`` prints."""
     if not problems:
-        return f"packrt-conformance: adapter {spec} checked: every member, dtype name and capability holds"
+        return (
+            f"packrt-conformance: adapter {spec} checked: every member, the nn surface, dtype name and capability holds"
+        )
     lines = [f"packrt-conformance: adapter {spec} has {len(problems)} problem(s) (no clause was run):"]
     return "\n".join([*lines, *(f"  {p}" for p in problems)])

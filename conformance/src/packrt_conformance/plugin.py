@@ -338,8 +338,10 @@ def _expected_actual(excinfo: pytest.ExceptionInfo[BaseException] | None, compar
         return f"raises {text.removeprefix('DID NOT RAISE').strip()}", "no exception was raised", first
     if isinstance(exc, AssertionError):
         if text.startswith("Regex pattern did not match"):
-            got = dict(re.findall(r"^\s*(Regex|Input): (.*)$", text, re.MULTILINE))
-            return f"message matching {got.get('Regex', '?')}", got.get("Input", "?"), first
+            # pytest < 9 writes "Regex: ... / Input: ...", pytest 9 "Expected regex: ... / Actual message: ...".
+            got = dict(re.findall(r"^\s*(Regex|Input|Expected regex|Actual message): (.*)$", text, re.MULTILINE))
+            regex = got.get("Expected regex", got.get("Regex", "?"))
+            return f"message matching {regex}", got.get("Actual message", got.get("Input", "?")), first
         if "ACTUAL:" in text and "DESIRED:" in text:  # numpy.testing
             actual = text.split("ACTUAL:", 1)[1].split("DESIRED:", 1)[0]
             return _short(text.split("DESIRED:", 1)[1]), _short(actual), first
@@ -349,6 +351,8 @@ def _expected_actual(excinfo: pytest.ExceptionInfo[BaseException] | None, compar
                 return _short(right), _short(left), first
             if op in ("in", "not in"):
                 return f"{op} the value, {_short(left)}", _short(right), first
+            if op in ("is", "is not"):  # two objects may print alike: their ids tell them apart
+                return f"{op} {_short(right)} (id {id(right):#x})", f"{_short(left)} (id {id(left):#x})", first
             return f"{op} {_short(right)}", _short(left), first
         return _bare_assertion(excinfo, text, first)
     return "no exception", _short(f"{type(exc).__name__}: {text}"), f"{type(exc).__name__}: {first}"
