@@ -20,6 +20,7 @@ BUILTIN_OF = {
     "DLPackError": TypeError,
     "RegistrationError": KeyError,
     "ModuleInitError": AttributeError,
+    "ModuleCopyError": RuntimeError,  # what torch's Module.to raises for copy=; a TypeError too (packrt 0.2's)
     "ModulePathError": AttributeError,
     "StateDictError": RuntimeError,
     "ResidencyError": ValueError,

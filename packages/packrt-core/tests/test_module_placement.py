@@ -8,7 +8,7 @@ import pytest
 
 import packrt_core as prt
 from packrt_core import nn
-from packrt_core.errors import DeviceUnavailableError, DTypeError
+from packrt_core.errors import DeviceUnavailableError, DTypeError, ModuleCopyError
 
 
 class Net(nn.Module):
@@ -78,8 +78,9 @@ def test_cast_methods_cast_floating_tensors(method: str, dtype: str) -> None:
 def test_module_to_refuses_copy_as_torch_does_and_names_deepcopy(args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     net = Net()
     before = dtypes(net)
-    with pytest.raises(TypeError, match=r"does not accept copy argument.*copy\.deepcopy\(module\)\.to"):
+    with pytest.raises(RuntimeError, match=r"does not accept copy argument.*copy\.deepcopy\(module\)\.to") as err:
         net.to(*args, **kwargs)
+    assert isinstance(err.value, ModuleCopyError) and isinstance(err.value, TypeError), "what packrt 0.2 raised"
     assert dtypes(net) == before  # refused before anything cast: no in-place cast passed off as a copy
 
 

@@ -72,6 +72,11 @@ class RevisionError(PackrtError, ValueError):
     """A contract revision packrt does not implement was asked for."""
 
 
+class ModuleCopyError(PackrtError, RuntimeError, TypeError):
+    """``Module.to`` was asked for a copy (``copy=`` or a second bool): a module moves in place. A
+    RuntimeError, as torch's ``Module.to`` raises; also a TypeError, what packrt 0.2 raised."""
+
+
 class CheckpointError(PackrtError, ValueError):
     """A checkpoint file or index is malformed, missing, or does not match the model."""
 
@@ -85,6 +90,7 @@ __all__ = [
     "IndexingError",
     "HookError",
     "HookResultError",
+    "ModuleCopyError",
     "ModuleInitError",
     "ModulePathError",
     "RegistrationError",

@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 from packrt_core.device import Device, as_device
 from packrt_core.dtypes import DataType, as_dtype, dtype
-from packrt_core.errors import DTypeError
+from packrt_core.errors import DTypeError, ModuleCopyError
 
 
 class Placement(NamedTuple):
@@ -85,14 +85,15 @@ def parse_to_args(args: tuple[Any, ...], kwargs: dict[str, Any], *, module: bool
     A string argument is a dtype when it names one ("half"), otherwise a device ("cuda:0").
     Anything with both a ``device`` and a ``dtype`` (a tensor) stands for its placement. With
     ``module=True`` the positional forms are PyTorch's ``Module.to``'s, and ``copy`` (keyword or
-    the second positional bool) is refused as it refuses it: a module moves in place.
+    the second positional bool) is refused as it refuses it, with :class:`ModuleCopyError` (a
+    RuntimeError, as torch raises, and a TypeError): a module moves in place.
     """
     unknown = set(kwargs) - {"device", "dtype", "non_blocking", "copy"}
     if unknown:
         raise TypeError(f"to() got unexpected keyword(s) {', '.join(sorted(unknown))}")
     if module:
         if "copy" in kwargs:
-            raise TypeError(_NO_COPY)
+            raise ModuleCopyError(_NO_COPY)
         _check_module_positionals(args)
     device = kwargs.get("device")
     dtype_ = kwargs.get("dtype")
@@ -112,7 +113,7 @@ def parse_to_args(args: tuple[Any, ...], kwargs: dict[str, Any], *, module: bool
         non_blocking = rest.pop(0)
         if rest and isinstance(rest[0], bool):
             if module:
-                raise TypeError(_NO_COPY)
+                raise ModuleCopyError(_NO_COPY)
             copy = rest.pop(0)
     if rest:
         raise TypeError(

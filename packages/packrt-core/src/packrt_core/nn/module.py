@@ -551,8 +551,10 @@ class Module:
         ``non_blocking=``. Integer and bool tensors keep their dtype. A layer that cannot
         serve the request raises before anything changes. An argument of a kind ``to`` cannot
         take, or in a place its kind cannot take (``to([])``, ``to("cpu", True)``), is a
-        TypeError, as in PyTorch; so is ``copy=`` (PyTorch's Module.to refuses it too): the
-        module moves in place, so ``copy.deepcopy(module).to(...)`` is how to get a moved copy."""
+        TypeError, as in PyTorch. ``copy=`` (or a second bool) raises
+        :class:`~packrt_core.errors.ModuleCopyError`, a RuntimeError as in PyTorch (and a TypeError,
+        what packrt 0.2 raised): the module moves in place, so ``copy.deepcopy(module).to(...)`` is
+        how to get a moved copy."""
         moves.to(self, args, kwargs)
         return self
 
