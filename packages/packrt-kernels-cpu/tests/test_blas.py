@@ -107,6 +107,13 @@ def test_the_prefill_road_of_block_weights_is_q8_unless_the_environment_asks_for
     assert issubclass(SettingError, KernelError) and issubclass(SettingError, ValueError)
 
 
+def test_a_decode_step_runs_a_layer_in_one_call_unless_the_environment_asks_for_kernels() -> None:
+    assert kernel_settings.from_environment({}).decode_step == "layer"
+    assert kernel_settings.from_environment({"PACKRT_DECODE_STEP": " Kernels "}).decode_step == "kernels"
+    with pytest.raises(SettingError, match=r"PACKRT_DECODE_STEP='fused'.*layer, kernels.*unset it"):
+        kernel_settings.from_environment({"PACKRT_DECODE_STEP": "fused"})
+
+
 @pytest.mark.parametrize(("value", "choice"), [("", "auto"), (" MKL ", "mkl"), ("numpy", "numpy"), ("auto", "auto")])
 def test_packrt_blas_is_read_case_and_space_insensitively(value: str, choice: str) -> None:
     assert kernel_settings.from_environment({"PACKRT_BLAS": value}).blas == choice

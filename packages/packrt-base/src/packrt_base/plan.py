@@ -115,6 +115,69 @@ class DecodeAttentionKernel(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class DecodeLayer:
+    """What one token's step through a rotary decoder layer computes, for a kernel that runs the whole step
+    in one call (:class:`DecodeLayerKernel`). With ``x`` the residual stream (rows, width), one row per
+    sequence:
+
+    1. ``h = rms(x) * norms[0]``; ``qkv = h @ qkv^T`` (queries, keys, values side by side, head after head);
+    2. each query and key head RMS-normed by ``head_norms`` (qwen3, gemma3) when given, then rotated by the
+       step's rotary tables (none: a layer without rotary positions); the keys and values written into the
+       cache at the step's position;
+    3. the attention of :class:`DecodeAttentionKernel` (``scale``, ``softcap``) over the cached positions, then
+       ``o``; the branch normed by ``post_norms[0]`` (gemma) and scaled by ``residual_scale`` (granite) when
+       given, and added to the stream;
+    4. ``h = rms(stream) * norms[1]``; ``act(h @ gate^T) * (h @ up^T)`` through ``gate_up``, then ``down``; the
+       branch as in 3 (``post_norms[1]``), added to the stream, which is the layer's output.
+
+    The linears are :class:`PlanLinear` objects (a kernel serves the kinds it knows and declines the others);
+    the norms' weights are float32 arrays with any weight offset (gemma's ``1 + w``) already folded in."""
+
+    qkv: PlanLinear
+    o: PlanLinear
+    gate_up: PlanLinear
+    down: PlanLinear
+    norms: tuple[Array, Array]
+    eps: tuple[float, float]
+    heads: int
+    kv_heads: int
+    head_dim: int
+    activation: str
+    scale: float
+    softcap: float | None = None
+    head_norms: tuple[Array, Array, float] | None = None  # the query's and key's weights, one eps
+    post_norms: tuple[tuple[Array, float], tuple[Array, float]] | None = None
+    residual_scale: float | None = None
+
+
+class DecodeStep(Protocol):
+    """A layer's one-token step in one call (see :class:`DecodeLayer`)."""
+
+    def run(
+        self,
+        x: Array,
+        tables: tuple[Array, Array] | None,
+        keys: Array,
+        values: Array,
+        position: int,
+        first: int,
+        key_mask: Array | None,
+    ) -> Array | None:
+        """The stream after the layer for ``x`` (rows, width) at cache ``position``, its keys and values written
+        into the whole cache buffers ``keys`` / ``values`` (batch, kv_heads, capacity, head_dim); ``tables``: the
+        rotary cos and sin (1, head_dim), or None; ``first`` and ``key_mask`` as :class:`DecodeAttentionKernel`
+        takes them. None, with nothing written, where the kernel does not take these inputs now (the caller
+        runs the layer step by step)."""
+        ...
+
+
+class DecodeLayerKernel(Protocol):
+    """A :class:`DecodeStep` for ``layer``, or None where the device's kernel cannot serve its linears."""
+
+    def __call__(self, layer: DecodeLayer) -> DecodeStep | None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class PlanKernels:
     """One device's serving-plan kernels by name (each field's Protocol is its signature)."""
 
@@ -126,6 +189,8 @@ class PlanKernels:
     # None: the device attends through its ``scaled_dot_product_attention`` at every step (a table written
     # before this field still builds)
     decode_attention: DecodeAttentionKernel | None = None
+    # None: a decode step runs a layer kernel by kernel
+    decode_layer: DecodeLayerKernel | None = None
 
 
 class PlanKernelsOf(Protocol):
@@ -137,6 +202,9 @@ class PlanKernelsOf(Protocol):
 __all__ = [
     "ACTIVATIONS",
     "DecodeAttentionKernel",
+    "DecodeLayer",
+    "DecodeLayerKernel",
+    "DecodeStep",
     "FusesKernel",
     "GatedKernel",
     "PlanKernels",

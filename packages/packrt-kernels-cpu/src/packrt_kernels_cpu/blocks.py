@@ -275,6 +275,13 @@ class PackedBlockLinear:
         self._chosen = (now, (loops, tile, gemm))
         return loops, tile, gemm
 
+    def q8_tile(self) -> int:
+        """The address of the q8 dot tile :meth:`forward` serves a few float32 rows on (up to
+        :data:`ROW_LOOP_ROWS`) under the current settings, or 0 where those rows take another road: a kernel that
+        calls the tile itself (:mod:`.decode`) gives the bits ``forward`` gives."""
+        loops, tile, _ = self._road()
+        return tile if loops is not None else 0
+
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``x @ W^T + b`` of float ``x`` (..., in_features), in x's dtype (float32 arithmetic for half
         inputs; float64 inputs multiply in float64). ``out``: a float32 (rows, out_features) buffer to write

@@ -32,6 +32,7 @@ from packrt_base.plan import PlanKernels
 from packrt_kernels_cpu import blas, compiled, float_tiles, functional, fused, gemv, int8
 from packrt_kernels_cpu.attention import softmax_rows_in_place
 from packrt_kernels_cpu.blocks import PackedBlockLinear
+from packrt_kernels_cpu.decode import decode_layer
 from packrt_kernels_cpu.errors import KernelShapeError
 from packrt_kernels_cpu.namespace import astype
 from packrt_kernels_cpu.packing import LinearView, PackedLinear, PanelLinear
@@ -403,6 +404,7 @@ CPU_PLAN = PlanKernels(
     self_attention=self_attention,
     gated=gated,
     decode_attention=decode_attention,
+    decode_layer=decode_layer,
 )
 
 __all__ = [

@@ -8,6 +8,9 @@
   (the default: quantized per block of 32 to int8, as llama.cpp quantizes them, on the VNNI block GEMM where the
   CPU has it, :mod:`packrt_kernels_cpu.q8_gemm`) or ``float`` (float32, against dequantized panels: slower, and
   what the float32 product of the dequantized weights gives, within float32 rounding).
+- ``PACKRT_DECODE_STEP``: how a one-token step runs a decoder layer whose linears are quantized blocks: ``layer``
+  (the default: the whole layer in one compiled call, :mod:`packrt_kernels_cpu.decode`) or ``kernels`` (kernel by
+  kernel, with Python between them). Both give the same bits; ``kernels`` is there to compare and to profile.
 - The thread cap: what ``packrt.set_num_threads`` last set (None: every core).
 
 The environment is read at the first kernel call, not at import, and never again: a process keeps
@@ -30,6 +33,8 @@ BlasChoice = Literal["auto", "mkl", "numpy"]
 BLAS_CHOICES: tuple[BlasChoice, ...] = ("auto", "mkl", "numpy")
 BlockPrefill = Literal["q8", "float"]
 BLOCK_PREFILLS: tuple[BlockPrefill, ...] = ("q8", "float")
+DecodeStepRoad = Literal["layer", "kernels"]
+DECODE_STEPS: tuple[DecodeStepRoad, ...] = ("layer", "kernels")
 
 
 @dataclass(frozen=True)
@@ -40,6 +45,7 @@ class Settings:
     numba: bool = True
     threads: int | None = None
     block_prefill: BlockPrefill = "q8"
+    decode_step: DecodeStepRoad = "layer"
 
 
 def from_environment(environ: Mapping[str, str]) -> Settings:
@@ -57,7 +63,14 @@ def from_environment(environ: Mapping[str, str]) -> Settings:
             f"PACKRT_BLOCK_PREFILL={prefill!r} is not a road packrt knows; expected one of {', '.join(BLOCK_PREFILLS)} "
             "(unset it for the default, q8)"
         )
-    return Settings(blas=choice, numba=environ.get("PACKRT_NUMBA", "1").strip() != "0", block_prefill=prefill)
+    step = environ.get("PACKRT_DECODE_STEP", "layer").strip().lower() or "layer"
+    if step not in DECODE_STEPS:
+        raise SettingError(
+            f"PACKRT_DECODE_STEP={step!r} is not a road packrt knows; expected one of {', '.join(DECODE_STEPS)} "
+            "(unset it for the default, layer)"
+        )
+    numba = environ.get("PACKRT_NUMBA", "1").strip() != "0"
+    return Settings(blas=choice, numba=numba, block_prefill=prefill, decode_step=step)
 
 
 _current: Settings | None = None
@@ -106,8 +119,10 @@ def override(**changes: object) -> Iterator[Settings]:
 __all__ = [
     "BLAS_CHOICES",
     "BLOCK_PREFILLS",
+    "DECODE_STEPS",
     "BlasChoice",
     "BlockPrefill",
+    "DecodeStepRoad",
     "Settings",
     "current",
     "from_environment",

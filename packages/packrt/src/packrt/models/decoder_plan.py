@@ -23,7 +23,10 @@ road. Gemma's sandwich norms (each branch normed before it joins the stream) and
 applied to the branch before its residual add.
 
 The key/value cache is the model's own :class:`~packrt.models.attention.KVCache`, written through its API,
-so a generation may switch roads between steps (a hook registered halfway) and both read the same cache.
+so a generation may switch roads between steps (a hook registered halfway) and both read the same cache. Where
+the device runs a whole layer's one-token step in one call (:class:`~packrt_base.plan.DecodeLayer`: the CPU's
+for layers of quantized blocks), that call writes the step's keys and values into the buffers the cache's API
+allocated at the prompt's step, and gives the bits of the steps above.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ import numpy as np
 from packrt import nn
 from packrt.models.attention import KVCache, Step, attend
 from packrt.models.plan_parts import as_float32, exact, require_served_dtypes, require_storage
-from packrt_base.plan import PlanKernels
+from packrt_base.plan import DecodeLayer, DecodeStep, PlanKernels
 from packrt_core import dispatch
 from packrt_core.nn.plan import PlanUnavailableError, array_of, owned_copy, serving_pack, share_pack, tensor_like
 from packrt_core.tensor import Tensor
@@ -149,6 +152,10 @@ class DecoderLayerPlan:
             + (" (act(gate) * up in one pass)" if self.rotary else ""),
             "attention: the family's cached, grouped attention over the heads of the qkv buffer",
         )
+        if self.stepper is not None:
+            self.fused += (
+                "a one-token step: the whole layer in one compiled call, the same kernels in the same order",
+            )
 
     def _linears(self, module: Any, names: tuple[str, ...], path: str) -> list[Any]:
         return [_exact(getattr(module, n), _LINEARS, f"{path}.{n}") for n in names]
@@ -196,8 +203,46 @@ class DecoderLayerPlan:
         self.norm1 = _Norm.of(layer.attention_norm, "attention_norm", blocks.norm) if pre else None
         self.norm2 = _Norm.of(layer.mlp_norm, "mlp_norm", blocks.norm) if pre else None
         self.nbytes += max(qkv_extra, 0) + max(up_extra, 0)
+        self.stepper = self._stepper()
         # one projection needs no join (phi3's qkv_proj, gpt2's qkv)
         return (qkv_extra >= 0 or len(projections) == 1) and (up_extra >= 0 or len(self.up) == 1)
+
+    def _stepper(self) -> DecodeStep | None:
+        """The device's one-call decode step for this layer (:class:`~packrt_base.plan.DecodeLayer`), where it has
+        one and the layer is a rotary one with one qkv and one gate-up linear and RMS norms throughout."""
+        make = self.kernels.decode_layer
+        norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
+        if (
+            make is None
+            or not self.rotary
+            or self.full_norms
+            or len(self.qkv) != 1
+            or len(self.up) != 1
+            or not all(n is not None and n.rms for n in norms)
+            or (self.head_norms is not None and self.head_norms[0].eps != self.head_norms[1].eps)
+        ):
+            return None
+        assert self.norm1 is not None and self.norm2 is not None  # pre-norms: checked above
+        heads, posts = self.head_norms, self.post_norms
+        return make(
+            DecodeLayer(
+                qkv=self.qkv[0],
+                o=self.o,
+                gate_up=self.up[0],
+                down=self.down,
+                norms=(self.norm1.w, self.norm2.w),
+                eps=(self.norm1.eps, self.norm2.eps),
+                heads=self.heads,
+                kv_heads=self.kv_heads,
+                head_dim=self.dim,
+                activation=self.act,
+                scale=self.decode_scale,
+                softcap=self.softcap,
+                head_norms=None if heads is None else (heads[0].w, heads[1].w, heads[0].eps),
+                post_norms=None if posts is None else ((posts[0].w, posts[0].eps), (posts[1].w, posts[1].eps)),
+                residual_scale=self.residual_scale,
+            )
+        )
 
     def run(self, x: Tensor, rotary: tuple[Tensor, Tensor] | None, step: Step, cache: KVCache | None) -> Tensor | None:
         """The layer's output (the residual stream after it, ``x``'s shape and dtype), or None for an input the
@@ -206,6 +251,10 @@ class DecoderLayerPlan:
             return None
         stream = array_of(x)
         batch, length, width = (int(s) for s in stream.shape)
+        if length == 1 and self.stepper is not None and cache is not None and not step.bidirectional:
+            stepped = self._step(self.stepper, stream.reshape(batch, width), rotary, step, cache)
+            if stepped is not None:
+                return tensor_like(x, stepped.reshape(batch, 1, width))
         # the layer's own float32 copy of the stream (summed into in place) and its first norm, in one pass
         res = np.zeros((batch * length, width), np.float32)
         h = self._norm(self.norm1, res, stream.reshape(-1, width))
@@ -218,6 +267,21 @@ class DecoderLayerPlan:
         res += self._branch(self.down.forward(up), 1)
         out = res.reshape(batch, length, width)
         return tensor_like(x, out if out.dtype == stream.dtype else out.astype(stream.dtype))
+
+    def _step(
+        self, stepper: DecodeStep, rows: Any, rotary: tuple[Tensor, Tensor] | None, step: Step, cache: KVCache
+    ) -> Any:
+        """A one-token step in one call, or None where the stepper does not take these inputs (the keys and values
+        go straight into the buffers the cache's API allocated at the prompt; before them, the road below)."""
+        keys, values = cache.keys[self.index], cache.values[self.index]
+        if keys is None or values is None or rows.dtype != np.float32:
+            return None
+        tables = None
+        if self.rotates and rotary is not None:
+            tables = (array_of(rotary[0]), array_of(rotary[1]))
+        first = step.mask(self.window)[0]
+        mask = None if step.key_mask is None else array_of(step.key_mask)
+        return stepper.run(rows, tables, array_of(keys), array_of(values), step.offset, first, mask)
 
     def _branch(self, y: Any, which: int) -> Any:
         """What of the attention's (``which`` 0) or the MLP's (1) output ``y`` joins the stream: normed by its post
@@ -270,9 +334,11 @@ class DecoderLayerPlan:
         k = k_rows.reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
         v = rows[:, :, (heads + kv_heads) * dim :].reshape(batch, length, kv_heads, dim).transpose(0, 2, 1, 3)
         if self.head_norms is not None and not self.full_norms:
+            # contiguous heads take the compiled norm at every batch size: one sequence's bits do not depend on
+            # the batch it decodes in (a view of several rows' heads would take numpy's road, its own rounding)
             q_norm, k_norm = self.head_norms
-            q = self.record.rms_norm(q, dim, q_norm.w, q_norm.eps)
-            k = self.record.rms_norm(k, dim, k_norm.w, k_norm.eps)
+            q = self.record.rms_norm(np.ascontiguousarray(q), dim, q_norm.w, q_norm.eps)
+            k = self.record.rms_norm(np.ascontiguousarray(k), dim, k_norm.w, k_norm.eps)
         if rotary is not None:
             cos, sin = array_of(rotary[0]), array_of(rotary[1])
             q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)

@@ -1,0 +1,146 @@
+"""One token's step through a rotary decoder layer in one compiled call (the CPU's
+:class:`~packrt_base.plan.DecodeLayerKernel`).
+
+Step by step, a layer's decode is ten kernel calls with Python between them, ~45 us a layer on one Zen 4 core
+beyond the kernels (an eighth of a SmolLM2-135M token). Where every linear of the layer is served from quantized blocks on the
+q8 dot tiles (a GGUF model, packed), :func:`decode_layer` gives a :class:`BlockDecodeStep` that runs the whole
+step in one call of :mod:`._numba_decode`: the same compiled loops in the same order, so the same bits as the
+step-by-step road, which serves everything else (float weights, more rows than the tiles take, a partial rotary
+table, tables or caches in another dtype) and every step under ``PACKRT_DECODE_STEP=kernels``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from packrt_base.arrays import Array
+from packrt_base.plan import DecodeLayer, PlanLinear
+from packrt_kernels_cpu import compiled, fused, settings, threads
+from packrt_kernels_cpu.blocks import Q8_PARALLEL, ROW_LOOP_ROWS, PackedBlockLinear
+from packrt_kernels_cpu.compiled import PARALLEL_MIN
+
+_OPS = {"gelu": 0, "gelu_tanh": 1, "silu": 2, "relu": 3}  # _numba_kernels' activation codes
+_NO_BIAS = np.empty(0, np.float32)
+_NO_MASK = np.empty((0, 0), np.bool_)
+_NO_TABLE = np.empty((0, 0), np.float32)
+
+
+def _pack(linear: PlanLinear) -> PackedBlockLinear | None:
+    """The blocks a plan linear serves from, when it is one weight of quantized blocks and nothing after."""
+    pack = getattr(linear, "pack", None)
+    if type(pack) is not PackedBlockLinear or getattr(linear, "activation", None) is not None:
+        return None
+    return pack
+
+
+def _rows(arrays: tuple[Array, ...], width: int) -> Array:
+    """The norms' weights stacked (len, width), float32; (0, width) for none."""
+    if not arrays:
+        return np.empty((0, width), np.float32)
+    return np.ascontiguousarray(np.stack([np.asarray(a, np.float32).reshape(-1) for a in arrays]))
+
+
+def _table(table: Array, rows: int, dim: int) -> Array | None:
+    """A rotary table as the step reads it, (1, dim) for every row or (rows, dim) one a row (a padded batch's
+    positions differ), from (1, dim) or (rows, 1, 1, dim); None for any other shape or kind."""
+    if not fused.handles_all(table) or table.shape[-1] != dim or table.ndim not in (2, 4):
+        return None
+    flat = table.reshape(-1, dim)
+    return flat if flat.shape[0] in (1, rows) and (table.ndim == 2 or table.shape[1:3] == (1, 1)) else None
+
+
+class BlockDecodeStep:
+    """A rotary decoder layer whose four linears are quantized blocks (:class:`~packrt_base.plan.DecodeStep`)."""
+
+    def __init__(self, layer: DecodeLayer, packs: tuple[PackedBlockLinear, ...]) -> None:
+        self.packs = packs
+        self.blocks = tuple(p.blocks for p in packs)
+        self.biases = tuple(_NO_BIAS if p.b is None else np.ascontiguousarray(p.b, np.float32) for p in packs)
+        self.width, self.dim = int(packs[1].out_features), int(layer.head_dim)
+        self.norms = _rows(layer.norms, self.width)
+        self.head_norms = _rows(layer.head_norms[:2] if layer.head_norms else (), self.dim)
+        self.post_norms = _rows(tuple(w for w, _ in layer.post_norms) if layer.post_norms else (), self.width)
+        head_eps = layer.head_norms[2] if layer.head_norms else 0.0
+        post_eps = tuple(e for _, e in layer.post_norms) if layer.post_norms else (0.0, 0.0)
+        self.floats = np.array(
+            [*layer.eps, head_eps, *post_eps, layer.scale, layer.softcap or 0.0, layer.residual_scale or 0.0],
+            np.float32,
+        )
+        self.heads, self.kv_heads = int(layer.heads), int(layer.kv_heads)
+        self.activation = _OPS[layer.activation]
+
+    def run(
+        self,
+        x: Array,
+        tables: tuple[Array, Array] | None,
+        keys: Array,
+        values: Array,
+        position: int,
+        first: int,
+        key_mask: Array | None,
+    ) -> Array | None:
+        """See :meth:`packrt_base.plan.DecodeStep.run`."""
+        if settings.current().decode_step != "layer":
+            return None
+        rows = int(x.shape[0])
+        shape = (rows, self.kv_heads, int(keys.shape[2]) if keys.ndim == 4 else 0, self.dim)
+        if (
+            x.ndim != 2
+            or not 0 < rows <= ROW_LOOP_ROWS
+            or not fused.handles_all(x, keys, values)
+            or keys.shape != shape
+            or values.shape != shape
+            or not 0 <= first <= position < shape[2]
+        ):
+            return None
+        cos: Array | None = _NO_TABLE
+        sin: Array | None = _NO_TABLE
+        if tables is not None:
+            cos, sin = (_table(t, rows, self.dim) for t in tables)
+            if cos is None or sin is None:
+                return None
+        found = [p.q8_tile() for p in self.packs]
+        if 0 in found:
+            return None
+        mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
+        pool = compiled.pool_size() > 1 and not threads.serial()
+        ints = np.array(
+            [self.heads, self.kv_heads, self.dim, position, first, self.activation, pool, Q8_PARALLEL, PARALLEL_MIN],
+            np.int64,
+        )
+        out = np.empty_like(x)
+        loops = compiled.module("packrt_kernels_cpu._numba_decode")
+        loops.decode_layer(
+            x,
+            out,
+            self.norms,
+            *self.blocks,
+            self.biases,
+            np.array(found, np.int64),
+            self.head_norms,
+            self.post_norms,
+            cos,
+            sin,
+            keys,
+            values,
+            mask,
+            ints,
+            self.floats,
+        )
+        return out
+
+
+def decode_layer(layer: DecodeLayer) -> BlockDecodeStep | None:
+    """A :class:`BlockDecodeStep` for ``layer`` where its four linears are quantized blocks and its norms RMS
+    norms over the stream's width; else None (the step-by-step road serves it)."""
+    packs = tuple(_pack(linear) for linear in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    if any(p is None for p in packs) or layer.activation not in _OPS or compiled.kernels() is None:
+        return None
+    found: tuple[PackedBlockLinear, ...] = tuple(p for p in packs if p is not None)
+    width = found[1].out_features
+    if any(np.asarray(w).size != width for w in layer.norms) or found[0].in_features != width:
+        return None
+    return BlockDecodeStep(layer, found)
+
+
+__all__ = ["BlockDecodeStep", "decode_layer"]
