@@ -2,11 +2,11 @@
 :class:`~packrt_base.plan.DecodeLayerKernel`).
 
 Step by step, a layer's decode is ten kernel calls with Python between them, ~45 us a layer on one Zen 4 core
-beyond the kernels (an eighth of a SmolLM2-135M token). Where every linear of the layer is served from quantized blocks on the
-q8 dot tiles (a GGUF model, packed), :func:`decode_layer` gives a :class:`BlockDecodeStep` that runs the whole
-step in one call of :mod:`._numba_decode`: the same compiled loops in the same order, so the same bits as the
-step-by-step road, which serves everything else (float weights, more rows than the tiles take, a partial rotary
-table, tables or caches in another dtype) and every step under ``PACKRT_DECODE_STEP=kernels``.
+beyond the kernels (an eighth of a SmolLM2-135M token). Where every linear of the layer is served from quantized
+blocks on the q8 dot tiles (a GGUF model, packed), :func:`decode_layer` gives a :class:`BlockDecodeStep` that runs
+the whole step in one call of :mod:`._numba_decode`: the same compiled loops in the same order, so the same bits
+as the step-by-step road, which serves everything else (float weights, more rows than the tiles take, a partial
+rotary table, tables or caches in another dtype) and every step under ``PACKRT_DECODE_STEP=kernels``.
 """
 
 from __future__ import annotations
