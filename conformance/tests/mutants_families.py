@@ -5,9 +5,9 @@
   that takes none, a required keyword-only parameter added; ``forward`` / ``to`` lose ``**kwargs``.
   The method still behaves as packrt's (the wrapper passes every call through), so exactly the
   signature sentence breaks: what a caller reads off the declaration (names, kinds, defaults).
-- **Revision-1 twins**: each mutant of ``mutants.py`` and ``mutants_sentences.py`` whose broken clauses
-  include sentences of the revision-1 page (not superseded there), run again under revision 1 and held
-  to exactly those clauses, so the first page has its per-sentence mutants too.
+- **Revision-1 twins**: each mutant of ``mutants.py``, ``mutants_sentences.py`` and ``mutants_backlog.py``
+  whose broken clauses include sentences of the revision-1 page (not superseded there), run again under
+  revision 1 and held to exactly those clauses, so the first page has its per-sentence mutants too.
 
 Load one with ``--impl mutants_families:<Name>`` with this directory on ``PYTHONPATH``.
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import mutants_backlog
 import mutants_sentences
 from mutants import MUTANTS as FIRST_MUTANTS
 from mutants import Mutant, mutant
@@ -122,7 +123,8 @@ def _applies_to_1(clause: str) -> bool:
 SIGNATURE_MUTANTS: tuple[type[Mutant], ...] = tuple(_signature_mutants())
 """One per revision-2 signature sentence."""
 
-_TWINS = (_revision_1_twin(m) for m in (*FIRST_MUTANTS, *mutants_sentences.MUTANTS, *SIGNATURE_MUTANTS))
+_OTHERS = (*FIRST_MUTANTS, *mutants_sentences.MUTANTS, *mutants_backlog.MUTANTS, *SIGNATURE_MUTANTS)
+_TWINS = (_revision_1_twin(m) for m in _OTHERS)
 REVISION_1_TWINS: tuple[type[Mutant], ...] = tuple(m for m in _TWINS if m is not None)
 """The mutants above whose broken sentences are on the revision-1 page too, run under revision 1."""
 

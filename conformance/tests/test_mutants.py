@@ -38,9 +38,11 @@ def _load_mutants(name: str) -> Any:
     return module
 
 
-#: The first mutants (mutants.py), one per sentence a hidden adapter broke unseen (mutants_sentences.py), one
-#: per signature sentence and the revision-1 twins (mutants_families.py).
-MUTANTS = tuple(m for name in ("mutants", "mutants_sentences", "mutants_families") for m in _load_mutants(name).MUTANTS)
+#: The first mutants (mutants.py), one per sentence a hidden adapter broke unseen (mutants_sentences.py), those
+#: taken off the backlog (mutants_backlog.py), one per signature sentence and the revision-1 twins
+#: (mutants_families.py).
+MUTANT_FILES = ("mutants", "mutants_sentences", "mutants_backlog", "mutants_families")
+MUTANTS = tuple(m for name in MUTANT_FILES for m in _load_mutants(name).MUTANTS)
 
 
 def _env() -> dict[str, str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import mutants
+import mutants_backlog
 import mutants_families
 import mutants_sentences
 import pytest
@@ -20,7 +21,7 @@ from packrt_conformance.clauses import load_registry
 
 BACKLOG = Path(__file__).resolve().parent.parent / "mutation" / "sentences_without_mutant.txt"
 PAGES = (1, 2)
-ALL_MUTANTS = (*mutants.MUTANTS, *mutants_sentences.MUTANTS, *mutants_families.MUTANTS)
+ALL_MUTANTS = (*mutants.MUTANTS, *mutants_sentences.MUTANTS, *mutants_backlog.MUTANTS, *mutants_families.MUTANTS)
 
 
 def _backlog() -> list[tuple[int, str]]:
