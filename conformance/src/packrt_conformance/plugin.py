@@ -339,7 +339,8 @@ def _expected_actual(excinfo: pytest.ExceptionInfo[BaseException] | None, compar
     if isinstance(exc, AssertionError):
         if text.startswith("Regex pattern did not match"):
             # pytest < 9 writes "Regex: ... / Input: ...", pytest 9 "Expected regex: ... / Actual message: ...".
-            got = dict(re.findall(r"^\s*(Regex|Input|Expected regex|Actual message): (.*)$", text, re.MULTILINE))
+            found = re.findall(r"^\s*(Regex|Input|Expected regex|Actual message): (.*)$", text, re.MULTILINE)
+            got: dict[str, str] = dict(found)
             regex = got.get("Expected regex", got.get("Regex", "?"))
             return f"message matching {regex}", got.get("Actual message", got.get("Input", "?")), first
         if "ACTUAL:" in text and "DESIRED:" in text:  # numpy.testing
