@@ -70,12 +70,13 @@ def padded_batch(seed: int, pad: int, vocab: int = VOCAB) -> tuple[np.ndarray, n
     return ids, mask, types
 
 
-def perturb_norms(torch: ModuleType, model: Any) -> None:
-    """Every norm weight of ``model`` moved off its init, so a norm read as ``w`` instead of ``1 + w``, or
-    skipped, shows in the outputs."""
+def perturb_norms(torch: ModuleType, model: Any, names: tuple[str, ...] = ("norm",)) -> None:
+    """Every norm weight of ``model`` (every tensor whose name holds one of ``names``) moved off its init, so a
+    norm read as ``w`` instead of ``1 + w``, or skipped (a bias initialized to zeros: skipped), shows in the
+    outputs."""
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
-            if "norm" in name:
+            if any(part in name for part in names):
                 tensor.add_(0.3 * torch.randn_like(tensor))
 
 

@@ -38,6 +38,7 @@ CONFIG_CLASSES = {
     "olmo2": "Olmo2Config",
     "qwen3_moe": "Qwen3MoeConfig",
     "modernbert": "ModernBertConfig",
+    "gpt_oss": "GptOssConfig",
 }
 # Where transformers' class holds no plain default to compare with: token ids (config.json's own, or none:
 # generation reads them with generation_config.json), and the widths and layer lists it derives from other

@@ -24,6 +24,7 @@ from packrt.models import (
     Gemma2ForCausalLM,
     Gemma3ForCausalLM,
     GPT2LMHeadModel,
+    GptOssForCausalLM,
     GraniteForCausalLM,
     LlamaForCausalLM,
     MinistralForCausalLM,
@@ -49,6 +50,8 @@ class Family:
     save_args: dict[str, Any] = field(default_factory=dict)
     # every norm weight moved off its init, so a norm read as ``w`` instead of ``1 + w``, or skipped, shows
     perturbed: bool = False
+    # the names perturbed: "norm", and "bias" where transformers initializes biases to zeros (gpt-oss's experts)
+    perturbed_names: tuple[str, ...] = ("norm",)
     # an encoder's pad id, written into its batches' padding as a tokenizer writes it (roberta numbers
     # positions from it); None for a causal model, whose batches pad on both sides with 0
     pad: int | None = None
@@ -165,6 +168,17 @@ GEMMA2_FIELDS = {
     "initializer_range": 0.2,
     "tie_word_embeddings": False,
 }
+GPT_OSS_FIELDS = {  # every layer a sparse MoE (8 experts, 2 per token); sliding and full layers alternate
+    **SMALL,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 16,
+    "num_local_experts": 8,
+    "num_experts_per_tok": 2,
+    "sliding_window": 4,
+    "swiglu_limit": 0.5,  # low enough that the tiny model's gate and up values are clamped on both sides
+    "swiglu_alpha": 1.5,
+}
 ROBERTA_PAD = 1
 LLAMA = Family(
     "LlamaConfig",
@@ -258,6 +272,16 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(
         "Olmo2Config", "Olmo2ForCausalLM", {**SMALL, "num_key_value_heads": 2}, Olmo2ForCausalLM, perturbed=True
     ),
+    # a rotary decoder with attention sinks, biases everywhere, and a top-k MoE of clamped-SwiGLU experts in every
+    # layer; its biases (zeros at init) perturbed like the norms, so a bias read wrong or skipped shows
+    "gpt-oss": Family(
+        "GptOssConfig",
+        "GptOssForCausalLM",
+        GPT_OSS_FIELDS,
+        GptOssForCausalLM,
+        perturbed=True,
+        perturbed_names=("norm", "bias"),
+    ),
     # llama's decoder with granite's four multipliers
     "granite": Family("GraniteConfig", "GraniteForCausalLM", GRANITE_FIELDS, GraniteForCausalLM),
     "smollm3-tied": Family(
@@ -314,7 +338,7 @@ class SavedFamilies(Mapping[str, tuple[Path, Any]]):
             fields = {"vocab_size": VOCAB, **family.fields}
             model = tiny_model(self._transformers, family.config_class, family.model_class, **fields)
             if family.perturbed:
-                perturb_norms(self._torch, model)
+                perturb_norms(self._torch, model, family.perturbed_names)
             self._saved[name] = save(model, self._tmp.mktemp(name), **family.save_args)
         return self._saved[name]
 

@@ -14,7 +14,7 @@ Face directory or a GGUF file (the causal families:
 :class:`GPT2LMHeadModel`, :class:`LlamaForCausalLM`, :class:`Qwen3ForCausalLM`, :class:`Gemma3ForCausalLM`,
 :class:`Qwen3MoeForCausalLM`, :class:`Phi3ForCausalLM`, :class:`MinistralForCausalLM`, :class:`SmolLM3ForCausalLM`,
 :class:`GraniteForCausalLM`, :class:`Gemma2ForCausalLM`,
-:class:`Olmo2ForCausalLM`); :func:`load_tokenizer` gives the
+:class:`Olmo2ForCausalLM`, :class:`GptOssForCausalLM`); :func:`load_tokenizer` gives the
 ``tokenizers.Tokenizer`` of either (a GGUF file's is built from its metadata).
 :class:`BatchDecoder` decodes several sequences of a causal LM together, each as it is alone, with its own
 sampling, stop rules and logits processor (:class:`Penalties`: OpenAI's presence and frequency penalties;
@@ -39,6 +39,7 @@ from packrt.models.gemma3 import Gemma3ForCausalLM
 from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import load_tokenizer
 from packrt.models.gpt2 import GPT2LMHeadModel
+from packrt.models.gpt_oss import GptOssForCausalLM
 from packrt.models.granite import GraniteForCausalLM
 from packrt.models.kinds import ModelDescription, PromptNameError, describe
 from packrt.models.layers import MultiHeadAttention
@@ -64,6 +65,7 @@ __all__ = [
     "ConfigError",
     "CrossEncoder",
     "GPT2LMHeadModel",
+    "GptOssForCausalLM",
     "GraniteForCausalLM",
     "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",

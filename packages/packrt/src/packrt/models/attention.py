@@ -211,12 +211,15 @@ def attend(
     window: int | None = None,
     scale: float | None = None,
     softcap: float | None = None,
+    sinks: packrt.Tensor | None = None,
 ) -> packrt.Tensor:
     """Attention of queries (B, H, T, D) over keys/values (B, KV, T, D) and the cached prefix.
 
     ``H`` must be a multiple of ``KV`` (grouped-query attention; KV == H is plain multi-head).
     ``softcap``: the scores soft-capped as ``cap * tanh(scores / cap)`` before the mask (gemma2's
-    ``attn_logit_softcapping``), computed as transformers' eager attention does. Returns (B, H, T, D).
+    ``attn_logit_softcapping``); ``sinks`` (H,): one learned logit per head that joins the softmax's
+    denominator and nothing else (gpt-oss's attention sinks: a head may attend to nothing), computed as
+    transformers' eager attention does. Returns (B, H, T, D).
     """
     if cache is not None:
         k, v = cache.write(layer, k, v, step.offset)
@@ -232,10 +235,12 @@ def attend(
         q, k, v = q.reshape(batch, k.shape[1], groups, length, dim), k.unsqueeze(2), v.unsqueeze(2)
         if mask is not None:
             mask = mask.unsqueeze(1).unsqueeze(1)  # (B, 1, 1, T, S)
-    if softcap is None:
+    if softcap is None and sinks is None:
         out = _functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
     else:
-        out = _softcapped(q, k, v, mask, causal, scale, softcap)
+        if sinks is not None:  # one per query head, laid out as the query heads are: (1, H, 1, 1) or grouped
+            sinks = sinks.reshape(1, *q.shape[1:-2], 1, 1)
+        out = _eager(q, k, v, mask, causal, scale, softcap, sinks)
     return out.reshape(batch, heads, length, dim)
 
 
@@ -244,26 +249,39 @@ _HIDDEN: float = (
 )  # a masked score: float32's lowest finite, as transformers masks (a row seeing nothing is uniform)
 
 
-def _softcapped(
+def _eager(
     q: packrt.Tensor,
     k: packrt.Tensor,
     v: packrt.Tensor,
     mask: packrt.Tensor | None,
     causal: bool,
     scale: float | None,
-    cap: float,
+    cap: float | None,
+    sinks: packrt.Tensor | None,
 ) -> packrt.Tensor:
-    """``softmax(cap * tanh(q k^T * scale / cap) + mask) v``, the softmax in float32 and its result in q's dtype,
-    as transformers' eager attention computes a soft-capped one (no fused kernel takes the cap)."""
+    """``softmax(cap * tanh(q k^T * scale / cap) + mask) v`` (no cap: the scores as they are), the softmax in
+    float32 and its result in q's dtype, as transformers' eager attention computes it (no fused kernel takes a
+    cap or sinks). With ``sinks`` (broadcasting against the scores' leading dims, one logit per head) the softmax
+    runs over the keys and the sink, and the sink's share is dropped: the keys' weights sum to less than 1."""
     factor = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ k.transpose(-1, -2)) * factor
-    scores = ((scores / cap).tanh() * cap).to(packrt.float32)
+    if cap is not None:
+        scores = (scores / cap).tanh() * cap
+    scores = scores.to(packrt.float32)
     if causal:  # top-left aligned, as scaled_dot_product_attention's is_causal
         length, keys = scores.shape[-2], scores.shape[-1]
         mask = packrt.from_numpy(np.tril(np.ones((length, keys), dtype=bool))).to(scores.device)
     if mask is not None:
         scores = scores + (1.0 - mask.to(packrt.float32)) * _HIDDEN
-    probs = _functional.softmax(scores, dim=-1).to(q.dtype)
+    if sinks is not None:  # the sink as one more key column, dropped after the softmax
+        keys = scores.shape[-1]
+        combined = packrt.empty(*scores.shape[:-1], keys + 1, dtype=packrt.float32, device=scores.device)
+        combined[..., :keys] = scores
+        combined[..., keys:] = sinks.to(packrt.float32)
+        scores = _functional.softmax(combined, dim=-1)[..., :keys]
+        probs = scores.to(q.dtype)
+    else:
+        probs = _functional.softmax(scores, dim=-1).to(q.dtype)
     out: packrt.Tensor = probs @ v
     return out
 

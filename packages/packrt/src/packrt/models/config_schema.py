@@ -762,6 +762,33 @@ _GRANITE = _decoder(
     Field("logits_scaling", "positive", 1.0),
 )
 
+# GptOssConfig's defaults: every layer a sparse mixture of experts with biases and a clamped SwiGLU, attention
+# with biases and sinks, sliding and full layers alternating (packrt.models.gpt_oss reads the MoE fields; its
+# hidden_act is not read, by transformers either: the experts' activation is fixed)
+_GPT_OSS = Schema(
+    fields=(
+        *_SIZES,
+        Field("num_key_value_heads", "size", 8, nullable=True),
+        Field("head_dim", "size", 64, held=True, nullable=True),
+        Field("intermediate_size", "size", 2880, held=True),
+        Field("max_position_embeddings", "size", 131_072),
+        Field("rms_norm_eps", "eps", 1e-5),
+        Field("attention_bias", "bool", True),
+        Field("tie_word_embeddings", "bool", False),
+        Field("rope_theta", "positive", 150_000.0),
+        _replace_default(_WINDOW, 128),
+        _LAYER_TYPES,
+        Field("num_local_experts", "size", 128),
+        Field("num_experts_per_tok", "size", 4),
+        Field("swiglu_alpha", "number", 1.702),
+        Field("swiglu_limit", "positive", 7.0),
+        *_TOKEN_IDS,
+    ),
+    divides=_KV_GROUPS,
+    head_dim=_ROTARY_HEAD_DIM,
+    rope=True,
+)
+
 SCHEMAS: dict[str, Schema] = {
     "bert": _BERT,
     "modernbert": _MODERNBERT,
@@ -790,6 +817,7 @@ SCHEMAS: dict[str, Schema] = {
     "granite": _GRANITE,
     "gemma2": _GEMMA2,
     "olmo2": _decoder(eps=1e-5),  # llama's fields; its norms' placement is the family's
+    "gpt_oss": _GPT_OSS,
 }
 
 __all__ = [

@@ -168,7 +168,16 @@ class RotaryAttention(nn.Module):
         if self.rotates:
             cos, sin = rotary
             q, k = rotate_heads(q, cos, sin), rotate_heads(k, cos, sin)
-        out = attend(
+        out = self._attend(q, k, v, step, cache)
+        merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
+        return merged
+
+    def _attend(
+        self, q: packrt.Tensor, k: packrt.Tensor, v: packrt.Tensor, step: Step, cache: KVCache | None
+    ) -> packrt.Tensor:
+        """The attention of the rotated heads (batch, heads, seq, head_dim); a subclass adds its own terms
+        (gpt-oss's sinks: :class:`~packrt.models.gpt_oss.SinkAttention`)."""
+        return attend(
             q,
             k,
             v,
@@ -179,8 +188,6 @@ class RotaryAttention(nn.Module):
             scale=self.scale,
             softcap=self.softcap,
         )
-        merged: packrt.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.heads * self.head_dim))
-        return merged
 
 
 class GatedMLP(nn.Module):

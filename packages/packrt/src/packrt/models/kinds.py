@@ -32,6 +32,7 @@ from packrt.models import (
     gemma2,
     gemma3,
     gpt2,
+    gpt_oss,
     granite,
     llama,
     ministral,
@@ -66,6 +67,7 @@ FAMILIES: tuple[Family, ...] = (
     granite.FAMILY,
     gemma2.FAMILY,
     olmo2.FAMILY,
+    gpt_oss.FAMILY,
 )
 
 

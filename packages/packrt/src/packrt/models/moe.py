@@ -21,12 +21,33 @@ Parameter names: ``router.weight`` (experts, hidden); ``experts.E.{gate,up,down}
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 import packrt
 from packrt import nn
 from packrt.models.decoder_blocks import GatedMLP
 from packrt.models.devices import host, placed
+
+
+def dispatch(
+    flat: packrt.Tensor,
+    chosen: np.ndarray,
+    weights: np.ndarray,
+    expert: Callable[[int, packrt.Tensor], packrt.Tensor],
+) -> packrt.Tensor:
+    """The mixture for (tokens, hidden) ``flat``: each expert some token ``chosen`` (tokens, top_k) called once,
+    as ``expert(index, its tokens' rows)``, experts in ascending order, and its output times each token's weight
+    (``weights``, (tokens, top_k), in ``flat``'s dtype) added to those tokens' rows. An expert no token chose is
+    never called (the rule every sparse MoE block here keeps: a decode step runs ``top_k`` experts per layer)."""
+    out = packrt.zeros(*flat.shape, dtype=flat.dtype, device=flat.device)
+    for index in np.unique(chosen):  # ascending; an expert nobody picked is never called
+        tokens, slots = np.nonzero(chosen == index)
+        rows = placed(tokens.astype(np.int64), flat.device)
+        share = placed(np.ascontiguousarray(weights[tokens, slots][:, None]), flat.device)
+        out[rows] = out[rows] + expert(int(index), flat[rows]) * share
+    return out
 
 
 class SparseMoE(nn.Module):
@@ -56,12 +77,7 @@ class SparseMoE(nn.Module):
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         chosen, weights = self.route(flat)
-        out = packrt.zeros(*flat.shape, dtype=flat.dtype, device=flat.device)
-        for expert in np.unique(chosen):  # ascending; an expert nobody picked is never called
-            tokens, slots = np.nonzero(chosen == expert)
-            rows = placed(tokens.astype(np.int64), flat.device)
-            share = placed(np.ascontiguousarray(weights[tokens, slots][:, None]), flat.device)
-            out[rows] = out[rows] + self.experts[int(expert)](flat[rows]) * share
+        out = dispatch(flat, chosen, weights, lambda expert, rows: self.experts[expert](rows))
         result: packrt.Tensor = out.reshape(*shape)
         return result
 
@@ -69,4 +85,4 @@ class SparseMoE(nn.Module):
         return f"experts={len(self.experts)}, top_k={self.top_k}, normalize={self.normalize}"
 
 
-__all__ = ["SparseMoE"]
+__all__ = ["SparseMoE", "dispatch"]
