@@ -8,7 +8,7 @@ tensors (norms, biases) stay F32 whatever the file's type, as llama.cpp keeps th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -57,9 +57,19 @@ def _stored(gguf: Any, config: Any, name: str, values: np.ndarray, kind: str) ->
         return np.zeros(gguf.quants.quant_shape_to_byte_shape(values.shape, quant), np.uint8), quant
 
 
-def write_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", **extra: Any) -> Path:
+def write_gguf(
+    gguf: Any,
+    model: Any,
+    path: Path,
+    kind: str = "F32",
+    *,
+    kinds_by_name: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> Path:
     """``model`` (a transformers llama, qwen2, qwen3, gemma3 or phi3 causal LM) as the GGUF file ``path`` of
-    GGML type ``kind``; ``extra``: more metadata, each ``key=value`` written by the writer's ``add_<key>``."""
+    GGML type ``kind``, but a tensor whose name holds a key of ``kinds_by_name`` (``"attn_v"``) of that key's
+    type, as llama.cpp's mixes store some tensors in another type; ``extra``: more metadata, each ``key=value``
+    written by the writer's ``add_<key>``."""
     config = model.config
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     theta = config.rope_parameters.get("full_attention", config.rope_parameters)["rope_theta"]
@@ -90,7 +100,8 @@ def write_gguf(gguf: Any, model: Any, path: Path, kind: str = "F32", **extra: An
                 continue
             stem, suffix = key.rsplit(".", 1)
             name = f"{names.get_name(stem)}.{suffix}"
-            values, raw_dtype = _stored(gguf, config, name, tensor.detach().float().numpy(), kind)
+            chosen = next((k for part, k in (kinds_by_name or {}).items() if part in name), kind)
+            values, raw_dtype = _stored(gguf, config, name, tensor.detach().float().numpy(), chosen)
             writer.add_tensor(name, values, raw_dtype=raw_dtype)
     return path
 

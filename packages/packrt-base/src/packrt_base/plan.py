@@ -120,22 +120,24 @@ class DecodeLayer:
     in one call (:class:`DecodeLayerKernel`). With ``x`` the residual stream (rows, width), one row per
     sequence:
 
-    1. ``h = rms(x) * norms[0]``; ``qkv = h @ qkv^T`` (queries, keys, values side by side, head after head);
+    1. ``h = rms(x) * norms[0]``; ``qkv = h @ qkv^T`` (queries, keys, values side by side, head after head: the
+       outputs of ``qkv``'s linears, one or the three a plan could not join);
     2. each query and key head RMS-normed by ``head_norms`` (qwen3, gemma3) when given, then rotated by the
        step's rotary tables (none: a layer without rotary positions); the keys and values written into the
        cache at the step's position;
     3. the attention of :class:`DecodeAttentionKernel` (``scale``, ``softcap``) over the cached positions, then
        ``o``; the branch normed by ``post_norms[0]`` (gemma) and scaled by ``residual_scale`` (granite) when
        given, and added to the stream;
-    4. ``h = rms(stream) * norms[1]``; ``act(h @ gate^T) * (h @ up^T)`` through ``gate_up``, then ``down``; the
+    4. ``h = rms(stream) * norms[1]``; ``act(h @ gate^T) * (h @ up^T)`` through ``gate_up`` (one linear, or the
+       gate's and the up's), then ``down``; the
        branch as in 3 (``post_norms[1]``), added to the stream, which is the layer's output.
 
     The linears are :class:`PlanLinear` objects (a kernel serves the kinds it knows and declines the others);
     the norms' weights are float32 arrays with any weight offset (gemma's ``1 + w``) already folded in."""
 
-    qkv: PlanLinear
+    qkv: tuple[PlanLinear, ...]
     o: PlanLinear
-    gate_up: PlanLinear
+    gate_up: tuple[PlanLinear, ...]
     down: PlanLinear
     norms: tuple[Array, Array]
     eps: tuple[float, float]

@@ -40,6 +40,17 @@ def _linear(pool: bool, least: int, x: Array, blocks: Array, tile: int, bias: Ar
 
 
 @_serial
+def _parts(pool: bool, least: int, x: Array, parts: Any, tiles: Array, first: int, biases: Any, out: Array) -> None:
+    """``out``'s columns side by side from ``parts`` (one linear, or several whose outputs a plan joins: q, k, v
+    stored in different formats), part ``i`` on tile ``tiles[first + i]``."""
+    start = 0
+    for i in range(len(parts)):
+        stop = start + parts[i].shape[0]
+        _linear(pool, least, x, parts[i], tiles[first + i], biases[i], out[:, start:stop])
+        start = stop
+
+
+@_serial
 def _branch(y: Array, post_norms: Array, which: int, eps: np.float32, scale: np.float32) -> None:
     """What of a branch joins the stream, in place: normed by post norm ``which`` (``post_norms`` empty: none),
     then scaled (``scale`` 0: not)."""
@@ -72,11 +83,14 @@ def decode_layer(
     x: Array,
     res: Array,
     norms: Array,
-    qkv: Array,
+    qkv: Any,
     o: Array,
-    gate_up: Array,
+    gate_up: Any,
     down: Array,
-    biases: tuple[Array, Array, Array, Array],
+    qkv_biases: Any,
+    o_bias: Array,
+    gate_up_biases: Any,
+    down_bias: Array,
     tiles: Array,
     head_norms: Array,
     post_norms: Array,
@@ -90,17 +104,19 @@ def decode_layer(
 ) -> None:
     """``res`` (rows, width): the stream ``x`` after the layer (see :class:`packrt_base.plan.DecodeLayer`).
     ``norms`` (2, width) and ``post_norms`` (2, width, or empty) the norms' weights, ``head_norms`` (2, dim, or
-    empty); ``tiles`` the q8 tiles of qkv, o, gate_up and down; ``cos`` / ``sin`` (1, dim), or (rows, dim) one a
-    row, empty for a layer without rotary positions; ``keys`` / ``values`` the cache's whole buffers; ``mask``
-    (batch, stop) or empty."""
+    empty); ``qkv`` and ``gate_up`` one weight or the parts a plan joins side by side (their biases likewise);
+    ``tiles`` the q8 tiles of each part of qkv, o, each part of gate_up, down; ``cos`` / ``sin`` (1, dim), or
+    (rows, dim) one a row, empty for a layer without rotary positions; ``keys`` / ``values`` the cache's whole
+    buffers; ``mask`` (batch, stop) or empty."""
     rows, width = x.shape
     heads, kv_heads, dim = ints[HEADS], ints[KV_HEADS], ints[DIM]
     position, pool, least = ints[POSITION], ints[POOL] != 0, ints[LINEAR_MIN]
     h = np.empty((rows, width), np.float32)
     res[:] = 0
     _residual_norm_rows(True, x, res, norms[0], _NO_BIAS, floats[EPS1], h, 0, rows)
-    projected = np.empty((rows, qkv.shape[0]), np.float32)
-    _linear(pool, least, h, qkv, tiles[0], biases[0], projected)
+    projected = np.empty((rows, (heads + 2 * kv_heads) * dim), np.float32)
+    _parts(pool, least, h, qkv, tiles, 0, qkv_biases, projected)
+    o_tile = len(qkv)  # the tiles: qkv's parts, o, gate_up's parts, down
 
     q = np.empty((rows, heads, 1, dim), np.float32)
     k = np.empty((rows, kv_heads, 1, dim), np.float32)
@@ -132,16 +148,19 @@ def decode_layer(
         decode_attention_serial(q.reshape(rows, heads, dim), keys, values, first, stop, mask, scale, cap, context)
 
     attended = np.empty((rows, width), np.float32)
-    _linear(pool, least, context, o, tiles[1], biases[1], attended)
+    _linear(pool, least, context, o, tiles[o_tile], o_bias, attended)
     residual_scale = floats[RESIDUAL_SCALE]
     _branch(attended, post_norms, 0, floats[POST_EPS1], residual_scale)
     _residual_norm_rows(True, attended, res, norms[1], _NO_BIAS, floats[EPS2], h, 0, rows)
-    both = np.empty((rows, gate_up.shape[0]), np.float32)
-    _linear(pool, least, h, gate_up, tiles[2], biases[2], both)
-    gated = np.empty((rows, gate_up.shape[0] // 2), np.float32)
+    inner = 0
+    for i in range(len(gate_up)):
+        inner += gate_up[i].shape[0]
+    both = np.empty((rows, inner), np.float32)
+    _parts(pool, least, h, gate_up, tiles, o_tile + 1, gate_up_biases, both)
+    gated = np.empty((rows, inner // 2), np.float32)
     _gated_rows(ints[ACTIVATION], both, gated, 0, rows)
     mixed = np.empty((rows, width), np.float32)
-    _linear(pool, least, gated, down, tiles[3], biases[3], mixed)
+    _linear(pool, least, gated, down, tiles[o_tile + 1 + len(gate_up)], down_bias, mixed)
     _branch(mixed, post_norms, 1, floats[POST_EPS2], residual_scale)
     for i in range(rows):
         for j in range(width):

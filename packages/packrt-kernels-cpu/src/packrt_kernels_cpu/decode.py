@@ -50,13 +50,19 @@ def _table(table: Array, rows: int, dim: int) -> Array | None:
 
 
 class BlockDecodeStep:
-    """A rotary decoder layer whose four linears are quantized blocks (:class:`~packrt_base.plan.DecodeStep`)."""
+    """A rotary decoder layer whose linears are all quantized blocks (:class:`~packrt_base.plan.DecodeStep`)."""
 
-    def __init__(self, layer: DecodeLayer, packs: tuple[PackedBlockLinear, ...]) -> None:
-        self.packs = packs
-        self.blocks = tuple(p.blocks for p in packs)
-        self.biases = tuple(_NO_BIAS if p.b is None else np.ascontiguousarray(p.b, np.float32) for p in packs)
-        self.width, self.dim = int(packs[1].out_features), int(layer.head_dim)
+    def __init__(
+        self, layer: DecodeLayer, qkv: tuple[PackedBlockLinear, ...], gate_up: tuple[PackedBlockLinear, ...]
+    ) -> None:
+        o, down = _pack(layer.o), _pack(layer.down)
+        assert o is not None and down is not None, "decode_layer checked every linear"
+        self.packs = (*qkv, o, *gate_up, down)  # in the order of the compiled step's tiles
+        self.qkv, self.gate_up = tuple(p.blocks for p in qkv), tuple(p.blocks for p in gate_up)
+        self.o, self.down = o.blocks, down.blocks
+        self.qkv_biases, self.gate_up_biases = tuple(map(_bias, qkv)), tuple(map(_bias, gate_up))
+        self.o_bias, self.down_bias = _bias(o), _bias(down)
+        self.width, self.dim = int(o.out_features), int(layer.head_dim)
         self.norms = _rows(layer.norms, self.width)
         self.head_norms = _rows(layer.head_norms[:2] if layer.head_norms else (), self.dim)
         self.post_norms = _rows(tuple(w for w, _ in layer.post_norms) if layer.post_norms else (), self.width)
@@ -114,8 +120,14 @@ class BlockDecodeStep:
             x,
             out,
             self.norms,
-            *self.blocks,
-            self.biases,
+            self.qkv,
+            self.o,
+            self.gate_up,
+            self.down,
+            self.qkv_biases,
+            self.o_bias,
+            self.gate_up_biases,
+            self.down_bias,
             np.array(found, np.int64),
             self.head_norms,
             self.post_norms,
@@ -130,17 +142,23 @@ class BlockDecodeStep:
         return out
 
 
+def _bias(pack: PackedBlockLinear) -> Array:
+    return _NO_BIAS if pack.b is None else np.ascontiguousarray(pack.b, np.float32)
+
+
 def decode_layer(layer: DecodeLayer) -> BlockDecodeStep | None:
-    """A :class:`BlockDecodeStep` for ``layer`` where its four linears are quantized blocks and its norms RMS
-    norms over the stream's width; else None (the step-by-step road serves it)."""
-    packs = tuple(_pack(linear) for linear in (layer.qkv, layer.o, layer.gate_up, layer.down))
+    """A :class:`BlockDecodeStep` for ``layer`` where every linear is quantized blocks (the q, k, v and the gate,
+    up of one layer may differ in format: each part on its own tile) and its norms RMS norms over the stream's
+    width; else None (the step-by-step road serves it)."""
+    qkv, gate_up = tuple(map(_pack, layer.qkv)), tuple(map(_pack, layer.gate_up))
+    packs = (*qkv, _pack(layer.o), *gate_up, _pack(layer.down))
     if any(p is None for p in packs) or layer.activation not in _OPS or compiled.kernels() is None:
         return None
-    found: tuple[PackedBlockLinear, ...] = tuple(p for p in packs if p is not None)
-    width = found[1].out_features
-    if any(np.asarray(w).size != width for w in layer.norms) or found[0].in_features != width:
+    found = tuple(p for p in packs if p is not None)
+    width = found[len(qkv)].out_features
+    if any(np.asarray(w).size != width for w in layer.norms) or any(p.in_features != width for p in found[: len(qkv)]):
         return None
-    return BlockDecodeStep(layer, found)
+    return BlockDecodeStep(layer, found[: len(qkv)], found[len(qkv) + 1 : -1])
 
 
 __all__ = ["BlockDecodeStep", "decode_layer"]

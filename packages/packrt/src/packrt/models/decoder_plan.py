@@ -209,15 +209,13 @@ class DecoderLayerPlan:
 
     def _stepper(self) -> DecodeStep | None:
         """The device's one-call decode step for this layer (:class:`~packrt_base.plan.DecodeLayer`), where it has
-        one and the layer is a rotary one with one qkv and one gate-up linear and RMS norms throughout."""
+        one and the layer is a rotary one with RMS norms throughout."""
         make = self.kernels.decode_layer
         norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
         if (
             make is None
             or not self.rotary
             or self.full_norms
-            or len(self.qkv) != 1
-            or len(self.up) != 1
             or not all(n is not None and n.rms for n in norms)
             or (self.head_norms is not None and self.head_norms[0].eps != self.head_norms[1].eps)
         ):
@@ -226,9 +224,9 @@ class DecoderLayerPlan:
         heads, posts = self.head_norms, self.post_norms
         return make(
             DecodeLayer(
-                qkv=self.qkv[0],
+                qkv=self.qkv,
                 o=self.o,
-                gate_up=self.up[0],
+                gate_up=self.up,
                 down=self.down,
                 norms=(self.norm1.w, self.norm2.w),
                 eps=(self.norm1.eps, self.norm2.eps),
