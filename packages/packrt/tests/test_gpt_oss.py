@@ -20,10 +20,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from peers import VOCAB, logits, save, tiny_model
+from peers import VOCAB, assert_greedy_matches, logits, save, tiny_model
 from tiny_families import GPT_OSS_FIELDS
 
 import packrt
+from packrt.errors import CheckpointError
 from packrt.models import ConfigError, GptOssForCausalLM, UnsupportedModelError, from_pretrained
 from packrt.models.attention import Step, attend
 from packrt.models.gpt_oss import GptOssMoE, StackedExperts
@@ -165,21 +166,22 @@ def test_each_setting_packrt_does_not_serve_is_refused_naming_the_field(
         from_pretrained(_edited(saved, tmp_path, edit))
 
 
-def _mxfp4_directory(transformers: ModuleType, torch: ModuleType, tmp_path: Path) -> Path:
+def _mxfp4_directory(transformers: ModuleType, torch: ModuleType, tmp_path: Path, half: bool = False) -> Path:
     """A tiny gpt-oss saved as gpt-oss's published checkpoints are: each layer's experts as MXFP4 blocks (uint8,
-    two E2M1 values a byte, 32 a block) and scales (uint8 E8M0 exponents), named ``*_blocks`` and ``*_scales``,
-    with config.json's ``quantization_config``."""
+    two E2M1 values a byte, 32 a group) and scales (uint8 E8M0 exponents), config.json's ``quantization_config``;
+    its other weights in float32, or (``half``) in bfloat16 as gpt-oss's are."""
     from safetensors.numpy import load_file, save_file
 
     torch.manual_seed(0)
-    fields = {"vocab_size": VOCAB, **GPT_OSS_FIELDS, "intermediate_size": 32}  # widths of whole 32-value blocks
-    directory, _ = save(tiny_model(transformers, "GptOssConfig", "GptOssForCausalLM", **fields), tmp_path / "mxfp4")
+    fields = {"vocab_size": VOCAB, **GPT_OSS_FIELDS, "intermediate_size": 32}  # widths of whole 32-value groups
+    model = tiny_model(transformers, "GptOssConfig", "GptOssForCausalLM", **fields)
+    directory, _ = save(model.to(torch.bfloat16) if half else model, tmp_path / "mxfp4")
     tensors = load_file(directory / "model.safetensors")
     rng = np.random.default_rng(4)
     for key in [key for key in tensors if key.endswith(("experts.gate_up_proj", "experts.down_proj"))]:
         experts, rows, cols = tensors.pop(key).shape
         tensors[f"{key}_blocks"] = rng.integers(0, 256, (experts, cols, rows // 32, 16), dtype=np.uint8)
-        tensors[f"{key}_scales"] = rng.integers(120, 130, (experts, cols, rows // 32), dtype=np.uint8)
+        tensors[f"{key}_scales"] = rng.integers(118, 125, (experts, cols, rows // 32), dtype=np.uint8)  # 2**-9..-3
     save_file(tensors, directory / "model.safetensors")
     config = json.loads((directory / "config.json").read_text())
     config["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn"]}
@@ -187,9 +189,51 @@ def _mxfp4_directory(transformers: ModuleType, torch: ModuleType, tmp_path: Path
     return directory
 
 
-def test_an_mxfp4_checkpoint_is_refused_naming_its_quantization(
+def test_an_mxfp4_checkpoint_serves_its_experts_dequantized_as_transformers_dequantizes_them(
     transformers: ModuleType, torch: ModuleType, tmp_path: Path
 ) -> None:
     directory = _mxfp4_directory(transformers, torch, tmp_path)
-    with pytest.raises(ConfigError, match=r"field 'quantization_config.quant_method' is 'mxfp4'.*dequantize"):
+    model = from_pretrained(directory)
+    reference = transformers.GptOssForCausalLM.from_pretrained(directory).eval()  # on a CPU: dequantized at load
+    for index, layer in enumerate(model.layers):  # bit for bit: every E2M1 value times 2**k is exact in float32
+        theirs = reference.model.layers[index].mlp.experts
+        np.testing.assert_array_equal(layer.mlp.experts.gate_up_proj.numpy(), theirs.gate_up_proj.detach().numpy())
+        np.testing.assert_array_equal(layer.mlp.experts.down_proj.numpy(), theirs.down_proj.detach().numpy())
+    ids = np.random.default_rng(5).integers(1, VOCAB, (2, 6)).astype(np.int64)
+    np.testing.assert_allclose(model(packrt.from_numpy(ids)).numpy(), logits(torch, reference, ids), atol=1e-4)
+    assert_greedy_matches(torch, model, reference, ids, 64)
+
+
+def test_mxfp4_experts_take_the_dtype_of_the_checkpoints_other_weights(
+    transformers: ModuleType, torch: ModuleType, tmp_path: Path
+) -> None:
+    directory = _mxfp4_directory(transformers, torch, tmp_path, half=True)
+    model = from_pretrained(directory)
+    reference = transformers.GptOssForCausalLM.from_pretrained(directory, dtype=torch.bfloat16).eval()
+    ours, theirs = model.layers[0].mlp.experts.down_proj, reference.model.layers[0].mlp.experts.down_proj
+    assert {p.dtype for p in model.parameters()} == {packrt.bfloat16}  # one dtype: no cast asked for
+    np.testing.assert_array_equal(ours.to(packrt.float32).numpy(), theirs.detach().float().numpy())  # exact
+    assert from_pretrained(directory, dtype="float32").layers[0].mlp.experts.down_proj.dtype is packrt.float32
+
+
+def test_an_mxfp4_pair_without_its_scales_is_refused_naming_the_tensor(
+    transformers: ModuleType, torch: ModuleType, tmp_path: Path
+) -> None:
+    from safetensors.numpy import load_file, save_file
+
+    quantized = _mxfp4_directory(transformers, torch, tmp_path)
+    tensors = load_file(quantized / "model.safetensors")
+    del tensors["model.layers.1.mlp.experts.down_proj_scales"]
+    save_file(tensors, quantized / "model.safetensors")
+    with pytest.raises(
+        CheckpointError, match=r"MXFP4 tensor 'model.layers.1.mlp.experts.down_proj_blocks' .* no scales"
+    ):
+        from_pretrained(quantized)
+
+
+def test_another_quantization_method_is_refused_naming_it(
+    saved: Mapping[str, tuple[Path, Any]], tmp_path: Path
+) -> None:
+    directory = _edited(saved, tmp_path, _set("quantization_config", {"quant_method": "gptq", "bits": 4}))
+    with pytest.raises(ConfigError, match=r"field 'quantization_config.quant_method' is 'gptq'.*'mxfp4'"):
         from_pretrained(directory)

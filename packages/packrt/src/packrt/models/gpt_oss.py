@@ -20,7 +20,8 @@ The experts' weights stay as the checkpoint stacks them, (experts, in, out) per 
 ``borrowed`` serves them from the mapped file; they are not packed, nor quantized by ``quantize="int8"``.
 Layers of these blocks keep the module road (the decoder's serving plan reproduces neither sinks nor experts).
 
-Refused, each by name: an MXFP4 checkpoint (config.json's ``quantization_config``: gpt-oss's published weights),
+gpt-oss's published checkpoints store the experts in MXFP4 (config.json's ``quantization_config``): they are
+dequantized to floats at load (:mod:`packrt.models.mxfp4`). Refused, each by name: another ``quant_method``,
 ``num_experts_per_tok`` above ``num_local_experts``, and what the schema refuses for every decoder (rope types,
 layer types). Parameter names: the decoder stack's, with ``layers.L.attention.sinks``, ``layers.L.mlp.router.
 {weight,bias}`` and ``layers.L.mlp.experts.{gate_up_proj,gate_up_proj_bias,down_proj,down_proj_bias}``.
@@ -49,6 +50,7 @@ from packrt.models.decoder_blocks import (
 from packrt.models.devices import host
 from packrt.models.hfconfig import HFConfig
 from packrt.models.moe import dispatch
+from packrt.models.mxfp4 import is_mxfp4
 
 LAYER_ROWS: tuple[tuple[str, str], ...] = (
     *PRE_NORM_ROWS,
@@ -164,18 +166,18 @@ class GptOssMoE(nn.Module):
 
 
 def refuse_quantized(config: HFConfig) -> None:
-    """ConfigError for a config.json with a ``quantization_config`` (gpt-oss's published MXFP4 experts): packrt
-    reads floating weights only."""
+    """ConfigError for a config.json whose ``quantization_config`` is not MXFP4 (gpt-oss's published experts,
+    dequantized at load: :mod:`packrt.models.mxfp4`): packrt reads no other quantized safetensors."""
     quantization = config.get("quantization_config")
-    if quantization is None:
+    if quantization is None or is_mxfp4(config):
         return
     method = quantization.get("quant_method") if isinstance(quantization, dict) else quantization
     raise ConfigError(
         config.describe(
             "quantization_config.quant_method",
-            f"is {method!r}: packrt does not read quantized gpt-oss experts (MXFP4 blocks and scales)",
-            "dequantize the checkpoint with transformers (GptOssForCausalLM.from_pretrained(path, "
-            "quantization_config=Mxfp4Config(dequantize=True)), then save_pretrained) and serve that copy",
+            f"is {method!r}: packrt reads gpt-oss's floating weights and its MXFP4 experts ('mxfp4') only",
+            "dequantize the checkpoint with transformers (from_pretrained, then save_pretrained without the "
+            "quantization) and serve that copy",
         )
     )
 

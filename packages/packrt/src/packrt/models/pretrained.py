@@ -18,7 +18,9 @@ The steps, each checked before the next:
    ``load_state_dict(assign=True)``: under ``"borrowed"`` the mapped files stay the only copy of
    the weights. ``dtype`` casts floating tensors (a cast is a copy, no longer the file). As
    ``packrt.io.load_checkpoint`` does, the model then checks the files it holds views of before
-   each call: a file truncated or rewritten in place is a CheckpointError, not a crash.
+   each call: a file truncated or rewritten in place is a CheckpointError, not a crash. An MXFP4
+   checkpoint's block/scale pairs (gpt-oss's experts) are planned as the floats they stand for and
+   dequantized into copies (:mod:`packrt.models.mxfp4`).
 
 Steps 2 to 4 are :func:`packrt.models.loading.load_source`, the road a GGUF file takes too: its
 header gives the config and the tensor layout, and from there it is checked, declared and bound by
@@ -46,6 +48,7 @@ from packrt.models.hfconfig import HFConfig, UnsupportedModelError, read_config
 from packrt.models.keymap import Family, KeyMap, Mapped
 from packrt.models.kinds import FAMILIES, describe, find_family, supported
 from packrt.models.loading import LoadSource, load_source
+from packrt.models.mxfp4 import MXFP4Pairs, is_mxfp4
 from packrt.models.quantization import check_quantize
 from packrt_core.dtypes import FLOATING_DTYPES, as_dtype, names_of
 from packrt_core.nn.residency import check_residency
@@ -320,13 +323,17 @@ class HFDirectory:
     config: HFConfig
     family: Family
     info: packrt_io.CheckpointInfo
+    # an MXFP4 checkpoint's pairs (gpt-oss's experts), which ``info`` lists as the float tensors they stand for
+    mxfp4: MXFP4Pairs | None = None
 
     @classmethod
     def read(cls, directory: Path, family: Family) -> HFDirectory:
         """config.json and the weights' headers (no tensor data), read once."""
         info = packrt_io.inspect_checkpoint(directory)
         config = family.model_config(read_config(directory))
-        return cls(directory, head_as_stored(config, info, family), family, info)
+        mxfp4 = MXFP4Pairs.of(info) if is_mxfp4(config) else None
+        info = info if mxfp4 is None else mxfp4.info
+        return cls(directory, head_as_stored(config, info, family), family, info, mxfp4)
 
     @property
     def name(self) -> str:
@@ -352,7 +359,13 @@ class HFDirectory:
     ) -> tuple[dict[str, packrt.Tensor], tuple[packrt_io.MappedFile, ...]]:
         plan = plan_load(info, keymap, expected, strict, self.name)
         check_dtypes(info, plan, cast, self.name)
-        return load_tensors(info, plan, cast, progress)
+        if self.mxfp4 is None:
+            return load_tensors(info, plan, cast, progress)
+        quantized = {mapped.checkpoint: key for key, mapped in plan.items() if mapped.checkpoint in self.mxfp4.names}
+        stored = {key: mapped for key, mapped in plan.items() if mapped.checkpoint not in quantized}
+        state, files = load_tensors(info, stored, cast, progress)
+        state.update(self.mxfp4.load(info.shards, quantized, cast))  # copies: dequantized
+        return state, files
 
 
 def check_pretrained(
