@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from packrt_base.blocks import BLOCK_FORMATS
-from packrt_kernels_cpu import block_tiles, blocks, compiled, float_tiles, q8_gemm, threads
+from packrt_kernels_cpu import _numba_blocks, block_tiles, blocks, compiled, float_tiles, q8_gemm, threads
 from packrt_kernels_cpu import settings as kernel_settings
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.plan import plan_linear
@@ -140,6 +140,25 @@ def test_q8_prefill_rows_take_the_vnni_gemm_as_llama_cpp_quantizes_them_the_same
     np.testing.assert_allclose(pooled, expected, rtol=1e-5, atol=1e-6 * scale)
     np.testing.assert_array_equal(pack.forward(x[:5])[3], pooled[3])  # a row's bits do not depend on the others
     np.testing.assert_array_equal(pack.forward(x[3:4].repeat(5, axis=0))[4], pooled[3])  # nor on its tile
+
+
+@pytest.mark.parametrize("name", block_tiles.FORMATS)
+def test_the_vnni_dots_give_the_avx2_dots_bits(rng: np.random.Generator, name: str) -> None:
+    vnni, avx2 = block_tiles._compile(vnni=True), block_tiles._compile(vnni=False)
+    if vnni is None or avx2 is None:
+        pytest.skip("this CPU lacks AVX512-VNNI (or AVX2): one set of dots only")
+    width = 512 if name.endswith("_K") else 96
+    raw = blocks.random_blocks(rng, name, 40, width)
+    x = (rng.standard_normal((3, width)) * rng.uniform(0.01, 30, (3, 1))).astype(np.float32)
+    q8 = np.ascontiguousarray(block_tiles.quantize_reference(x))
+    at = block_tiles.FORMATS.index(name)
+    outs = []
+    for tiles in (vnni, avx2):
+        out = np.full((3, 40), np.nan, np.float32)
+        _numba_blocks._q8_span(int(tiles.addresses[at]), q8, raw, width // 32, out, 0, 40)
+        outs.append(out)
+    assert not np.isnan(outs[0]).any()
+    np.testing.assert_array_equal(outs[0], outs[1], err_msg=f"{name}: vnni against avx2")
 
 
 @pytest.mark.parametrize("name", block_tiles.FORMATS)

@@ -6,7 +6,8 @@ sum), so each block's dot product is an integer one: ``vpmaddubsw`` multiplies 3
 signed activation bytes into 16 int16 pair sums, ``vpmaddwd`` adds those into 8 int32 lanes, and one FMA
 scales them by both blocks' scales into 8 float32 accumulators. LLVM forms neither instruction from a numba
 loop, so the dots are IR here, compiled by llvmlite for this machine on first use (:mod:`.llvm_tiles`), and
-called per (weight row, input row) from numba's loop (:mod:`._numba_blocks`).
+called per (weight row, input row) from numba's loop (:mod:`._numba_blocks`). Where the CPU has AVX512-VNNI the
+two integer steps are one ``vpdpbusd`` (on 256-bit registers): the same int32 sums, so the same bits.
 
 Activations ("q8" rows, :data:`Q8_BYTES` per block of 32), as llama.cpp's AVX2 quantization makes them: 32 int8
 values (``x * 127 / max|x|`` rounded to nearest even), the float32 scale ``d = max|x| / 127`` rounded to fp16
@@ -40,6 +41,7 @@ Q8_BYTES: Final = 44  # a q8 activation block: 32 int8, scale, scale * sum exact
 # the formats with a tile, in order
 FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
 _FEATURES = ("avx2", "fma", "f16c")
+_VNNI_FEATURES = (*_FEATURES, "avx512vl", "avx512vnni")
 # (bytes a block, where its quants start, where its 32 fifth bits are or -1)
 _LAYOUT: Final[dict[str, tuple[int, int, int]]] = {
     "Q4_0": (18, 2, -1),
@@ -70,7 +72,25 @@ def _halves(lines: list[str], names: tuple[str, str], pointer: str) -> None:
             lines += [f"  %{name} = extractelement <2 x float> %{names[0] or names[1]}_f, i64 {lane}"]
 
 
-def _dot_ir(name: str, block_format: str) -> str:
+def _int_dot(lines: list[str], tag: str, weights: str, x: str, vnni: bool) -> None:
+    """``%p8{tag}`` (8 x i32): each lane the sum of four adjacent products of unsigned ``weights`` bytes and signed
+    ``x`` bytes. AVX2: ``vpmaddubsw`` into int16 pairs (which never saturate here: a weight is at most 31, or 128
+    for Q8_0's magnitudes, against |x| <= 127), then ``vpmaddwd`` by ones; VNNI: one ``vpdpbusd``, the same int32s."""
+    if vnni:
+        lines += [
+            f"  %wd{tag} = bitcast <32 x i8> {weights} to <8 x i32>",
+            f"  %xd{tag} = bitcast <32 x i8> {x} to <8 x i32>",
+            f"  %p8{tag} = call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32> zeroinitializer, "
+            f"<8 x i32> %wd{tag}, <8 x i32> %xd{tag})",
+        ]
+        return
+    lines += [
+        f"  %p16{tag} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {weights}, <32 x i8> {x})",
+        f"  %p8{tag} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16{tag}, <16 x i16> {_splat('i16', 1, 16)})",
+    ]
+
+
+def _dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
     """``out[0] = sum over nb blocks of dot(weight block, q8 block)`` for one weight row at ``w`` and one q8 row at
     ``x``; the tile signature ``(out, ldo, w, lda, x, nb)`` (``ldo``, ``lda`` unused)."""
     size, quants, fifth = _LAYOUT[block_format]
@@ -101,8 +121,8 @@ def _dot_ir(name: str, block_format: str) -> str:
             "  %wq = load <32 x i8>, ptr %qp, align 1",
             "  %wa = call <32 x i8> @llvm.abs.v32i8(<32 x i8> %wq, i1 false)",
             "  %xs = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x32, <32 x i8> %wq)",
-            "  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %wa, <32 x i8> %xs)",
         ]
+        _int_dot(lines, "", "%wa", "%xs", vnni)
     else:
         order = "<" + ", ".join(f"i32 {i}" for i in range(32)) + ">"
         lines += [
@@ -119,10 +139,8 @@ def _dot_ir(name: str, block_format: str) -> str:
                 f"  %high = select <32 x i1> %hbits, <32 x i8> {_splat('i8', 16, 32)}, <32 x i8> zeroinitializer",
                 "  %w32f = or <32 x i8> %w32, %high",
             ]
-        weights = "%w32f" if fifth >= 0 else "%w32"
-        lines += [f"  %p16 = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {weights}, <32 x i8> %x32)"]
+        _int_dot(lines, "", "%w32f" if fifth >= 0 else "%w32", "%x32", vnni)
     lines += [
-        f"  %p8 = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16, <16 x i16> {_splat('i16', 1, 16)})",
         "  %pf = sitofp <8 x i32> %p8 to <8 x float>",
         "  %s = fmul float %d, %dx",
         "  %s0 = insertelement <8 x float> poison, float %s, i64 0",
@@ -188,7 +206,7 @@ def _q8_block(lines: list[str], tag: str, block: int) -> None:
     ]
 
 
-def _k_dot_ir(name: str, block_format: str) -> str:
+def _k_dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
     """Q4_K and Q6_K: one super-block of 256 weights a loop step (``nb`` counts blocks of 32), each 32 weights
     against their own q8 block (finer than llama.cpp's one scale per 256 activations); Q4_K's mins through the
     q8 blocks' exact sums, Q6_K's signed 6-bit weights (less 32) times the activations carrying their signs."""
@@ -207,7 +225,6 @@ def _k_dot_ir(name: str, block_format: str) -> str:
         f"  %xoff = mul i64 %b, {8 * Q8_BYTES}",
         "  %xp = getelementptr i8, ptr %x, i64 %xoff",
     ]
-    ones = _splat("i16", 1, 16)
     chunks: list[tuple[str, str]] = []  # (weights <32 x i8>, how they are multiplied: "u" unsigned or "s" signed)
     if block_format == "Q4_K":
         lines += []
@@ -256,8 +273,7 @@ def _k_dot_ir(name: str, block_format: str) -> str:
     for j, (weights, kind) in enumerate(chunks):
         _q8_block(lines, str(j), j)
         if kind == "u":
-            lines += [f"  %p16_{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> {weights}, <32 x i8> %x{j})"]
-            lines += [f"  %p8_{j} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16_{j}, <16 x i16> {ones})"]
+            _int_dot(lines, f"_{j}", weights, f"%x{j}", vnni)
             lines += [f"  %dsc{j} = fmul float %d, %sc{j}", f"  %s{j} = fmul float %dsc{j}, %dx{j}"]
         else:
             h, t = divmod(j, 4)
@@ -309,7 +325,8 @@ def _k_dot_ir(name: str, block_format: str) -> str:
     return "\n".join(lines)
 
 
-_DECLARATIONS = """declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
+_DECLARATIONS = """declare <8 x i32> @llvm.x86.avx512.vpdpbusd.256(<8 x i32>, <8 x i32>, <8 x i32>)
+declare <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>, <32 x i8>)
 declare <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16>, <16 x i16>)
 declare <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8>, <32 x i8>)
 declare <32 x i8> @llvm.abs.v32i8(<32 x i8>, i1)
@@ -318,16 +335,22 @@ declare float @llvm.fma.f32(float, float, float)
 declare float @llvm.vector.reduce.fadd.v8f32(float, <8 x float>)"""
 
 
-def _compile() -> llvm_tiles.Tiles | None:
+def _source(vnni: bool) -> tuple[str, list[str]]:
     names = [f"packrt_block_dot_{f.lower()}" for f in FORMATS]
-    source = "\n".join(
-        [
-            _DECLARATIONS,
-            *((_k_dot_ir if f.endswith("_K") else _dot_ir)(name, f) for name, f in zip(names, FORMATS, strict=True)),
-            'attributes #0 = { nounwind "target-features"="+avx2,+fma,+f16c" }',
-        ]
-    )
-    return llvm_tiles.compile_tiles(source, names, _FEATURES)
+    dots = ((_k_dot_ir if f.endswith("_K") else _dot_ir)(name, f, vnni) for name, f in zip(names, FORMATS, strict=True))
+    features = ",".join(f"+{name}" for name in (_VNNI_FEATURES if vnni else _FEATURES))
+    return "\n".join([_DECLARATIONS, *dots, f'attributes #0 = {{ nounwind "target-features"="{features}" }}']), names
+
+
+def _compile(vnni: bool | None = None) -> llvm_tiles.Tiles | None:
+    """The dots for this CPU: with one ``vpdpbusd`` per 32 weights where it has AVX512-VNNI (on 256-bit registers,
+    the same integer sums: the same bits, Q5_0 ~8% faster on Zen 4), else the AVX2 pair; ``vnni`` forces one."""
+    for chosen in (True, False) if vnni is None else (vnni,):
+        source, names = _source(chosen)
+        tiles = llvm_tiles.compile_tiles(source, names, _VNNI_FEATURES if chosen else _FEATURES)
+        if tiles is not None:
+            return tiles
+    return None
 
 
 _tiles = llvm_tiles.OnFirstUse(_compile).get
