@@ -48,6 +48,7 @@ def test_an_unknown_model_type_is_named_with_the_supported_ones(tmp_path: Path) 
         "modernbert",
         "gemma3",
         "qwen3_moe",
+        "gpt_oss",
         "ministral",
         "smollm3",
         "granite",
