@@ -286,6 +286,126 @@ class ToNoneRefused:
         return super().to(*args, **kwargs)  # type: ignore[misc]
 
 
+# -- more registration, walks, hooks, repr, placement ----------------------------------------------
+@mutant("add-module-refuses-none", {"add_module.none-slot", "register_module.same-as-add-module"}, "test_registration")
+class AddModuleRefusesNone:
+    """add_module(name, None) raises instead of filing an empty slot (register_module, which is
+    add_module, refuses it with it)."""
+
+    def add_module(self, name: str, module: Any) -> None:
+        if module is None:
+            raise TypeError(f"add_module({name!r}, None): a Module is expected")  # the fault
+        super().add_module(name, module)  # type: ignore[misc]
+
+
+def _wrapping(registration: str, wrap: Callable[[Callable[..., Any], dict[str, bool]], Callable[..., Any]]) -> type:
+    """A fault base whose ``registration`` method registers ``wrap(hook, flags)`` instead of the hook."""
+
+    class Wrapping:
+        pass
+
+    def register(self: Any, hook: Callable[..., Any], **flags: bool) -> Any:
+        return getattr(super(Wrapping, self), registration)(wrap(hook, flags), **flags)
+
+    setattr(Wrapping, registration, register)
+    return Wrapping
+
+
+def _tuple_result_dropped(hook: Callable[..., Any], flags: dict[str, bool]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        result = hook(*args)
+        return None if isinstance(result, tuple) and not flags.get("with_kwargs") else result  # the fault
+
+    return run
+
+
+@mutant("pre-hook-tuple-ignored", {"register_forward_pre_hook.value-replaces-args"}, "test_hooks")
+class PreHookTupleIgnored(_wrapping("register_forward_pre_hook", _tuple_result_dropped)):
+    """A pre-hook's tuple of new arguments is dropped: forward gets the old ones."""
+
+
+def _truthy_result_dropped(hook: Callable[..., Any], flags: dict[str, bool]) -> Callable[..., Any]:
+    def run(*args: Any) -> Any:
+        result = hook(*args)
+        return None if result else result  # the fault
+
+    return run
+
+
+@mutant("hook-truthy-value-ignored", {"register_forward_hook.value-replaces-output"}, "test_hooks")
+class HookTruthyValueIgnored(_wrapping("register_forward_hook", _truthy_result_dropped)):
+    """A forward hook's non-empty return value is dropped: the output stays forward's."""
+
+
+def _kwargs_hidden(hook: Callable[..., Any], flags: dict[str, bool]) -> Callable[..., Any]:
+    if not flags.get("with_kwargs") or flags.get("always_call"):
+        return hook
+
+    def run(module: Any, args: Any, kwargs: Any, out: Any) -> Any:
+        return hook(module, args, {}, out)  # the fault
+
+    return run
+
+
+@mutant("hook-kwargs-hidden", {"register_forward_hook.with-kwargs"}, "test_hooks")
+class HookKwargsHidden(_wrapping("register_forward_hook", _kwargs_hidden)):
+    """A with_kwargs forward hook receives an empty keyword dict."""
+
+
+def _new_kwargs_dropped(hook: Callable[..., Any], flags: dict[str, bool]) -> Callable[..., Any]:
+    if not flags.get("with_kwargs"):
+        return hook
+
+    def run(module: Any, args: Any, kwargs: Any) -> Any:
+        result = hook(module, args, kwargs)
+        return None if result is None else (result[0], kwargs)  # the fault: the new keywords are dropped
+
+    return run
+
+
+@mutant("pre-hook-new-kwargs-dropped", {"register_forward_pre_hook.with-kwargs"}, "test_hooks")
+class PreHookNewKwargsDropped(_wrapping("register_forward_pre_hook", _new_kwargs_dropped)):
+    """A with_kwargs pre-hook's replacement keywords are dropped (its new arguments are kept)."""
+
+
+@mutant("repr-children-reversed", {"module.order.repr", "module.dedup.repr"}, "test_tree_ops")
+class ReprChildrenReversed:
+    """The repr lists the children from the last registered to the first (a shared child then prints
+    under its last name)."""
+
+    def _repr(self, seen: set[Any]) -> str:
+        held = self._modules  # type: ignore[has-type]
+        object.__setattr__(self, "_modules", dict(reversed(list(held.items()))))  # the fault
+        try:
+            text: str = super()._repr(seen)  # type: ignore[misc]
+        finally:
+            object.__setattr__(self, "_modules", held)
+        return text
+
+
+class _SwallowRefusal:
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().to(*args, **kwargs)  # type: ignore[misc]
+        except Exception as err:
+            if "quantiz" not in str(err).lower():
+                raise
+            return self  # the fault: a quantized layer's refusal is swallowed
+
+
+@mutant("to-refusal-swallowed", {"to.refusal-raises"}, "test_placement")
+class ToRefusalSwallowed(_SwallowRefusal):
+    """A layer's refusal of a placement is swallowed: to() returns the module unchanged."""
+
+
+def _swallowing_quantized_linear(self: Any, in_features: int, out_features: int) -> Any:
+    cls = type("QuantizedLinear", (_SwallowRefusal, self._packrt.nn.QuantizedLinear), {})
+    return cls(in_features, out_features, device=self.device)
+
+
+ToRefusalSwallowed.quantized_linear = _swallowing_quantized_linear  # type: ignore[attr-defined]  # its layer too
+
+
 MUTANTS: tuple[type[Mutant], ...] = (
     ApplyReturnsNone,
     ApplyParentFirst,
@@ -311,5 +431,12 @@ MUTANTS: tuple[type[Mutant], ...] = (
     StateDictPrefixIgnored,
     LinearExtraReprEmpty,
     ToNoneRefused,
+    AddModuleRefusesNone,
+    PreHookTupleIgnored,
+    HookTruthyValueIgnored,
+    HookKwargsHidden,
+    PreHookNewKwargsDropped,
+    ReprChildrenReversed,
+    ToRefusalSwallowed,
 )
 """The backlog's mutants, in the order the suite's own tests run them."""
