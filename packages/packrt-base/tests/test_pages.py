@@ -3,6 +3,7 @@ edit made through a writeable view survives, and memory of an array's own is nev
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 from pathlib import Path
 
@@ -11,7 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packrt_base.pages import PAGE, mapping_under, pagemap_readable, release_pages, release_unserved_pages
+from packrt_base.pages import (
+    PAGE,
+    mapping_under,
+    pagemap_readable,
+    release_library_pages,
+    release_pages,
+    release_unserved_pages,
+)
 
 pytestmark = pytest.mark.skipif(not pagemap_readable(), reason="no readable pagemap here (Linux's, unhardened)")
 
@@ -134,3 +142,52 @@ def test_what_a_model_still_serves_keeps_its_pages_and_the_rest_of_the_file_goes
     assert resident(mapped).tolist() == [page == 5 for page in range(PAGES)]
     assert mapped.tobytes() == content
     assert release_unserved_pages([own]) == 0
+
+
+def _library(tmp_path: Path, content: bytes, prot: int) -> tuple[str, mmap.mmap, np.ndarray]:
+    """A file mapped privately with ``prot`` as a loader maps a library's segments, every page read once: its
+    unique name, the mapping and a uint8 view of it."""
+    name = f"libpackrt-test-{tmp_path.name}.so"
+    path = tmp_path / name
+    path.write_bytes(content)
+    with open(path, "rb" if prot == mmap.PROT_READ else "r+b") as handle:
+        mapping = mmap.mmap(handle.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=prot)
+    view = np.frombuffer(mapping, np.uint8)
+    view.sum()
+    return name, mapping, view
+
+
+def test_a_librarys_unwritten_pages_leave_the_resident_set_and_read_back_its_bytes(
+    tmp_path: Path, content: bytes
+) -> None:
+    name, _, view = _library(tmp_path, content, mmap.PROT_READ)
+    assert resident(view).all()
+    assert release_library_pages(name) == PAGES * PAGE
+    assert not resident(view).any()
+    assert view.tobytes() == content, "a dropped page of code faults back in with the file's bytes"
+
+
+def test_a_library_page_its_loader_wrote_keeps_what_was_written(tmp_path: Path, content: bytes) -> None:
+    """A loader relocates some pages of a library (copies of their own) and then makes them read-only: those
+    hold what was written, and dropping them would hand the file's unrelocated bytes back."""
+    name, mapping, view = _library(tmp_path, content, mmap.PROT_READ | mmap.PROT_WRITE)
+    mapping[3] = (content[3] + 1) % 256  # page 0 now a copy of its own
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(view.__array_interface__["data"][0], PAGES * PAGE, mmap.PROT_READ) == 0
+    assert release_library_pages(name) == (PAGES - 1) * PAGE
+    assert resident(view)[0] and not resident(view)[1:].any()
+    assert view[3] == (content[3] + 1) % 256 and view[PAGE:].tobytes() == content[PAGE:]
+
+
+def test_writeable_and_shared_mappings_of_a_library_and_unknown_names_release_nothing(
+    tmp_path: Path, content: bytes
+) -> None:
+    name, _, view = _library(tmp_path, content, mmap.PROT_READ | mmap.PROT_WRITE)
+    assert release_library_pages(name) == 0 and resident(view).all()
+    path = tmp_path / name
+    with open(path, "rb") as handle:
+        shared = np.frombuffer(mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ), np.uint8)
+    shared.sum()
+    assert release_library_pages(name) == 0 and resident(shared).all()
+    assert release_library_pages("no-library-by-this-name") == 0

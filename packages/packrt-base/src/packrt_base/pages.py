@@ -9,14 +9,17 @@ a later read of the view faults them back in with the same bytes.
 
 Only pages that still hold the file's bytes are dropped. A page written through a writeable view holds the
 edit in memory of its own (an anonymous copy-on-write page); dropping it would throw the edit away and hand the
-file's bytes back in its place, so such pages are left resident. Linux's ``/proc/self/pagemap`` says which page
-is which (bit 63: present, bit 61: file page; both readable without privileges since Linux 4.2). Where the
+file's bytes back in its place, so such pages are left resident (:func:`release_library_pages` does the same for
+a shared library's code once nobody runs it). Linux's ``/proc/self/pagemap`` says which page is which (bit 63:
+present, bit 61: file page; both readable without privileges since Linux 4.2). Where the
 pagemap cannot be read (another OS, a hardened kernel) nothing is dropped: the pages stay as before, so the
 answer is always correct, and memory is only what it was without the call.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import mmap
 import os
 import sys
@@ -101,6 +104,55 @@ def release_unserved_pages(served: Iterable[Any]) -> int:
             views.append(view)
             mappings[id(mapping)] = mapping
     return sum(release_pages(np.frombuffer(m, np.uint8), keep=views) for m in mappings.values())
+
+
+def release_library_pages(name: str) -> int:
+    """Drop from the resident set the pages of the shared libraries mapped in this process whose path holds
+    ``name`` (``"libllvmlite"``) that still hold the file's bytes: their code and read-only data, read back from the
+    page cache when next run. Pages a library's loader wrote (its relocations, copies on write of their own) and
+    every writeable mapping stay, so nothing the library holds in memory is lost. Returns the bytes dropped (0
+    off Linux or where the pagemap cannot be read).
+
+    For a library that is run in bursts and then not at all for long: a JIT compiler's, once what it compiled
+    is in place."""
+    if not sys.platform.startswith("linux") or not name:
+        return 0
+    try:
+        with open("/proc/self/maps") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return 0
+    released = 0
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) < 6 or name not in fields[5] or fields[1][1] != "-" or fields[1][3] != "p":
+            continue  # another file, a writeable mapping, or a shared one
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        flags = _page_flags(low, (high - low) // PAGE)
+        if flags is not None:
+            released += _drop_clean(low, flags)
+    return released
+
+
+def _drop_clean(low: int, flags: np.ndarray[Any, np.dtype[np.uint64]]) -> int:
+    """madvise(MADV_DONTNEED) each run of present file pages (by ``flags``) of the private mapping from ``low``."""
+    clean = np.flatnonzero((flags & _PRESENT).astype(bool) & (flags & _FILE_PAGE).astype(bool))
+    if clean.size == 0:
+        return 0
+    libc = _libc()
+    dropped = 0
+    for run in np.split(clean, np.flatnonzero(np.diff(clean) != 1) + 1):
+        if libc.madvise(low + int(run[0]) * PAGE, int(run.size) * PAGE, mmap.MADV_DONTNEED) == 0:
+            dropped += int(run.size) * PAGE
+    return dropped
+
+
+@functools.cache
+def _libc() -> Any:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    libc.madvise.restype = ctypes.c_int
+    return libc
 
 
 def pagemap_readable() -> bool:

@@ -18,7 +18,7 @@ import importlib
 import threading
 from typing import Any
 
-from packrt_kernels_cpu import openmp, settings, threads
+from packrt_kernels_cpu import compiler_pages, openmp, settings, threads
 
 PARALLEL_MIN = 1 << 18  # elements below which a kernel runs on the calling thread only
 
@@ -57,6 +57,7 @@ def launch(name: str, work: int, *args: Any, loops: Any = None, least: int = PAR
     the calling thread (``name_serial``), as always inside :func:`threads.on_this_thread`. A parallel
     region waits for every thread it wakes, and on a busy machine one of them is often descheduled, so
     a small kernel costs less on one thread than on two; a pool of one only adds the region's cost."""
+    compiler_pages.settle()  # the JIT compiler's pages go once it has been idle a while
     loaded = kernels() if loops is None else loops
     parallel = work >= least and int(_state["pool"]) > 1 and not threads.serial()
     getattr(loaded, name if parallel else name + "_serial")(*args)
@@ -125,6 +126,7 @@ def _load() -> Any:
         except (ImportError, OSError):  # no numba here (or its LLVM cannot load): numpy's road only
             loaded = None
         if loaded is not None:
+            compiler_pages.listen_to_numba()
             with openmp.thread_counts_kept():
                 loaded.num_threads()  # starts numba's pool now, inside the guard
         _state["pool"] = 1 if loaded is None else loaded.num_threads()

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from packrt_kernels_cpu import compiler_pages
+
 PANEL = 32  # output columns of a tile: two 16-lane registers per row (the helpers' two vectors, 64 bytes each)
 
 
@@ -46,6 +48,7 @@ def compile_tiles(source: str, names: Sequence[str], features: Sequence[str]) ->
         import llvmlite.binding as llvm  # type: ignore[import-untyped]
     except ImportError:
         return None
+    compiler_pages.compiler_ran()  # LLVM's pages are read in from here on (handed back once it is idle)
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     host = llvm.get_host_cpu_features()
@@ -64,6 +67,7 @@ def compile_tiles(source: str, names: Sequence[str], features: Sequence[str]) ->
     engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
     engine.add_object_file(llvm.ObjectFileRef.from_data(code))
     engine.finalize_object()
+    compiler_pages.compiler_ran()
     return Tiles(engine, np.array([engine.get_function_address(name) for name in names], np.int64))
 
 
