@@ -109,6 +109,8 @@ class BlockDecodeStep:
         if 0 in found:
             return None
         mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
+        if key_mask is not None and (mask.ndim != 2 or mask.shape[0] != rows or mask.shape[1] <= position):
+            return None  # the kernel reads a row of the mask per sequence, up to the step's position
         pool = compiled.pool_size() > 1 and not threads.serial()
         ints = np.array(
             [self.heads, self.kv_heads, self.dim, position, first, self.activation, pool, Q8_PARALLEL, PARALLEL_MIN],
