@@ -20,7 +20,7 @@ from peers import VOCAB, perturb_norms, tiny_model
 import packrt
 from packrt import nn
 from packrt.models import from_pretrained
-from packrt_kernels_cpu import decode
+from packrt_kernels_cpu import block_tiles, decode
 from packrt_kernels_cpu import settings as kernel_settings
 
 WIDTHS = {"vocab_size": VOCAB, "hidden_size": 64, "intermediate_size": 128, "max_position_embeddings": 64}
@@ -46,6 +46,8 @@ FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "phi3": ("Phi3Config", "Phi3ForCausalLM", GROUPED),  # fused qkv_proj and gate_up_proj
 }
 STEP_LINE = "a one-token step: the whole layer in one compiled call"
+# the step runs on the q8 dot tiles, which need numba's kernels (not under PACKRT_NUMBA=0) and AVX2
+pytestmark = pytest.mark.skipif(not block_tiles.available(), reason="no q8 dot tiles here (numba off, or no AVX2)")
 
 
 @pytest.fixture(scope="module")

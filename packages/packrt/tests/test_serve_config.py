@@ -23,6 +23,12 @@ def _toml(tmp_path: Path, text: str) -> Path:
 
 
 @pytest.fixture
+def starting() -> None:
+    """A test whose ``packrt serve`` gets as far as starting the server: the command checks the serve extra first."""
+    pytest.importorskip("fastapi", reason="packrt serve needs the serve extra (pip install 'packrt[serve]')")
+
+
+@pytest.fixture
 def served(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     """What ``packrt serve`` would start a server with: packrt.serve.serve's arguments, one dict per call."""
     calls: list[dict[str, Any]] = []
@@ -40,6 +46,7 @@ def test_every_option_of_packrt_serve_is_a_key_of_the_config_file() -> None:
     assert flags == set(keys())
 
 
+@pytest.mark.usefixtures("starting")
 def test_the_command_line_wins_over_the_file_and_the_file_over_the_defaults(
     tmp_path: Path, served: list[dict[str, Any]]
 ) -> None:
@@ -114,6 +121,7 @@ def test_a_bad_bound_on_the_command_line_is_still_a_usage_error(
     assert "ServeLimits.max_queued_requests must be a positive number, got 0" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("starting")
 def test_dtype_and_quantize_reach_the_load_from_the_flags_or_the_file(
     tmp_path: Path, served: list[dict[str, Any]]
 ) -> None:
