@@ -141,8 +141,7 @@ class DecoderLayerPlan:
         self.record = dispatch.kernels_for(self.device)
         self.nbytes = 0
         joined = self._plan(layer)
-        norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
-        self.nbytes += sum(a.nbytes for n in norms if n is not None for a in (n.w, n.b) if a is not None)
+        self.nbytes += sum(a.nbytes for n in self._norms() if n is not None for a in (n.w, n.b) if a is not None)
         what = "q, k, v" + (" and gate, up" if self.rotary else "")
         self.fused = (
             f"{what}: one GEMM each, the layers' packs views of its weight"
@@ -207,11 +206,15 @@ class DecoderLayerPlan:
         # one projection needs no join (phi3's qkv_proj, gpt2's qkv)
         return (qkv_extra >= 0 or len(projections) == 1) and (up_extra >= 0 or len(self.up) == 1)
 
+    def _norms(self) -> tuple[_Norm | None, ...]:
+        """Every norm the layer applies: before each branch (None: olmo2 has none), per head, after each branch."""
+        return (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
+
     def _stepper(self) -> DecodeStep | None:
         """The device's one-call decode step for this layer (:class:`~packrt_base.plan.DecodeLayer`), where it has
         one and the layer is a rotary one with RMS norms throughout."""
         make = self.kernels.decode_layer
-        norms = (self.norm1, self.norm2, *(self.head_norms or ()), *(self.post_norms or ()))
+        norms = self._norms()
         if (
             make is None
             or not self.rotary
