@@ -46,14 +46,18 @@ MUTANTS = tuple(m for name in MUTANT_FILES for m in _load_mutants(name).MUTANTS)
 
 
 def _env() -> dict[str, str]:
+    """The runs' environment, taken in the calling thread: pytest rewrites ``PYTEST_CURRENT_TEST`` on every
+    test, so copying ``os.environ`` from a worker thread can race with it (KeyError mid-copy)."""
     path = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
+    env = {**os.environ, "PYTHONPATH": path}
+    env.pop("PYTEST_CURRENT_TEST", None)
+    return env
 
 
 Run = tuple[int, str, dict[str, str]]
 
 
-def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...]) -> Run:
+def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...], env: dict[str, str]) -> Run:
     """Run the shipped suite's ``files`` against ``impl``; return the exit code, output and outcomes."""
     import subprocess
 
@@ -62,7 +66,7 @@ def _run(tmp: Path, impl: str, revision: int, files: tuple[str, ...]) -> Run:
     cmd += ["--max-examples", "5", "--report-json", str(report), "-q"]
     if files:
         cmd += ["-k", " or ".join(files)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=tmp, timeout=300, check=False)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp, timeout=300, check=False)
     output = proc.stdout + proc.stderr
     assert report.exists(), f"{impl}: no report written (exit {proc.returncode}):\n{output[-3000:]}"
     data = json.loads(report.read_text(encoding="utf-8"))
@@ -85,7 +89,7 @@ def test_every_mutant_names_known_clauses_of_its_revision() -> None:
 def test_real_packrt_passes_every_clause_a_mutant_breaks(tmp_path: Path, revision: int) -> None:
     broken = {cid for m in MUTANTS if m.revision_under_test == revision for cid in m.breaks}
     files = tuple(sorted({f for m in MUTANTS if m.revision_under_test == revision for f in m.suite_files}))
-    code, output, outcomes = _run(tmp_path, "packrt", revision, files)
+    code, output, outcomes = _run(tmp_path, "packrt", revision, files, _env())
     assert code == 0, output[-3000:]
     assert {cid: outcomes[cid] for cid in broken if outcomes[cid] != "pass"} == {}
 
@@ -100,9 +104,10 @@ def mutant_runs(
     tmp = tmp_path_factory.mktemp("mutants")
     workers = int(os.environ.get("PACKRT_MUTANT_WORKERS", "0")) or max(2, min(4, os.cpu_count() or 2))
     pool = ThreadPoolExecutor(max_workers=workers)
+    env = _env()
     selected = {item.callspec.id for item in request.session.items if hasattr(item, "callspec")}
     runs = {
-        m.__name__: pool.submit(_run, tmp, f"{m.__module__}:{m.__name__}", m.revision_under_test, m.suite_files)
+        m.__name__: pool.submit(_run, tmp, f"{m.__module__}:{m.__name__}", m.revision_under_test, m.suite_files, env)
         for m in MUTANTS
         if m.__name__ in selected
     }
