@@ -110,7 +110,7 @@ def test_float_prefill_rows_over_whole_panels_take_the_tiles_with_the_same_bits_
         pooled = pack.forward(x)
         with threads.on_this_thread():
             np.testing.assert_array_equal(pack.forward(x), pooled)
-        fifth = pack.forward(x[:5])[3]
+        fifth = pack.forward(x[: blocks.ROW_LOOP_ROWS + 1])[3]  # the fewest rows the prefill road takes
     expected = x.astype(np.float64) @ gguf_weights(name, b).T.astype(np.float64)
     rtol, atol = ROAD_TOLERANCES["float32"]
     scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
@@ -138,8 +138,9 @@ def test_q8_prefill_rows_take_the_vnni_gemm_as_llama_cpp_quantizes_them_the_same
     expected = q8_expected(x, name, b) + bias
     scale = float(np.abs(x).sum(axis=1).max() * np.abs(gguf_weights(name, b)).max())
     np.testing.assert_allclose(pooled, expected, rtol=1e-5, atol=1e-6 * scale)
-    np.testing.assert_array_equal(pack.forward(x[:5])[3], pooled[3])  # a row's bits do not depend on the others
-    np.testing.assert_array_equal(pack.forward(x[3:4].repeat(5, axis=0))[4], pooled[3])  # nor on its tile
+    fewest = blocks.ROW_LOOP_ROWS + 1  # the fewest rows the prefill road takes
+    np.testing.assert_array_equal(pack.forward(x[:fewest])[3], pooled[3])  # a row's bits do not depend on the others
+    np.testing.assert_array_equal(pack.forward(x[3:4].repeat(fewest, axis=0))[4], pooled[3])  # nor on its tile
 
 
 @pytest.mark.parametrize("name", block_tiles.FORMATS)
@@ -151,14 +152,34 @@ def test_the_vnni_dots_give_the_avx2_dots_bits(rng: np.random.Generator, name: s
     raw = blocks.random_blocks(rng, name, 40, width)
     x = (rng.standard_normal((3, width)) * rng.uniform(0.01, 30, (3, 1))).astype(np.float32)
     q8 = np.ascontiguousarray(block_tiles.quantize_reference(x))
-    at = block_tiles.FORMATS.index(name)
+    at = 2 * block_tiles.FORMATS.index(name)
     outs = []
     for tiles in (vnni, avx2):
         out = np.full((3, 40), np.nan, np.float32)
-        _numba_blocks._q8_span(int(tiles.addresses[at]), q8, raw, width // 32, out, 0, 40)
+        _numba_blocks._q8_span(
+            np.array([*tiles.addresses[at : at + 2], block_tiles.TILE_ROWS]), q8, raw, width // 32, out, 0, 40
+        )
         outs.append(out)
     assert not np.isnan(outs[0]).any()
     np.testing.assert_array_equal(outs[0], outs[1], err_msg=f"{name}: vnni against avx2")
+
+
+@pytest.mark.skipif(not block_tiles.available(), reason="no q8 dot tiles here (numba off, or no AVX2)")
+@pytest.mark.parametrize("name", block_tiles.FORMATS)
+def test_the_many_row_dot_tile_gives_each_row_the_one_row_tiles_bits(rng: np.random.Generator, name: str) -> None:
+    """A batch of decode rows is one call per TILE_ROWS rows, each weight block unpacked once for them all; each
+    row's outputs are still the bits it gets alone (so a sequence decodes the same in any batch)."""
+    width, rows = (512 if name.endswith("_K") else 160), 2 * block_tiles.TILE_ROWS + 1
+    raw = blocks.random_blocks(rng, name, 24, width)
+    x = (rng.standard_normal((rows, width)) * rng.uniform(0.01, 30, (rows, 1))).astype(np.float32)
+    q8 = np.ascontiguousarray(block_tiles.quantize_reference(x))
+    tiles = block_tiles.addresses(name)
+    together = np.full((rows, 30), np.nan, np.float32)[:, 3:27]  # outputs in a wider buffer: rows 120 bytes apart
+    _numba_blocks._q8_span(tiles, q8, raw, width // 32, together, 0, 24)
+    for i in range(rows):
+        alone = np.full((1, 24), np.nan, np.float32)
+        _numba_blocks._q8_span(tiles, q8[i : i + 1], raw, width // 32, alone, 0, 24)
+        np.testing.assert_array_equal(together[i], alone[0], err_msg=f"{name}: row {i} of {rows}")
 
 
 @pytest.mark.parametrize("name", block_tiles.FORMATS)
@@ -199,7 +220,11 @@ def test_the_output_has_the_inputs_dtype_and_leading_shape(rng: np.random.Genera
     x = rng.standard_normal((2, 3, 64)).astype(dtype)
     got = blocks.pack_block_linear(b, "Q4_1", 64).forward(x)
     assert got.dtype == np.dtype(dtype) and got.shape == (2, 3, 8)
-    expected = x.astype(np.float64) @ gguf_weights("Q4_1", b).T.astype(np.float64)
+    flat = x.reshape(6, 64)
+    if np.dtype(dtype) != np.float64 and block_tiles.available():  # half inputs multiply as float32: q8 road
+        expected = q8_expected(flat.astype(np.float32), "Q4_1", b).reshape(2, 3, 8)
+    else:
+        expected = (flat.astype(np.float64) @ gguf_weights("Q4_1", b).T.astype(np.float64)).reshape(2, 3, 8)
     np.testing.assert_allclose(got.astype(np.float64), expected, rtol=ROAD_TOLERANCES[np.dtype(dtype).name][0] * 4)
 
 

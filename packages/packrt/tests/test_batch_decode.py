@@ -318,7 +318,7 @@ def test_smollm2_gguf_decodes_eight_sequences_in_groups_of_its_exact_rows_each_a
 
     lm = from_pretrained(smollm2_gguf)
     assert isinstance(lm, CausalLM)
-    assert exact_rows(lm) == 4  # Q4_1 blocks: up to 4 rows on the single row's road
+    assert exact_rows(lm) == 8  # Q4_1 blocks: up to 8 rows on the single row's road (one forward takes all eight)
     tokenizer = load_tokenizer(smollm2_gguf)
     texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time,", "Water boils at"]
     texts += ["My favourite colour is", "In 1969, the first man", "Python is a language that", "The best way"]

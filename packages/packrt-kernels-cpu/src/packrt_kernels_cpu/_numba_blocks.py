@@ -375,18 +375,25 @@ def _q8_row(x: Array, out: Array) -> None:
 
 
 @_serial
-def _q8_span(tile: int, x8: Array, blocks: Array, nb: int, out: Array, lo: int, hi: int) -> None:
-    """``out[:, lo:hi]``: one tile call per (weight row, input row)."""
+def _q8_span(tiles: Array, x8: Array, blocks: Array, nb: int, out: Array, lo: int, hi: int) -> None:
+    """``out[:, lo:hi]``: per weight row, one call of the many-row tile ``tiles[1]`` per ``tiles[2]`` input rows, of
+    the one-row tile ``tiles[0]`` per row left (each row's bits are the same on either). The row count travels
+    with the addresses: a constant here would be cached with this loop's machine code, apart from the tiles."""
     o, w, x = out.ctypes.data, blocks.ctypes.data, x8.ctypes.data
     so, sw, sx = out.strides[0], blocks.strides[0], x8.strides[0]
-    column = out.strides[1]
+    column, n, many = out.strides[1], x8.shape[0], tiles[2]
     for r in range(lo, hi):
-        for i in range(x8.shape[0]):
-            call_tile(tile, o + i * so + r * column, 0, w + r * sw, 0, x + i * sx, nb)
+        i = 0
+        while i + many <= n:
+            call_tile(tiles[1], o + i * so + r * column, so, w + r * sw, sx, x + i * sx, nb)
+            i += many
+        while i < n:
+            call_tile(tiles[0], o + i * so + r * column, 0, w + r * sw, 0, x + i * sx, nb)
+            i += 1
 
 
-def _block_q8_rows(x: Array, blocks: Array, tile: int, out: Array) -> None:
-    """``out = x @ W^T`` for a few rows of float32 ``x``, through q8 activations and the format's tile."""
+def _block_q8_rows(x: Array, blocks: Array, tiles: Array, out: Array) -> None:
+    """``out = x @ W^T`` for a few rows of float32 ``x``, through q8 activations and the format's tiles."""
     nb = x.shape[1] // 32
     x8 = np.empty((x.shape[0], nb * 44), np.uint8)
     for i in range(x.shape[0]):
@@ -396,7 +403,7 @@ def _block_q8_rows(x: Array, blocks: Array, tile: int, out: Array) -> None:
     split = tasks(units)
     for t in numba.prange(split):
         lo, hi = 16 * (units * t // split), 16 * (units * (t + 1) // split)
-        _q8_span(tile, x8, blocks, nb, out, lo, min(hi, rows))
+        _q8_span(tiles, x8, blocks, nb, out, lo, min(hi, rows))
 
 
 block_q8_rows, block_q8_rows_serial = twins(_block_q8_rows)

@@ -26,13 +26,13 @@ EPS1, EPS2, HEAD_EPS, POST_EPS1, POST_EPS2, SCALE, SOFTCAP, RESIDUAL_SCALE = ran
 
 
 @_serial
-def _linear(pool: bool, least: int, x: Array, blocks: Array, tile: int, bias: Array, out: Array) -> None:
+def _linear(pool: bool, least: int, x: Array, blocks: Array, tiles: Array, bias: Array, out: Array) -> None:
     """``out = x @ W^T (+ bias)``, as :meth:`packrt_kernels_cpu.blocks.PackedBlockLinear.forward` computes a few
-    rows on the q8 tile: on the pool when the weight has ``least`` elements or more."""
+    rows on the q8 tiles: on the pool when the weight has ``least`` elements or more."""
     if pool and blocks.shape[0] * x.shape[1] >= least:
-        block_q8_rows(x, blocks, tile, out)
+        block_q8_rows(x, blocks, tiles, out)
     else:
-        block_q8_rows_serial(x, blocks, tile, out)
+        block_q8_rows_serial(x, blocks, tiles, out)
     if bias.shape[0] > 0:
         for i in range(out.shape[0]):
             for j in range(out.shape[1]):
@@ -42,7 +42,7 @@ def _linear(pool: bool, least: int, x: Array, blocks: Array, tile: int, bias: Ar
 @_serial
 def _parts(pool: bool, least: int, x: Array, parts: Any, tiles: Array, first: int, biases: Any, out: Array) -> None:
     """``out``'s columns side by side from ``parts`` (one linear, or several whose outputs a plan joins: q, k, v
-    stored in different formats), part ``i`` on tile ``tiles[first + i]``."""
+    stored in different formats), part ``i`` on the tiles ``tiles[first + i]``."""
     start = 0
     for i in range(len(parts)):
         stop = start + parts[i].shape[0]
@@ -105,9 +105,9 @@ def decode_layer(
     """``res`` (rows, width): the stream ``x`` after the layer (see :class:`packrt_base.plan.DecodeLayer`).
     ``norms`` (2, width) and ``post_norms`` (2, width, or empty) the norms' weights, ``head_norms`` (2, dim, or
     empty); ``qkv`` and ``gate_up`` one weight or the parts a plan joins side by side (their biases likewise);
-    ``tiles`` the q8 tiles of each part of qkv, o, each part of gate_up, down; ``cos`` / ``sin`` (1, dim), or
-    (rows, dim) one a row, empty for a layer without rotary positions; ``keys`` / ``values`` the cache's whole
-    buffers; ``mask`` (batch, stop) or empty."""
+    ``tiles`` (parts, 3) the q8 tiles (:func:`packrt_kernels_cpu.block_tiles.addresses`) of each part of qkv, o,
+    each part of gate_up, down; ``cos`` / ``sin`` (1, dim), or (rows, dim) one a row, empty for a layer without
+    rotary positions; ``keys`` / ``values`` the cache's whole buffers; ``mask`` (batch, stop) or empty."""
     rows, width = x.shape
     heads, kv_heads, dim = ints[HEADS], ints[KV_HEADS], ints[DIM]
     position, pool, least = ints[POSITION], ints[POOL] != 0, ints[LINEAR_MIN]

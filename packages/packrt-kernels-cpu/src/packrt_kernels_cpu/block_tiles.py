@@ -38,6 +38,7 @@ from packrt_kernels_cpu import compiled, llvm_tiles, settings
 
 Array = Any
 Q8_BYTES: Final = 44  # a q8 activation block: 32 int8, scale, scale * sum exactly, the same through fp16
+TILE_ROWS: Final = 4  # q8 rows the many-row tile multiplies, each weight block unpacked once for them all
 # the formats with a tile, in order
 FORMATS: Final[tuple[str, ...]] = ("Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q6_K")
 _FEATURES = ("avx2", "fma", "f16c")
@@ -90,39 +91,52 @@ def _int_dot(lines: list[str], tag: str, weights: str, x: str, vnni: bool) -> No
     ]
 
 
-def _dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
-    """``out[0] = sum over nb blocks of dot(weight block, q8 block)`` for one weight row at ``w`` and one q8 row at
-    ``x``; the tile signature ``(out, ldo, w, lda, x, nb)`` (``ldo``, ``lda`` unused)."""
+def _rows_entry(name: str, rows: int) -> list[str]:
+    """The tile's first lines: its signature and, per row ``i`` of ``rows``, ``%xrow{i}`` and ``%orow{i}``: where its
+    q8 row (``lda`` bytes apart) and its output (``ldo`` bytes apart) start. One row: ``x`` and ``out``."""
+    lines = [f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{", "entry:"]
+    for i in range(rows):
+        lines += [
+            f"  %xat{i} = mul i64 %lda, {i}",
+            f"  %xrow{i} = getelementptr i8, ptr %x, i64 %xat{i}",
+            f"  %oat{i} = mul i64 %ldo, {i}",
+            f"  %orow{i} = getelementptr i8, ptr %out, i64 %oat{i}",
+        ]
+    return lines
+
+
+def _rows_exit(lines: list[str], rows: int, acc: str, tail: str) -> None:
+    """Each row's sum: its 8 lanes and its tail (``{acc}{i}``, ``{tail}{i}``) added, stored at ``%orow{i}``."""
+    for i in range(rows):
+        lines += [
+            f"  %r{i} = call reassoc float @llvm.vector.reduce.fadd.v8f32(float {tail}{i}, <8 x float> {acc}{i})",
+            f"  store float %r{i}, ptr %orow{i}, align 4",
+        ]
+    lines += ["  ret void", "}"]
+
+
+def _dot_ir(name: str, block_format: str, vnni: bool = False, rows: int = 1) -> str:
+    """``out[i] = sum over nb blocks of dot(weight block, q8 block of row i)`` for one weight row at ``w`` and
+    ``rows`` q8 rows from ``x``, ``lda`` bytes apart (outputs ``ldo`` bytes apart); the tile signature ``(out, ldo,
+    w, lda, x, nb)``. Each block's weights are unpacked once for all rows, and each row's sums are the ones the
+    one-row tile makes, in its order: the same bits."""
     size, quants, fifth = _LAYOUT[block_format]
-    lines = [
-        f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{",
-        "entry:",
-        "  br label %loop",
-        "loop:",
-        "  %b = phi i64 [0, %entry], [%bn, %loop]",
-        "  %acc = phi <8 x float> [zeroinitializer, %entry], [%accn, %loop]",
-        "  %tail = phi float [0.0, %entry], [%tailn, %loop]",
-        f"  %woff = mul i64 %b, {size}",
-        "  %wp = getelementptr i8, ptr %w, i64 %woff",
-    ]
+    lines = _rows_entry(name, rows)
+    lines += ["  br label %loop", "loop:", "  %b = phi i64 [0, %entry], [%bn, %loop]"]
+    for i in range(rows):
+        lines += [
+            f"  %acc{i} = phi <8 x float> [zeroinitializer, %entry], [%accn{i}, %loop]",
+            f"  %tail{i} = phi float [0.0, %entry], [%tailn{i}, %loop]",
+        ]
+    lines += [f"  %woff = mul i64 %b, {size}", "  %wp = getelementptr i8, ptr %w, i64 %woff"]
     _halves(lines, ("d", "m" if block_format in _MINS else ""), "%wp")
-    lines += [
-        f"  %xoff = mul i64 %b, {Q8_BYTES}",
-        "  %xp = getelementptr i8, ptr %x, i64 %xoff",
-        "  %x32 = load <32 x i8>, ptr %xp, align 1",
-        "  %dxp = getelementptr i8, ptr %xp, i64 32",
-        "  %dx = load float, ptr %dxp, align 4",
-        f"  %sxp = getelementptr i8, ptr %xp, i64 {40 if block_format in _MINS else 36}",
-        "  %sx = load float, ptr %sxp, align 4",
-        f"  %qp = getelementptr i8, ptr %wp, i64 {quants}",
-    ]
+    lines += [f"  %xoff = mul i64 %b, {Q8_BYTES}", f"  %qp = getelementptr i8, ptr %wp, i64 {quants}"]
     if block_format == "Q8_0":
         lines += [
             "  %wq = load <32 x i8>, ptr %qp, align 1",
             "  %wa = call <32 x i8> @llvm.abs.v32i8(<32 x i8> %wq, i1 false)",
-            "  %xs = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x32, <32 x i8> %wq)",
         ]
-        _int_dot(lines, "", "%wa", "%xs", vnni)
+        weights = "%wa"
     else:
         order = "<" + ", ".join(f"i32 {i}" for i in range(32)) + ">"
         lines += [
@@ -131,6 +145,7 @@ def _dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
             f"  %hi = lshr <16 x i8> %q16, {_splat('i8', 4, 16)}",
             f"  %w32 = shufflevector <16 x i8> %lo, <16 x i8> %hi, <32 x i32> {order}",
         ]
+        weights = "%w32"
         if fifth >= 0:  # bit j of the little-endian word is weight j's fifth bit (16)
             lines += [
                 f"  %hp = getelementptr i8, ptr %wp, i64 {fifth}",
@@ -139,33 +154,44 @@ def _dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
                 f"  %high = select <32 x i1> %hbits, <32 x i8> {_splat('i8', 16, 32)}, <32 x i8> zeroinitializer",
                 "  %w32f = or <32 x i8> %w32, %high",
             ]
-        _int_dot(lines, "", "%w32f" if fifth >= 0 else "%w32", "%x32", vnni)
-    lines += [
-        "  %pf = sitofp <8 x i32> %p8 to <8 x float>",
-        "  %s = fmul float %d, %dx",
-        "  %s0 = insertelement <8 x float> poison, float %s, i64 0",
-        "  %sv = shufflevector <8 x float> %s0, <8 x float> poison, <8 x i32> zeroinitializer",
-        "  %accn = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf, <8 x float> %sv, <8 x float> %acc)",
-    ]
-    if block_format in _MINS:
-        lines += ["  %tailn = call float @llvm.fma.f32(float %m, float %sx, float %tail)"]
-    elif block_format in _OFFSETS:
+            weights = "%w32f"
+    if block_format in _OFFSETS:
+        lines += [f"  %d8 = fmul float %d, -{_OFFSETS[block_format]}.0"]
+    for i in range(rows):
         lines += [
-            f"  %d8 = fmul float %d, -{_OFFSETS[block_format]}.0",
-            "  %tailn = call float @llvm.fma.f32(float %d8, float %sx, float %tail)",
+            f"  %xp{i} = getelementptr i8, ptr %xrow{i}, i64 %xoff",
+            f"  %x32_{i} = load <32 x i8>, ptr %xp{i}, align 1",
+            f"  %dxp{i} = getelementptr i8, ptr %xp{i}, i64 32",
+            f"  %dx{i} = load float, ptr %dxp{i}, align 4",
+            f"  %sxp{i} = getelementptr i8, ptr %xp{i}, i64 {40 if block_format in _MINS else 36}",
+            f"  %sx{i} = load float, ptr %sxp{i}, align 4",
         ]
-    else:
-        lines += ["  %tailn = fadd float %tail, 0.0"]
+        x = f"%x32_{i}"
+        if block_format == "Q8_0":
+            lines += [f"  %xs{i} = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x32_{i}, <32 x i8> %wq)"]
+            x = f"%xs{i}"
+        _int_dot(lines, f"_{i}", weights, x, vnni)
+        lines += [
+            f"  %pf{i} = sitofp <8 x i32> %p8_{i} to <8 x float>",
+            f"  %s{i} = fmul float %d, %dx{i}",
+            f"  %s0_{i} = insertelement <8 x float> poison, float %s{i}, i64 0",
+            f"  %sv{i} = shufflevector <8 x float> %s0_{i}, <8 x float> poison, <8 x i32> zeroinitializer",
+            f"  %accn{i} = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf{i}, <8 x float> %sv{i}, "
+            f"<8 x float> %acc{i})",
+        ]
+        if block_format in _MINS:
+            lines += [f"  %tailn{i} = call float @llvm.fma.f32(float %m, float %sx{i}, float %tail{i})"]
+        elif block_format in _OFFSETS:
+            lines += [f"  %tailn{i} = call float @llvm.fma.f32(float %d8, float %sx{i}, float %tail{i})"]
+        else:
+            lines += [f"  %tailn{i} = fadd float %tail{i}, 0.0"]
     lines += [
         "  %bn = add i64 %b, 1",
         "  %done = icmp eq i64 %bn, %nb",
         "  br i1 %done, label %exit, label %loop",
         "exit:",
-        "  %r = call reassoc float @llvm.vector.reduce.fadd.v8f32(float %tailn, <8 x float> %accn)",
-        "  store float %r, ptr %out, align 4",
-        "  ret void",
-        "}",
     ]
+    _rows_exit(lines, rows, "%accn", "%tailn")
     return "\n".join(lines)
 
 
@@ -194,10 +220,10 @@ def _k_scales(lines: list[str]) -> None:
         lines += [f"  %sc{j} = uitofp i32 %sci{j} to float", f"  %mn{j} = uitofp i32 %mni{j} to float"]
 
 
-def _q8_block(lines: list[str], tag: str, block: int) -> None:
-    """``%x{tag}`` (32 int8), ``%dx{tag}`` and ``%sx{tag}`` (the exact sum) of q8 block ``block`` after ``%xp``."""
+def _q8_block(lines: list[str], tag: str, row: int, block: int) -> None:
+    """``%x{tag}`` (32 int8), ``%dx{tag}`` and ``%sx{tag}`` (the exact sum) of q8 block ``block`` after ``%xp{row}``."""
     lines += [
-        f"  %xb{tag} = getelementptr i8, ptr %xp, i64 {block * Q8_BYTES}",
+        f"  %xb{tag} = getelementptr i8, ptr %xp{row}, i64 {block * Q8_BYTES}",
         f"  %x{tag} = load <32 x i8>, ptr %xb{tag}, align 1",
         f"  %dxp{tag} = getelementptr i8, ptr %xb{tag}, i64 32",
         f"  %dx{tag} = load float, ptr %dxp{tag}, align 4",
@@ -206,28 +232,10 @@ def _q8_block(lines: list[str], tag: str, block: int) -> None:
     ]
 
 
-def _k_dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
-    """Q4_K and Q6_K: one super-block of 256 weights a loop step (``nb`` counts blocks of 32), each 32 weights
-    against their own q8 block (finer than llama.cpp's one scale per 256 activations); Q4_K's mins through the
-    q8 blocks' exact sums, Q6_K's signed 6-bit weights (less 32) times the activations carrying their signs."""
-    size = 144 if block_format == "Q4_K" else 210
-    lines = [
-        f"define void @{name}(ptr %out, i64 %ldo, ptr %w, i64 %lda, ptr %x, i64 %nb) #0 {{",
-        "entry:",
-        "  %ns = lshr i64 %nb, 3",
-        "  br label %loop",
-        "loop:",
-        "  %b = phi i64 [0, %entry], [%bn, %loop]",
-        "  %acc = phi <8 x float> [zeroinitializer, %entry], [%acc8, %loop]",
-        "  %tail = phi float [0.0, %entry], [%tail8, %loop]",
-        f"  %woff = mul i64 %b, {size}",
-        "  %wp = getelementptr i8, ptr %w, i64 %woff",
-        f"  %xoff = mul i64 %b, {8 * Q8_BYTES}",
-        "  %xp = getelementptr i8, ptr %x, i64 %xoff",
-    ]
-    chunks: list[tuple[str, str]] = []  # (weights <32 x i8>, how they are multiplied: "u" unsigned or "s" signed)
+def _k_unpack(lines: list[str], block_format: str) -> list[tuple[str, str]]:
+    """The super-block at ``%wp`` unpacked: its scale(s) and eight chunks of 32 weights, each (value, how it is
+    multiplied: "u" unsigned (Q4_K) or "s" signed (Q6_K))."""
     if block_format == "Q4_K":
-        lines += []
         _halves(lines, ("d", "dmin"), "%wp")
         lines += ["  %ndmin = fneg float %dmin"]
         _k_scales(lines)
@@ -238,49 +246,38 @@ def _k_dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
                 f"  %w{2 * c} = and <32 x i8> %q{c}, {_splat('i8', 15, 32)}",
                 f"  %w{2 * c + 1} = lshr <32 x i8> %q{c}, {_splat('i8', 4, 32)}",
             ]
-        chunks = [(f"%w{j}", "u") for j in range(8)]
-    else:
-        lines += ["  %dp = getelementptr i8, ptr %wp, i64 206"]  # d is the block's last two bytes
-        _halves(lines, ("", "d"), "%dp")
-        three, fifteen = _splat("i8", 3, 32), _splat("i8", 15, 32)
-        for h in range(2):
+        for j in range(8):
+            lines += [f"  %dsc{j} = fmul float %d, %sc{j}", f"  %mdm{j} = fmul float %ndmin, %mn{j}"]
+        return [(f"%w{j}", "u") for j in range(8)]
+    lines += ["  %dp = getelementptr i8, ptr %wp, i64 206"]  # d is the block's last two bytes
+    _halves(lines, ("", "d"), "%dp")
+    three, fifteen = _splat("i8", 3, 32), _splat("i8", 15, 32)
+    mask = "<" + ", ".join(["i32 0"] * 8 + ["i32 8"] * 8) + ">"
+    for h in range(2):
+        lines += [
+            f"  %qap{h} = getelementptr i8, ptr %wp, i64 {64 * h}",
+            f"  %qa{h} = load <32 x i8>, ptr %qap{h}, align 1",
+            f"  %qbp{h} = getelementptr i8, ptr %wp, i64 {64 * h + 32}",
+            f"  %qb{h} = load <32 x i8>, ptr %qbp{h}, align 1",
+            f"  %qhp{h} = getelementptr i8, ptr %wp, i64 {128 + 32 * h}",
+            f"  %qh{h} = load <32 x i8>, ptr %qhp{h}, align 1",
+        ]
+        for t in range(4):
+            j = 4 * h + t
+            source = f"%qa{h}" if t in (0, 2) else f"%qb{h}"
+            low = (
+                f"  %lo{j} = and <32 x i8> {source}, {fifteen}"
+                if t < 2
+                else f"  %lo{j} = lshr <32 x i8> {source}, {_splat('i8', 4, 32)}"
+            )
             lines += [
-                f"  %qap{h} = getelementptr i8, ptr %wp, i64 {64 * h}",
-                f"  %qa{h} = load <32 x i8>, ptr %qap{h}, align 1",
-                f"  %qbp{h} = getelementptr i8, ptr %wp, i64 {64 * h + 32}",
-                f"  %qb{h} = load <32 x i8>, ptr %qbp{h}, align 1",
-                f"  %qhp{h} = getelementptr i8, ptr %wp, i64 {128 + 32 * h}",
-                f"  %qh{h} = load <32 x i8>, ptr %qhp{h}, align 1",
-            ]
-            for t in range(4):
-                j = 4 * h + t
-                source = f"%qa{h}" if t in (0, 2) else f"%qb{h}"
-                low = (
-                    f"  %lo{j} = and <32 x i8> {source}, {fifteen}"
-                    if t < 2
-                    else f"  %lo{j} = lshr <32 x i8> {source}, {_splat('i8', 4, 32)}"
-                )
-                lines += [
-                    low,
-                    f"  %hs{j} = lshr <32 x i8> %qh{h}, {_splat('i8', 2 * t, 32)}",
-                    f"  %hm{j} = and <32 x i8> %hs{j}, {three}",
-                    f"  %hv{j} = shl <32 x i8> %hm{j}, {_splat('i8', 4, 32)}",
-                    f"  %u{j} = or <32 x i8> %lo{j}, %hv{j}",
-                    f"  %w{j} = sub <32 x i8> %u{j}, {_splat('i8', 32, 32)}",
-                ]
-        chunks = [(f"%w{j}", "s") for j in range(8)]
-    acc, tail = "%acc", "%tail"
-    for j, (weights, kind) in enumerate(chunks):
-        _q8_block(lines, str(j), j)
-        if kind == "u":
-            _int_dot(lines, f"_{j}", weights, f"%x{j}", vnni)
-            lines += [f"  %dsc{j} = fmul float %d, %sc{j}", f"  %s{j} = fmul float %dsc{j}, %dx{j}"]
-        else:
-            h, t = divmod(j, 4)
-            lines += [
-                f"  %wa{j} = call <32 x i8> @llvm.abs.v32i8(<32 x i8> {weights}, i1 false)",
-                f"  %xs{j} = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x{j}, <32 x i8> {weights})",
-                f"  %p16_{j} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %wa{j}, <32 x i8> %xs{j})",
+                low,
+                f"  %hs{j} = lshr <32 x i8> %qh{h}, {_splat('i8', 2 * t, 32)}",
+                f"  %hm{j} = and <32 x i8> %hs{j}, {three}",
+                f"  %hv{j} = shl <32 x i8> %hm{j}, {_splat('i8', 4, 32)}",
+                f"  %u{j} = or <32 x i8> %lo{j}, %hv{j}",
+                f"  %w{j} = sub <32 x i8> %u{j}, {_splat('i8', 32, 32)}",
+                f"  %wa{j} = call <32 x i8> @llvm.abs.v32i8(<32 x i8> %w{j}, i1 false)",
             ]
             for half, at in (("a", 192 + 8 * h + 2 * t), ("b", 193 + 8 * h + 2 * t)):
                 lines += [
@@ -288,40 +285,69 @@ def _k_dot_ir(name: str, block_format: str, vnni: bool = False) -> str:
                     f"  %s8{half}{j} = load i8, ptr %sp{half}{j}, align 1",
                     f"  %s16{half}{j} = sext i8 %s8{half}{j} to i16",
                 ]
-            mask = "<" + ", ".join(["i32 0"] * 8 + ["i32 8"] * 8) + ">"
-            lines += [
+            lines += [  # the two halves' int8 scales, each over the 8 lanes of its 16 weights' pair sums
                 f"  %sva{j} = insertelement <16 x i16> poison, i16 %s16a{j}, i64 0",
                 f"  %svb{j} = insertelement <16 x i16> %sva{j}, i16 %s16b{j}, i64 8",
-                f"  %sv{j} = shufflevector <16 x i16> %svb{j}, <16 x i16> poison, <16 x i32> {mask}",
-                f"  %p8_{j} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16_{j}, <16 x i16> %sv{j})",
-                f"  %s{j} = fmul float %d, %dx{j}",
+                f"  %ssc{j} = shufflevector <16 x i16> %svb{j}, <16 x i16> poison, <16 x i32> {mask}",
             ]
+    return [(f"%w{j}", "s") for j in range(8)]
+
+
+def _k_dot_ir(name: str, block_format: str, vnni: bool = False, rows: int = 1) -> str:
+    """Q4_K and Q6_K: one super-block of 256 weights a loop step (``nb`` counts blocks of 32), each 32 weights
+    against their own q8 block (finer than llama.cpp's one scale per 256 activations); Q4_K's mins through the
+    q8 blocks' exact sums, Q6_K's signed 6-bit weights (less 32) times the activations carrying their signs.
+    ``rows`` q8 rows as :func:`_dot_ir` takes them: the super-block unpacked once, each row's sums in the one-row
+    tile's order."""
+    size = 144 if block_format == "Q4_K" else 210
+    lines = _rows_entry(name, rows)
+    lines += ["  %ns = lshr i64 %nb, 3", "  br label %loop", "loop:", "  %b = phi i64 [0, %entry], [%bn, %loop]"]
+    for i in range(rows):
         lines += [
-            f"  %pf{j} = sitofp <8 x i32> %p8_{j} to <8 x float>",
-            f"  %s0_{j} = insertelement <8 x float> poison, float %s{j}, i64 0",
-            f"  %sv_{j} = shufflevector <8 x float> %s0_{j}, <8 x float> poison, <8 x i32> zeroinitializer",
-            f"  %acc{j + 1} = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf{j}, <8 x float> %sv_{j}, "
-            f"<8 x float> {acc})",
+            f"  %acc0_{i} = phi <8 x float> [zeroinitializer, %entry], [%acc8_{i}, %loop]",
+            f"  %tail0_{i} = phi float [0.0, %entry], [%tail8_{i}, %loop]",
         ]
-        acc = f"%acc{j + 1}"
-        if block_format == "Q4_K":
+    lines += [
+        f"  %woff = mul i64 %b, {size}",
+        "  %wp = getelementptr i8, ptr %w, i64 %woff",
+        f"  %xoff = mul i64 %b, {8 * Q8_BYTES}",
+    ]
+    chunks = _k_unpack(lines, block_format)
+    for i in range(rows):
+        lines += [f"  %xp{i} = getelementptr i8, ptr %xrow{i}, i64 %xoff"]
+        for j, (weights, kind) in enumerate(chunks):
+            t = f"{j}_{i}"
+            _q8_block(lines, t, i, j)
+            if kind == "u":
+                _int_dot(lines, f"_{t}", weights, f"%x{t}", vnni)
+                lines += [f"  %s{t} = fmul float %dsc{j}, %dx{t}"]
+            else:
+                lines += [
+                    f"  %xs{t} = call <32 x i8> @llvm.x86.avx2.psign.b(<32 x i8> %x{t}, <32 x i8> {weights})",
+                    f"  %p16_{t} = call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8> %wa{j}, <32 x i8> %xs{t})",
+                    f"  %p8_{t} = call <8 x i32> @llvm.x86.avx2.pmadd.wd(<16 x i16> %p16_{t}, <16 x i16> %ssc{j})",
+                    f"  %s{t} = fmul float %d, %dx{t}",
+                ]
             lines += [
-                f"  %mdm{j} = fmul float %ndmin, %mn{j}",
-                f"  %tail{j + 1} = call float @llvm.fma.f32(float %mdm{j}, float %sx{j}, float {tail})",
+                f"  %pf{t} = sitofp <8 x i32> %p8_{t} to <8 x float>",
+                f"  %s0_{t} = insertelement <8 x float> poison, float %s{t}, i64 0",
+                f"  %sv_{t} = shufflevector <8 x float> %s0_{t}, <8 x float> poison, <8 x i32> zeroinitializer",
+                f"  %acc{j + 1}_{i} = call <8 x float> @llvm.fma.v8f32(<8 x float> %pf{t}, <8 x float> %sv_{t}, "
+                f"<8 x float> %acc{j}_{i})",
             ]
-        else:
-            lines += [f"  %tail{j + 1} = fadd float {tail}, 0.0"]
-        tail = f"%tail{j + 1}"
+            if block_format == "Q4_K":
+                lines += [
+                    f"  %tail{j + 1}_{i} = call float @llvm.fma.f32(float %mdm{j}, float %sx{t}, float %tail{j}_{i})"
+                ]
+            else:
+                lines += [f"  %tail{j + 1}_{i} = fadd float %tail{j}_{i}, 0.0"]
     lines += [
         "  %bn = add i64 %b, 1",
         "  %done = icmp eq i64 %bn, %ns",
         "  br i1 %done, label %exit, label %loop",
         "exit:",
-        "  %r = call reassoc float @llvm.vector.reduce.fadd.v8f32(float %tail8, <8 x float> %acc8)",
-        "  store float %r, ptr %out, align 4",
-        "  ret void",
-        "}",
     ]
+    _rows_exit(lines, rows, "%acc8_", "%tail8_")
     return "\n".join(lines)
 
 
@@ -336,8 +362,12 @@ declare float @llvm.vector.reduce.fadd.v8f32(float, <8 x float>)"""
 
 
 def _source(vnni: bool) -> tuple[str, list[str]]:
-    names = [f"packrt_block_dot_{f.lower()}" for f in FORMATS]
-    dots = ((_k_dot_ir if f.endswith("_K") else _dot_ir)(name, f, vnni) for name, f in zip(names, FORMATS, strict=True))
+    """Each format's one-row tile, then its :data:`TILE_ROWS`-row tile, in :data:`FORMATS` order."""
+    names, dots = [], []
+    for f in FORMATS:
+        for rows in (1, TILE_ROWS):
+            names.append(f"packrt_block_dot_{f.lower()}_{rows}")
+            dots.append((_k_dot_ir if f.endswith("_K") else _dot_ir)(names[-1], f, vnni, rows))
     features = ",".join(f"+{name}" for name in (_VNNI_FEATURES if vnni else _FEATURES))
     return "\n".join([_DECLARATIONS, *dots, f'attributes #0 = {{ nounwind "target-features"="{features}" }}']), names
 
@@ -361,12 +391,14 @@ def available() -> bool:
     return settings.current().numba and compiled.enabled() and _tiles() is not None
 
 
-def address(block_format: str) -> int:
-    """The machine address of ``block_format``'s dot (call only where :func:`available` and the format is one of
+def addresses(block_format: str) -> Array:
+    """``block_format``'s dots as the compiled loops take them (int64 (3,)): the one-row tile's address, the
+    :data:`TILE_ROWS`-row tile's and :data:`TILE_ROWS` (call only where :func:`available` and the format is one of
     :data:`FORMATS`)."""
     tiles = _tiles()
-    assert tiles is not None, "block_tiles.address called where block_tiles.available() is False"
-    return int(tiles.addresses[FORMATS.index(block_format)])
+    assert tiles is not None, "block_tiles.addresses called where block_tiles.available() is False"
+    at = 2 * FORMATS.index(block_format)
+    return np.array([*tiles.addresses[at : at + 2], TILE_ROWS], np.int64)
 
 
 def quantize_reference(x: Array) -> Array:
@@ -386,4 +418,4 @@ def quantize_reference(x: Array) -> Array:
     return out.reshape(x.shape[0], -1)
 
 
-__all__ = ["FORMATS", "Q8_BYTES", "address", "available", "quantize_reference"]
+__all__ = ["FORMATS", "Q8_BYTES", "TILE_ROWS", "addresses", "available", "quantize_reference"]

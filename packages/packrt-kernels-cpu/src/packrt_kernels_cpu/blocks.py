@@ -35,8 +35,10 @@ from packrt_kernels_cpu import blas, block_tiles, compiled, float_tiles, q8_gemm
 from packrt_kernels_cpu.errors import KernelDTypeError, KernelIndexError, KernelShapeError
 from packrt_kernels_cpu.scratch import scratch_f32
 
-# Rows of x up to which the compiled row loop serves a call; above it, dequantized panels through BLAS.
-ROW_LOOP_ROWS: Final = 4
+# Rows of x up to which the compiled row loop serves a call (on the q8 dot tiles: a batch of decode rows, each with
+# its bits alone; 8 rows cost 4.3x one on Zen 4, the prefill GEMM's panel unpacking more); above it, the prefill
+# GEMM or dequantized panels.
+ROW_LOOP_ROWS: Final = 8
 # Weights below which the q8 road runs on the calling thread (a smaller product takes less than waking the pool
 # costs). With the dots at ~0.05 ns a weight, SmolLM2-135M's 0.1-0.9M-weight products gain from two threads:
 # 66-67 tokens/s of wall time with them on one thread, 73-76 split (2 Zen 3 cores; at 2M they stayed whole).
@@ -236,7 +238,7 @@ class PackedBlockLinear:
         self.blocks, self.format, self.b, self.owned, self.shared = blocks, fmt, b, owned, shared
         self.out_features, self.in_features = int(blocks.shape[0]), in_features
         self.code = CODES[fmt.name]
-        self._chosen: tuple[Any, tuple[Any, int, tuple[int, int] | None]] | None = None  # (settings, _road())
+        self._chosen: tuple[Any, tuple[Any, Array | None, tuple[int, int] | None]] | None = None  # (settings, _road())
         bias = 0 if b is None else int(b.nbytes)
         self.nbytes = (bias + (0 if shared else int(blocks.nbytes))) if owned else 0
 
@@ -248,8 +250,8 @@ class PackedBlockLinear:
         """Weight rows dequantized at a time on the panel road (their float32 fits :data:`PANEL_BYTES`)."""
         return max(1, min(self.out_features, PANEL_BYTES // (4 * self.in_features)))
 
-    def _road(self) -> tuple[Any, int, tuple[int, int] | None]:
-        """(the compiled loops or None, the q8 dot tile's address or 0, the VNNI block GEMM's tiles or None) under
+    def _road(self) -> tuple[Any, Array | None, tuple[int, int] | None]:
+        """(the compiled loops or None, the q8 dot tiles' addresses or None, the VNNI block GEMM's tiles or None) under
         the current settings, decided once per settings object: a decode step asks on every layer, and the answer
         changes only with the settings."""
         now = settings.current()
@@ -258,9 +260,9 @@ class PackedBlockLinear:
             return cached[1]
         loops = _loops() if compiled.enabled() else None
         tile = (
-            block_tiles.address(self.format.name)
+            block_tiles.addresses(self.format.name)
             if self.format.name in block_tiles.FORMATS and block_tiles.available()
-            else 0
+            else None
         )
         gemm = (
             q8_gemm.addresses(self.format.name)
@@ -270,17 +272,17 @@ class PackedBlockLinear:
             and q8_gemm.available()
             else None
         )
-        if tile and blas.provider() == "numpy":
+        if tile is not None and blas.provider() == "numpy":
             threads.pool_carries_products()
         self._chosen = (now, (loops, tile, gemm))
         return loops, tile, gemm
 
-    def q8_tile(self) -> int:
-        """The address of the q8 dot tile :meth:`forward` serves a few float32 rows on (up to
-        :data:`ROW_LOOP_ROWS`) under the current settings, or 0 where those rows take another road: a kernel that
-        calls the tile itself (:mod:`.decode`) gives the bits ``forward`` gives."""
+    def q8_tiles(self) -> Array | None:
+        """The addresses of the q8 dot tiles (:func:`.block_tiles.addresses`) :meth:`forward` serves a few float32
+        rows on (up to :data:`ROW_LOOP_ROWS`) under the current settings, or None where those rows take another
+        road: a kernel that calls the tiles itself (:mod:`.decode`) gives the bits ``forward`` gives."""
         loops, tile, _ = self._road()
-        return tile if loops is not None else 0
+        return tile if loops is not None else None
 
     def forward(self, x: Array, /, out: Array | None = None) -> Array:
         """``x @ W^T + b`` of float ``x`` (..., in_features), in x's dtype (float32 arithmetic for half
@@ -295,16 +297,16 @@ class PackedBlockLinear:
         work = self.out_features * self.in_features
         loops, tile, gemm = self._road()  # asked on every call: choosing the q8 road also quiets OpenBLAS first
         if cd != FLOAT32:
-            loops, tile, gemm = None, 0, None
+            loops, tile, gemm = None, None, None
         elif x2.shape[0] <= ROW_LOOP_ROWS:
             gemm = None
         else:
-            loops, tile = None, 0
+            loops, tile = None, None
             gemm = gemm if out.flags.c_contiguous else None
         if gemm is not None:
             args = (x2, self.blocks, self.code, _HALF, gemm[0], gemm[1], out)
             compiled.launch("q8_gemm", x2.shape[0] * work, *args, loops=_q8_loops(), least=1 << 20)
-        elif tile:
+        elif tile is not None:
             compiled.launch("block_q8_rows", work, x2, self.blocks, tile, out, loops=loops, least=Q8_PARALLEL)
         elif loops is not None:
             compiled.launch("block_rows", work, x2, self.blocks, self.code, _HALF, out, loops=loops, least=1 << 16)

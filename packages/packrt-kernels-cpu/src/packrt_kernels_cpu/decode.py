@@ -105,8 +105,9 @@ class BlockDecodeStep:
             cos, sin = (_table(t, rows, self.dim) for t in tables)
             if cos is None or sin is None:
                 return None
-        found = [p.q8_tile() for p in self.packs]
-        if 0 in found:
+        found = [p.q8_tiles() for p in self.packs]
+        tiles = [t for t in found if t is not None]
+        if len(tiles) != len(found):
             return None
         mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
         if key_mask is not None and (mask.ndim != 2 or mask.shape[0] != rows or mask.shape[1] <= position):
@@ -130,7 +131,7 @@ class BlockDecodeStep:
             self.o_bias,
             self.gate_up_biases,
             self.down_bias,
-            np.array(found, np.int64),
+            np.stack(tiles),
             self.head_norms,
             self.post_norms,
             cos,

@@ -134,9 +134,9 @@ def exact_rows(model: CausalLM) -> int | None:
     """The most rows one decode forward of ``model`` may take while each row is computed bit for bit as it is
     alone, where the kernels say so; None where no bound is known (one forward takes every sequence).
 
-    A GGUF model's block-quantized linears on the CPU multiply up to ``ROW_LOOP_ROWS`` rows (4) on the road a
-    single row takes (activations quantized per row, integer dots); more rows go through dequantized float
-    panels, whose sums round otherwise (and which cost more than two forwards of 4 rows at SmolLM2's size)."""
+    A GGUF model's block-quantized linears on the CPU multiply up to ``ROW_LOOP_ROWS`` rows (8) on the road a
+    single row takes (activations quantized per row, integer dots, each row's sums in the same order on the
+    one-row and the four-row tile); more rows go through the prefill GEMM, whose sums round otherwise."""
     if model_device(model).type != "cpu" or not any(isinstance(m, nn.BlockQuantizedLinear) for m in model.modules()):
         return None
     from packrt_kernels_cpu.blocks import ROW_LOOP_ROWS
