@@ -75,6 +75,26 @@ def test_encode_keeps_the_order_given_and_batching_changes_nothing(minilm_dir: P
     assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0)
 
 
+def test_embed_runs_texts_of_similar_length_together_and_gives_each_its_vector_alone_in_the_order_given(
+    minilm_dir: Path,
+) -> None:
+    encoder = SentenceEncoder.from_pretrained(minilm_dir)
+    short, long = "A cat.", "Someone is having a meal in a small restaurant near the railway station tonight."
+    texts = [long if i % 3 == 0 else short for i in range(24)]  # 8 long ones among 16 short ones
+    encodings = [encoder.tokenizer.encode(text) for text in texts]  # unpadded, as packrt serve queues them
+    shapes: list[tuple[int, ...]] = []
+    handle = encoder.model.register_forward_pre_hook(lambda _m, args: shapes.append(tuple(args[0].shape)))
+    try:
+        together = encoder.embed(encodings)
+    finally:
+        handle.remove()
+    lengths = {len(e.ids) for e in encodings}
+    assert sorted(shapes) == sorted([(16, min(lengths)), (8, max(lengths))]), "a call padded short texts to long"
+    alone = np.stack([encoder.embed([e])[0] for e in encodings])
+    np.testing.assert_allclose(together, alone, atol=1e-5)
+    assert float(together[0] @ together[3]) > 0.99 and float(together[0] @ together[1]) < 0.9  # in the order given
+
+
 def test_an_encoder_moved_to_another_device_encodes_there_and_gives_the_cpu_vectors(
     minilm_dir: Path, stand_in_cuda: packrt.Device
 ) -> None:

@@ -32,6 +32,7 @@ from packrt.models.generation import CausalLM
 from packrt.models.gguf_tokenizer import read_tokenizer_json
 from packrt.models.hfconfig import read_json
 from packrt.models.kinds import POOLING_MODES, DenseStep, Pipeline
+from packrt.models.length_groups import length_groups
 from packrt.models.pretrained import from_pretrained
 from packrt_core.publication import reading
 from packrt_io import load_arrays
@@ -159,14 +160,25 @@ class SentenceEncoder:
         return padded(encodings, self.tokenizer, self.model)
 
     def embed(self, encodings: Sequence[Encoding], normalize: bool | None = None, prompt_tokens: int = 0) -> np.ndarray:
-        """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`), in one
-        model call: what :meth:`encode` gives the same texts (``normalize`` as there; ``prompt_tokens``: how
-        many leading tokens are a prompt, see :meth:`prompt_tokens`). A server tokenizes each text once, counts
-        its tokens from that encoding and batches the encodings of several requests through this call."""
+        """(len(encodings), dimension) float32 embeddings of texts already tokenized (see :meth:`batch`): what
+        :meth:`encode` gives the same texts (``normalize`` as there; ``prompt_tokens``: how many leading tokens
+        are a prompt, see :meth:`prompt_tokens`), in the order given. A server tokenizes each text once, counts
+        its tokens from that encoding and batches the encodings of several requests through this call.
+
+        Texts of similar length share a model call (:func:`~packrt.models.length_groups.length_groups`: the
+        fewest padded tokens, counting each call's own cost), so a short text does not pay for a long one's
+        padding; every call reads one version of the weights."""
         if not encodings:
             return np.empty((0, self.dimension), dtype=np.float32)
         unit = self.pipeline.normalize if normalize is None else normalize
-        return self._embed(self.batch(encodings), unit, prompt_tokens)
+        groups = length_groups([len(encoding.ids) for encoding in encodings])
+        if len(groups) == 1:
+            return self._embed(self.batch(encodings), unit, prompt_tokens)
+        vectors = np.empty((len(encodings), self.dimension), dtype=np.float32)
+        with reading():  # a load on another thread lands before the first group or after the last
+            for group in groups:
+                vectors[group] = self._embed(self.batch([encodings[i] for i in group]), unit, prompt_tokens)
+        return vectors
 
     def prompt_tokens(self, prompt: str) -> int:
         """How many leading tokens ``prompt`` puts before a text, as sentence-transformers counts them for a
