@@ -46,6 +46,7 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("packages/packrt-core/src", "packrt_core", "nn/residency.py"),
     ("packages/packrt-core/src", "packrt_core", "nn/packed.py"),
     ("packages/packrt-core/src", "packrt_core", "nn/linear.py"),
+    ("packages/packrt-core/src", "packrt_core", "publication.py"),
     ("packages/packrt-hooks/src", "packrt_hooks", "registry.py"),
     ("packages/packrt-hooks/src", "packrt_hooks", "call.py"),
 )
