@@ -105,6 +105,19 @@ def test_pack_true_under_borrowed_or_per_call_makes_no_copy(residency: str) -> N
     assert not layer.is_packed and layer.weight.storage_nbytes == 16 * 8 * 4
 
 
+@pytest.mark.parametrize(("room", "packs"), [(1 << 40, True), (16, False)], ids=["fits", "does-not-fit"])
+def test_pack_true_under_auto_packs_only_a_pack_that_fits_the_free_memory(room: int, packs: bool) -> None:
+    sd = checkpoint()
+    with free_memory_override(room):
+        layer = served("auto", sd=sd, pack=True)
+    assert layer.is_packed is packs
+    assert layer.residency_decision == ("packed" if packs else "borrowed")
+    x = prt.randn(2, 16)
+    sd["bias"].add_(100.0)  # a borrowed layer serves from the checkpoint's own storage
+    seen = not np.allclose(layer(x).numpy(), reference(checkpoint(), x), rtol=1e-4, atol=1e-4)
+    assert seen is not packs
+
+
 def test_initialize_packs_every_bound_weight_now() -> None:
     model = nn.Sequential(served(), served())
     assert model.initialize() is model
