@@ -182,6 +182,32 @@ def test_the_many_row_dot_tile_gives_each_row_the_one_row_tiles_bits(rng: np.ran
         np.testing.assert_array_equal(together[i], alone[0], err_msg=f"{name}: row {i} of {rows}")
 
 
+@pytest.mark.skipif(not block_tiles.available(), reason="no q8 dot tiles here (numba off, or no AVX2)")
+@pytest.mark.parametrize("rows", [1, 3, blocks.ROW_LOOP_ROWS])
+def test_parts_of_several_formats_side_by_side_give_each_part_alone_on_the_pool_or_not(
+    rng: np.random.Generator, rows: int
+) -> None:
+    """A layer's q, k and v in different formats run as one call (x quantized once, one parallel region): each
+    output column has the bits its part gives alone."""
+    width = 256
+    names, sizes = ("Q5_0", "Q8_0", "Q4_K", "Q6_K"), (72, 40, 24, 16)  # not multiples of 16: units straddle
+    parts = tuple(
+        np.ascontiguousarray(random_blocks(rng, n, size, width)) for n, size in zip(names, sizes, strict=True)
+    )
+    tiles = np.stack([np.zeros(3, np.int64), *(block_tiles.addresses(n) for n in names)])  # first = 1
+    x = (rng.standard_normal((rows, width)) * 3).astype(np.float32)
+    alone = []
+    for part, name in zip(parts, names, strict=True):
+        out = np.empty((rows, part.shape[0]), np.float32)
+        _numba_blocks.block_q8_rows_serial(x, part, block_tiles.addresses(name), out)
+        alone.append(out)
+    expected = np.concatenate(alone, axis=1)
+    for kernel in (_numba_blocks.block_q8_parts, _numba_blocks.block_q8_parts_serial):
+        together = np.full((rows, sum(sizes)), np.nan, np.float32)
+        kernel(x, parts, tiles, 1, together)
+        np.testing.assert_array_equal(together, expected)
+
+
 @pytest.mark.parametrize("name", block_tiles.FORMATS)
 def test_where_the_q8_dots_cannot_serve_the_float_row_loop_gives_the_float_product(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str

@@ -409,6 +409,41 @@ def _block_q8_rows(x: Array, blocks: Array, tiles: Array, out: Array) -> None:
 block_q8_rows, block_q8_rows_serial = twins(_block_q8_rows)
 
 
+@_serial
+def _parts_span(tiles: Array, first: int, x8: Array, parts: Any, nb: int, out: Array, lo: int, hi: int) -> None:
+    """Units ``lo`` to ``hi`` of 16 output columns, counted across ``parts`` side by side in ``out``: each part's
+    share on its own tiles (``tiles[first + i]``)."""
+    start, column = 0, 0
+    for i in range(len(parts)):
+        rows = parts[i].shape[0]
+        units = (rows + 15) // 16
+        a, b = max(lo, start), min(hi, start + units)
+        if a < b:
+            view = out[:, column : column + rows]
+            _q8_span(tiles[first + i], x8, parts[i], nb, view, 16 * (a - start), min(16 * (b - start), rows))
+        start += units
+        column += rows
+
+
+def _block_q8_parts(x: Array, parts: Any, tiles: Array, first: int, out: Array) -> None:
+    """``out``'s columns side by side = ``x @ W_i^T`` for the weights ``parts`` (of one or several formats: the q,
+    k and v of a layer), with ``x`` quantized to q8 once for them all and their rows shared out as one
+    parallel region. Each output's bits are those of :func:`block_q8_rows` over its part alone."""
+    nb = x.shape[1] // 32
+    x8 = np.empty((x.shape[0], nb * 44), np.uint8)
+    for i in range(x.shape[0]):
+        _q8_row(x[i], x8[i])
+    units = 0
+    for i in range(len(parts)):
+        units += (parts[i].shape[0] + 15) // 16
+    split = tasks(units)
+    for t in numba.prange(split):
+        _parts_span(tiles, first, x8, parts, nb, out, units * t // split, units * (t + 1) // split)
+
+
+block_q8_parts, block_q8_parts_serial = twins(_block_q8_parts)
+
+
 def _quantize_q8(x: Array, out: Array) -> None:
     """Rows of float32 ``x`` as q8 blocks into ``out`` (uint8 (rows, k / 32 * 44)): for tests, against the
     numpy reference."""

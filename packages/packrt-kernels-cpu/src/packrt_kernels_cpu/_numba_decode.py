@@ -13,7 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from packrt_kernels_cpu._numba_blocks import block_q8_rows, block_q8_rows_serial
+from packrt_kernels_cpu._numba_blocks import (
+    block_q8_parts,
+    block_q8_parts_serial,
+    block_q8_rows,
+    block_q8_rows_serial,
+)
 from packrt_kernels_cpu._numba_kernels import _rms_norm_rows, _rotary_planes, _serial
 from packrt_kernels_cpu._numba_plan import _gated_rows, _residual_norm_rows, decode_attention, decode_attention_serial
 
@@ -42,11 +47,26 @@ def _linear(pool: bool, least: int, x: Array, blocks: Array, tiles: Array, bias:
 @_serial
 def _parts(pool: bool, least: int, x: Array, parts: Any, tiles: Array, first: int, biases: Any, out: Array) -> None:
     """``out``'s columns side by side from ``parts`` (one linear, or several whose outputs a plan joins: q, k, v
-    stored in different formats), part ``i`` on the tiles ``tiles[first + i]``."""
+    stored in different formats), part ``i`` on the tiles ``tiles[first + i]``: ``x`` quantized once and the
+    parts' rows shared out together (one parallel region, not one a part), each output's bits as its part alone
+    gives them."""
+    if len(parts) == 1:
+        _linear(pool, least, x, parts[0], tiles[first], biases[0], out)
+        return
+    weights = 0
+    for i in range(len(parts)):
+        weights += parts[i].shape[0] * x.shape[1]
+    if pool and weights >= least:
+        block_q8_parts(x, parts, tiles, first, out)
+    else:
+        block_q8_parts_serial(x, parts, tiles, first, out)
     start = 0
     for i in range(len(parts)):
         stop = start + parts[i].shape[0]
-        _linear(pool, least, x, parts[i], tiles[first + i], biases[i], out[:, start:stop])
+        if biases[i].shape[0] > 0:
+            for r in range(out.shape[0]):
+                for j in range(start, stop):
+                    out[r, j] = out[r, j] + biases[i][j - start]
         start = stop
 
 
