@@ -8,6 +8,7 @@ Each is packrt with one sentence of revision 2 broken through the module classes
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -406,6 +407,17 @@ def _swallowing_quantized_linear(self: Any, in_features: int, out_features: int)
 ToRefusalSwallowed.quantized_linear = _swallowing_quantized_linear  # type: ignore[attr-defined]  # its layer too
 
 
+class AutoPacksWithoutRoom(Mutant):
+    """weight_residency='auto' packs whatever the free memory: the room the load sees never runs short."""
+
+    fault = "auto-packs-without-room"
+    breaks = frozenset({"load_state_dict.residency.auto-no-room-borrows"})
+    suite_files = ("test_packing",)
+
+    def short_free_memory(self) -> Any:
+        return contextlib.nullcontext()  # the fault: auto finds room for every pack
+
+
 MUTANTS: tuple[type[Mutant], ...] = (
     ApplyReturnsNone,
     ApplyParentFirst,
@@ -438,5 +450,6 @@ MUTANTS: tuple[type[Mutant], ...] = (
     PreHookNewKwargsDropped,
     ReprChildrenReversed,
     ToRefusalSwallowed,
+    AutoPacksWithoutRoom,
 )
 """The backlog's mutants, in the order the suite's own tests run them."""

@@ -42,6 +42,11 @@ class Adapter(Protocol):
         capabilities: the optional features the implementation has (see
             :data:`packrt_conformance.clauses.CAPABILITIES`).
         nn: a namespace holding ``Module``, ``Parameter``, ``Buffer``, ``Linear``, ``Sequential``.
+
+    One member is asked for only under its capability, so it is not part of the protocol check:
+    ``short_free_memory()`` (capability ``free-memory-control``) returns a context manager inside
+    which ``weight_residency="auto"`` finds too little free memory for any pack (memory pressure the
+    suite cannot create for real).
     """
 
     protocol_version: int

@@ -351,6 +351,20 @@ def _probe_transactional_load(impl: Adapter) -> None:
         raise AssertionError("a load that raised had already changed the weight")
 
 
+def _probe_free_memory_control(impl: Adapter) -> None:
+    """short_free_memory() must be a block in which an auto-residency layer stays unpacked after a forward."""
+    with impl.short_free_memory():  # type: ignore[attr-defined]
+        layer = impl.linear(2, 3)
+        layer.load_state_dict(
+            {"weight": impl.tensor([[1.0, 2.0]] * 3), "bias": impl.tensor([0.0] * 3)},
+            assign=True,
+            weight_residency="auto",
+        )
+        layer(impl.tensor([[1.0, 2.0]]))
+        if impl.is_packed(layer):
+            raise AssertionError("inside short_free_memory() a weight_residency='auto' layer still packed")
+
+
 #: capability -> the probe that calls what it promises (raises when the promise is not kept).
 PROBES: dict[str, Callable[[Adapter], None]] = {
     "packing": _probe_packing,
@@ -365,6 +379,7 @@ PROBES: dict[str, Callable[[Adapter], None]] = {
     "forward-hooks": _probe_forward_hooks,
     "quantized-layers": _probe_quantized_layers,
     "transactional-load": _probe_transactional_load,
+    "free-memory-control": _probe_free_memory_control,
 }
 
 

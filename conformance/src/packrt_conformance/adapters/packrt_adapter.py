@@ -43,12 +43,17 @@ class PackrtAdapter:
             "forward-hooks",
             "quantized-layers",
             "transactional-load",
+            "free-memory-control",
         }
         if packrt.cuda.is_available():
             caps.add("cuda")
         self.capabilities = frozenset(caps)
         self.nn = packrt.nn
         self._switch: Any = None
+
+    def short_free_memory(self) -> AbstractContextManager[Any]:
+        """Capability 'free-memory-control': ``auto`` sees no free memory inside the block."""
+        return self._packrt.nn.free_memory_override(0)  # type: ignore[no-any-return]
 
     def set_revision(self, revision: int) -> None:
         if revision not in self.revisions:

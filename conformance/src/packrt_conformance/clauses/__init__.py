@@ -42,6 +42,7 @@ CAPABILITIES: Mapping[str, str] = {
     "forward-hooks": "forward hooks and forward pre-hooks",
     "quantized-layers": "a quantized linear layer that refuses a dtype change",
     "transactional-load": "a load that raises leaves the module unchanged",
+    "free-memory-control": "short_free_memory(): a block in which weight_residency='auto' finds no room for a pack",
 }
 
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[a-z0-9][a-z0-9-]*)+$")

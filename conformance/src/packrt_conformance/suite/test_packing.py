@@ -100,6 +100,17 @@ def test_auto_residency_packs_a_small_layer(impl: Adapter) -> None:
     assert impl.is_packed(layer)
 
 
+@pytest.mark.clause("load_state_dict.residency.auto-no-room-borrows")
+@pytest.mark.parametrize("pack", [False, True], ids=["packed-by-forward", "pack-true"])
+def test_auto_residency_borrows_when_no_pack_fits_the_free_memory(impl: Adapter, pack: bool) -> None:
+    with impl.short_free_memory():  # type: ignore[attr-defined]  # capability free-memory-control
+        layer, ckpt = _loaded(impl, weight_residency="auto", pack=pack)
+        np.testing.assert_allclose(_out(impl, layer), _expect(), rtol=1e-5)
+        assert not impl.is_packed(layer), "auto packed a layer whose pack does not fit the free memory"
+        impl.write_(ckpt["weight"], 3 * W)
+        np.testing.assert_allclose(_out(impl, layer), _expect(weight=3 * W), rtol=1e-5)
+
+
 @pytest.mark.clause("load_state_dict.residency.per-call")
 def test_per_call_residency_keeps_no_serving_form(impl: Adapter) -> None:
     layer, _ = _loaded(impl, weight_residency="per_call")
