@@ -407,6 +407,175 @@ def _swallowing_quantized_linear(self: Any, in_features: int, out_features: int)
 ToRefusalSwallowed.quantized_linear = _swallowing_quantized_linear  # type: ignore[attr-defined]  # its layer too
 
 
+# -- modes, paths, state, walks, placement and load results (2026-12-07) ------------------------------
+
+
+@mutant("train-returns-none", {"train.sets-flag-tree", "train.returns-self"}, "test_tree_ops")
+class TrainReturnsNone:
+    """train sets the flag on the whole tree but returns None (eval still returns the module)."""
+
+    def train(self, mode: bool = True) -> Any:
+        super().train(mode)  # type: ignore[misc]
+        return None  # the fault
+
+    def eval(self) -> Any:
+        super().train(False)  # type: ignore[misc]
+        return self
+
+
+@mutant("training-unset-until-train", {"train.flag-readable-from-construction"}, "test_tree_ops")
+class TrainingUnsetUntilTrain:
+    """A new module's training flag reads None until train() or eval() first sets it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        object.__setattr__(self, "training", None)  # the fault
+
+
+@mutant("get-submodule-empty-is-none", {"get_submodule.empty-is-self", "set_submodule.replaces"}, "test_tree_ops")
+class GetSubmoduleEmptyIsNone:
+    """get_submodule('') gives None instead of the module itself (packrt's set_submodule finds a top-level
+    name's parent through it, so replacing a top-level child breaks with it)."""
+
+    def get_submodule(self, target: str) -> Any:
+        if target == "":
+            return None  # the fault
+        return super().get_submodule(target)  # type: ignore[misc]
+
+
+@mutant(
+    "get-submodule-missing-none",
+    {"get_submodule.missing-raises", "set_submodule.default-creates-last"},
+    "test_tree_ops",
+)
+class GetSubmoduleMissingNone:
+    """get_submodule gives None for a last segment that names nothing, instead of raising (packrt's
+    set_submodule reads that raise as the sign to create a missing last segment, so it breaks with it)."""
+
+    def get_submodule(self, target: str) -> Any:
+        if target:
+            owner, name = _owner_and_name(self, target)
+            tables = (owner.__dict__[t] for t in ("_modules", "_parameters", "_buffers"))
+            if not any(name in table for table in tables) and name not in owner.__dict__:
+                return None  # the fault
+        return super().get_submodule(target)  # type: ignore[misc]
+
+
+@mutant("get-submodule-any-kind", {"get_submodule.wrong-kind-raises"}, "test_tree_ops")
+class GetSubmoduleAnyKind:
+    """get_submodule hands out a parameter or a buffer when the path names one."""
+
+    def get_submodule(self, target: str) -> Any:
+        if target:
+            owner, name = _owner_and_name(self, target)
+            for table in ("_parameters", "_buffers"):
+                if owner.__dict__[table].get(name) is not None:
+                    return owner.__dict__[table][name]  # the fault
+        return super().get_submodule(target)  # type: ignore[misc]
+
+
+@mutant("state-dict-copies-values", {"state_dict.values-share-storage"}, "test_state_dict")
+class StateDictCopiesValues:
+    """state_dict hands out copies of the values instead of tensors sharing the module's storage."""
+
+    def state_dict(self, **kwargs: Any) -> Any:
+        sd = super().state_dict(**kwargs)  # type: ignore[misc]
+        if not kwargs.get("keep_vars"):
+            for key, value in list(sd.items()):
+                if getattr(value, "has_storage", False):
+                    sd[key] = value.clone()  # the fault
+        return sd
+
+
+@mutant(
+    "to-device-string-refused",
+    {
+        "to.device-string",
+        "cpu.same-as-to-cpu",
+        # these call to() with the run's device string alone too:
+        "module.order.placement",
+        "to.already-there-keeps-storage",
+    },
+    "test_placement",
+)
+class ToDeviceStringRefused:
+    """to('cpu'), a device string as the only argument, is refused; a device with a dtype or by keyword still works."""
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and not kwargs and isinstance(args[0], str) and args[0].split(":")[0] in ("cpu", "cuda"):
+            raise TypeError("to(): pass the device as a Device object")  # the fault
+        return super().to(*args, **kwargs)  # type: ignore[misc]
+
+
+@mutant(
+    "named-buffers-persistent-only",
+    {
+        "named_buffers.non-persistent-included",
+        # the sample tree's one non-persistent buffer is in every full listing these compare:
+        "buffers.recurse",
+        "module.order.walks",
+        "named_buffers.order",
+        "named_buffers.prefix",
+        "named_parameters.order",
+    },
+    "test_walks",
+)
+class NamedBuffersPersistentOnly:
+    """named_buffers (and buffers, built on it) leave the non-persistent buffers out, as state_dict does."""
+
+    def named_buffers(self, *args: Any, **kwargs: Any) -> Iterator[tuple[str, Any]]:
+        modules = self.modules()  # type: ignore[attr-defined]
+        transient = {id(m._buffers[n]) for m in modules for n in m._non_persistent if m._buffers.get(n) is not None}
+        for name, buf in super().named_buffers(*args, **kwargs):  # type: ignore[misc]
+            if id(buf) not in transient:  # the fault
+                yield name, buf
+
+
+@mutant(
+    "named-modules-prefix-ignored",
+    {"named_modules.prefix", "named_parameters.prefix", "named_buffers.prefix"},
+    "test_walks",
+)
+class NamedModulesPrefixIgnored:
+    """named_modules(prefix=...) names the tree as if no prefix was given (packrt's named_parameters and
+    named_buffers pass their prefix through it, so theirs go too)."""
+
+    def named_modules(self, memo: Any = None, prefix: str = "", *args: Any, **kwargs: Any) -> Any:
+        if memo is None:  # the outermost call: the fault drops its prefix
+            prefix = ""
+        return super().named_modules(memo, prefix, *args, **kwargs)  # type: ignore[misc]
+
+
+@mutant(
+    "exact-load-returns-none",
+    {
+        "load_state_dict.returns-accounting",
+        # their loads match every key too and read the (empty) accounting:
+        "load_state_dict.any-mapping",
+        "load_state_dict.shared-child-second-name",
+        "load_state_dict.tie.second-name-accepted",
+    },
+    "test_load",
+)
+class ExactLoadReturnsNone:
+    """A load that matches every key returns None instead of empty missing and unexpected lists."""
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(*args, **kwargs)  # type: ignore[misc]
+        if not result.missing_keys and not result.unexpected_keys:
+            return None  # the fault
+        return result
+
+
+@mutant("non-strict-load-hides-unexpected", {"load_state_dict.strict-false.reports"}, "test_load")
+class NonStrictLoadHidesUnexpected:
+    """load_state_dict(strict=False) reports the missing keys but not the unexpected ones."""
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, *args: Any, **kwargs: Any) -> Any:
+        result = super().load_state_dict(state_dict, strict, *args, **kwargs)  # type: ignore[misc]
+        return result if strict else result._replace(unexpected_keys=[])  # the fault
+
+
 class AutoPacksWithoutRoom(Mutant):
     """weight_residency='auto' packs whatever the free memory: the room the load sees never runs short."""
 
@@ -451,5 +620,16 @@ MUTANTS: tuple[type[Mutant], ...] = (
     ReprChildrenReversed,
     ToRefusalSwallowed,
     AutoPacksWithoutRoom,
+    TrainReturnsNone,
+    TrainingUnsetUntilTrain,
+    GetSubmoduleEmptyIsNone,
+    GetSubmoduleMissingNone,
+    GetSubmoduleAnyKind,
+    StateDictCopiesValues,
+    ToDeviceStringRefused,
+    NamedBuffersPersistentOnly,
+    NamedModulesPrefixIgnored,
+    ExactLoadReturnsNone,
+    NonStrictLoadHidesUnexpected,
 )
 """The backlog's mutants, in the order the suite's own tests run them."""
