@@ -11,6 +11,8 @@ rotary table, tables or caches in another dtype) and every step under ``PACKRT_D
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from packrt_base.arrays import Array
@@ -74,6 +76,19 @@ class BlockDecodeStep:
         )
         self.heads, self.kv_heads = int(layer.heads), int(layer.kv_heads)
         self.activation = _OPS[layer.activation]
+        self._chosen: tuple[Any, Array | None] | None = None  # (settings, _tiles())
+
+    def _tiles(self, now: Any) -> Array | None:
+        """Each linear's q8 tiles stacked (linears, 3), or None where one of them takes another road; decided once
+        per settings object, as each pack decides its road (a step asks on every layer of every token)."""
+        cached = self._chosen
+        if cached is not None and cached[0] is now:
+            return cached[1]
+        found = [p.q8_tiles() for p in self.packs]
+        tiles = [t for t in found if t is not None]
+        stacked = np.stack(tiles) if len(tiles) == len(found) else None
+        self._chosen = (now, stacked)
+        return stacked
 
     def run(
         self,
@@ -86,7 +101,8 @@ class BlockDecodeStep:
         key_mask: Array | None,
     ) -> Array | None:
         """See :meth:`packrt_base.plan.DecodeStep.run`."""
-        if settings.current().decode_step != "layer":
+        now = settings.current()
+        if now.decode_step != "layer":
             return None
         rows = int(x.shape[0])
         shape = (rows, self.kv_heads, int(keys.shape[2]) if keys.ndim == 4 else 0, self.dim)
@@ -105,9 +121,8 @@ class BlockDecodeStep:
             cos, sin = (_table(t, rows, self.dim) for t in tables)
             if cos is None or sin is None:
                 return None
-        found = [p.q8_tiles() for p in self.packs]
-        tiles = [t for t in found if t is not None]
-        if len(tiles) != len(found):
+        tiles = self._tiles(now)
+        if tiles is None:
             return None
         mask = _NO_MASK if key_mask is None else np.ascontiguousarray(key_mask, dtype=np.bool_)
         if key_mask is not None and (mask.ndim != 2 or mask.shape[0] != rows or mask.shape[1] <= position):
@@ -131,7 +146,7 @@ class BlockDecodeStep:
             self.o_bias,
             self.gate_up_biases,
             self.down_bias,
-            np.stack(tiles),
+            tiles,
             self.head_norms,
             self.post_norms,
             cos,
