@@ -53,7 +53,7 @@ class PackrtAdapter:
 
     def short_free_memory(self) -> AbstractContextManager[Any]:
         """Capability 'free-memory-control': ``auto`` sees no free memory inside the block."""
-        return self._packrt.nn.free_memory_override(0)  # type: ignore[no-any-return]
+        return self._packrt.nn.free_memory_override(0)
 
     def set_revision(self, revision: int) -> None:
         if revision not in self.revisions:
