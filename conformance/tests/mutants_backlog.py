@@ -576,6 +576,35 @@ class NonStrictLoadHidesUnexpected:
         return result if strict else result._replace(unexpected_keys=[])  # the fault
 
 
+@mutant("load-skips-set-extra-state", {"set_extra_state.called-by-load"}, "test_state_dict")
+class LoadSkipsSetExtraState:
+    """load_state_dict binds the tensors but never hands a module its extra state back."""
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        tree = list(self.modules())  # type: ignore[attr-defined]
+        for module in tree:
+            object.__setattr__(module, "set_extra_state", lambda state: None)  # the fault
+        try:
+            return super().load_state_dict(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            for module in tree:
+                module.__dict__.pop("set_extra_state", None)
+
+
+@mutant("half-replaces-parameters", {"to.identity-kept"}, "test_placement")
+class HalfReplacesParameters:
+    """half() casts the tree but files a new Parameter object in each slot instead of keeping the old one."""
+
+    def half(self) -> Any:
+        super().half()  # type: ignore[misc]
+        for module in self.modules():  # type: ignore[attr-defined]
+            table = module.__dict__["_parameters"]
+            for name, param in list(table.items()):
+                if param is not None:
+                    table[name] = type(param)(param.detach())  # the fault
+        return self
+
+
 class AutoPacksWithoutRoom(Mutant):
     """weight_residency='auto' packs whatever the free memory: the room the load sees never runs short."""
 
@@ -631,5 +660,7 @@ MUTANTS: tuple[type[Mutant], ...] = (
     NamedModulesPrefixIgnored,
     ExactLoadReturnsNone,
     NonStrictLoadHidesUnexpected,
+    LoadSkipsSetExtraState,
+    HalfReplacesParameters,
 )
 """The backlog's mutants, in the order the suite's own tests run them."""
