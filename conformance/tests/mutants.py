@@ -633,7 +633,11 @@ class StalePackSurvivesReload:
 
 @mutant(
     "pack-true-ignores-borrowed",
-    {"load_state_dict.pack.borrowed-live-handle", "load_state_dict.pack.nothing-to-pack-refuses-nothing"},
+    {
+        "load_state_dict.pack.borrowed-live-handle",
+        "load_state_dict.pack.nothing-to-pack-refuses-nothing",
+        "load_state_dict.residency.auto-no-room-borrows",  # auto without room is borrowed too
+    },
     "test_packing",
 )
 class PackTrueIgnoresBorrowed:
