@@ -82,8 +82,11 @@ def test_the_output_has_the_inputs_floating_dtype(rng: np.random.Generator) -> N
     x = rng.standard_normal((2, 3, 64)).astype(np.float16)
     got = layer(prt.from_numpy(x))
     assert got.dtype is prt.float16 and tuple(got.shape) == (2, 3, 24)
-    expected = x.astype(np.float32) @ weights.T + bias
-    np.testing.assert_allclose(got.numpy().astype(np.float32), expected, rtol=2e-3, atol=2e-3)
+    flat = x.reshape(6, 64).astype(np.float32)
+    expected = flat @ weights.T + bias
+    # a few rows take the q8 road (activations rounded to int8 per block of 32), and the output is rounded to fp16
+    bound = activation_rounding(flat, weights) + 2e-3 * np.abs(expected) + 2e-3
+    assert (np.abs(got.numpy().astype(np.float32).reshape(6, 24) - expected) <= bound).all()
 
 
 def test_packed_blocks_are_one_owned_copy_and_borrowed_ones_are_the_bound_array(rng: np.random.Generator) -> None:
