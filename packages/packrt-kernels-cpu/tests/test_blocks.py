@@ -208,6 +208,24 @@ def test_parts_of_several_formats_side_by_side_give_each_part_alone_on_the_pool_
         np.testing.assert_array_equal(together, expected)
 
 
+@pytest.mark.skipif(not block_tiles.available(), reason="no q8 dot tiles here (numba off, or no AVX2)")
+@pytest.mark.parametrize("rows", [1, 5])
+def test_the_decode_steps_parts_with_biases_give_each_packs_forward_bits(rng: np.random.Generator, rows: int) -> None:
+    """The one-call decode step's q, k, v in three formats, each with its bias: the bits each pack's forward gives."""
+    loops = compiled.module("packrt_kernels_cpu._numba_decode")
+    names, sizes, width = ("Q5_0", "Q8_0", "Q4_K"), (40, 24, 72), 256
+    parts = tuple(np.ascontiguousarray(random_blocks(rng, n, s, width)) for n, s in zip(names, sizes, strict=True))
+    tiles = np.stack([block_tiles.addresses(n) for n in names])
+    biases = tuple(rng.standard_normal(s).astype(np.float32) for s in sizes)
+    x = rng.standard_normal((rows, width)).astype(np.float32)
+    packs = (blocks.pack_block_linear(p, n, width, b) for p, n, b in zip(parts, names, biases, strict=True))
+    expected = np.concatenate([pack.forward(x) for pack in packs], axis=1)
+    for pool in (True, False):
+        out = np.full((rows, sum(sizes)), np.nan, np.float32)
+        loops._parts(pool, 0, x, parts, tiles, 0, biases, out)
+        np.testing.assert_array_equal(out, expected, err_msg=f"pool={pool}")
+
+
 @pytest.mark.parametrize("name", block_tiles.FORMATS)
 def test_where_the_q8_dots_cannot_serve_the_float_row_loop_gives_the_float_product(
     rng: np.random.Generator, monkeypatch: pytest.MonkeyPatch, name: str

@@ -31,6 +31,15 @@ EPS1, EPS2, HEAD_EPS, POST_EPS1, POST_EPS2, SCALE, SOFTCAP, RESIDUAL_SCALE = ran
 
 
 @_serial
+def _add_bias(out: Array, bias: Array) -> None:
+    """``out += bias`` row by row (``bias`` empty: no bias), the one add ``PackedBlockLinear.forward`` makes."""
+    if bias.shape[0] > 0:
+        for i in range(out.shape[0]):
+            for j in range(out.shape[1]):
+                out[i, j] = out[i, j] + bias[j]
+
+
+@_serial
 def _linear(pool: bool, least: int, x: Array, blocks: Array, tiles: Array, bias: Array, out: Array) -> None:
     """``out = x @ W^T (+ bias)``, as :meth:`packrt_kernels_cpu.blocks.PackedBlockLinear.forward` computes a few
     rows on the q8 tiles: on the pool when the weight has ``least`` elements or more."""
@@ -38,10 +47,7 @@ def _linear(pool: bool, least: int, x: Array, blocks: Array, tiles: Array, bias:
         block_q8_rows(x, blocks, tiles, out)
     else:
         block_q8_rows_serial(x, blocks, tiles, out)
-    if bias.shape[0] > 0:
-        for i in range(out.shape[0]):
-            for j in range(out.shape[1]):
-                out[i, j] = out[i, j] + bias[j]
+    _add_bias(out, bias)
 
 
 @_serial
@@ -63,10 +69,7 @@ def _parts(pool: bool, least: int, x: Array, parts: Any, tiles: Array, first: in
     start = 0
     for i in range(len(parts)):
         stop = start + parts[i].shape[0]
-        if biases[i].shape[0] > 0:
-            for r in range(out.shape[0]):
-                for j in range(start, stop):
-                    out[r, j] = out[r, j] + biases[i][j - start]
+        _add_bias(out[:, start:stop], biases[i])
         start = stop
 
 
