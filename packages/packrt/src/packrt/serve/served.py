@@ -42,12 +42,18 @@ def endpoint(described: models.ModelDescription) -> Kind:
 
 
 def default_residency(described: models.ModelDescription) -> str:
-    """How ``packrt serve`` keeps a model's weights when not told: ``borrowed`` (the mapped checkpoint is the one
-    copy, whatever the number of server processes), but ``packed`` for a GGUF file: its embedding (and any tensor
-    not served as quantized blocks) is dequantized at load, so there is no mapped copy of it to borrow, and an F16
-    file's borrowed weights would be widened on every call (18x slower decode on the float road, issue 47's
-    measurement; a file's quantized blocks serve as fast either way)."""
-    return "packed" if described.format == "gguf" else "borrowed"
+    """How ``packrt serve`` keeps a model's weights when not told: ``auto`` (each weight packed for serving where
+    the pack fits the free memory, else served from the mapped checkpoint), but ``packed`` for a GGUF file: its
+    embedding (and any tensor not served as quantized blocks) is dequantized at load, so there is no mapped copy
+    of it to borrow, and an F16 file's borrowed weights would be widened on every call (18x slower decode on the
+    float road, issue 47's measurement; a file's quantized blocks serve as fast either way).
+
+    Not ``borrowed``: a borrowed float weight is multiplied as it lies by numpy's BLAS, which packrt keeps to one
+    thread while its own pool runs the packed products, so a borrowed server's products run on one core. MiniLM,
+    48 short texts on two cores: 190-217 ms borrowed, 97-108 ms packed; under 16 clients 220-241 texts/s
+    borrowed, 250-368 auto (issue 39's measurement). ``--weight-residency borrowed`` keeps the mapped file as the
+    one copy for several server processes."""
+    return "packed" if described.format == "gguf" else "auto"
 
 
 def _chat_settings(path: Path) -> tuple[str | None, dict[str, str]]:
