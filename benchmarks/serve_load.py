@@ -13,8 +13,12 @@ is "no answer") are recorded. ``--infinity PATH`` adds infinity-emb as a third s
 ``infinity_emb`` command of a virtual environment of its own (infinity pins numpy < 2 and its own
 sentence-transformers, so it cannot share packrt's; ``python -m venv V && V/bin/pip install
 "infinity-emb[server,torch]"``), run with its torch engine on the CPU, its defaults otherwise (dynamic
-batching, float32), offline and without usage statistics. Reported per server: requests, throughput (requests and texts per
-second), p50/p95/p99 latency, non-200 answers, requests without an answer. With the defaults a run
+batching, float32), offline and without usage statistics. ``--background N`` runs N busy processes (a
+Python loop each, at normal priority) for the whole measurement: the load of a shared machine, the same
+for every server, so the ratios say how each engine holds up when it does not have the cores to itself.
+Reported per server: requests, throughput (requests and texts per second), the server's CPU time and texts per CPU
+second (how much of the machine each engine took, and what it made of it), p50/p95/p99 latency, non-200
+answers, requests without an answer. With the defaults a run
 takes under 2 minutes (two servers' start-up, 2 x 30 s of load, one round; a third minute with infinity).
 """
 
@@ -111,7 +115,16 @@ def _start(command: list[str], port: int) -> subprocess.Popen[bytes]:
     raise SystemExit(f"{command} did not answer /health within 180 s")
 
 
-def _load(port: int, clients: int, seconds: float, seed: int) -> dict[str, Any]:
+def _cpu_s(pid: int) -> float:
+    """CPU seconds the server process (and any process it started) has used so far."""
+    import psutil
+
+    process = psutil.Process(pid)
+    times = [process.cpu_times(), *(child.cpu_times() for child in process.children(recursive=True))]
+    return sum(t.user + t.system for t in times)
+
+
+def _load(port: int, clients: int, seconds: float, seed: int, pid: int | None = None) -> dict[str, Any]:
     import httpx2 as httpx
 
     latencies: list[float] = []
@@ -140,12 +153,14 @@ def _load(port: int, clients: int, seconds: float, seed: int) -> dict[str, Any]:
                         texts[0] += len(body["input"])
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    cpu_before = _cpu_s(pid) if pid is not None else 0.0
     began = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     wall = time.perf_counter() - began
+    cpu = _cpu_s(pid) - cpu_before if pid is not None else float("nan")
     ordered = sorted(latencies)
 
     def quantile(q: float) -> float:
@@ -156,6 +171,8 @@ def _load(port: int, clients: int, seconds: float, seed: int) -> dict[str, Any]:
         "wall_s": round(wall, 2),
         "requests_per_s": round(statuses.get("200", 0) / wall, 2),
         "texts_per_s": round(texts[0] / wall, 2),
+        "server_cpu_s": round(cpu, 1),
+        "texts_per_cpu_s": round(texts[0] / cpu, 1) if cpu > 0 else float("nan"),
         "p50_ms": quantile(0.50),
         "p95_ms": quantile(0.95),
         "p99_ms": quantile(0.99),
@@ -170,6 +187,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--infinity", type=Path, help="the infinity_emb command of a venv with infinity-emb")
+    parser.add_argument("--background", type=int, default=0, help="busy processes beside the servers (load)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--md", type=Path)
     parser.add_argument("--peer", type=int, help=argparse.SUPPRESS)  # run the transformers server on this port
@@ -190,17 +208,18 @@ def main() -> None:
         ]  # fmt: skip
     processes = {name: _start(command, ports[name]) for name, command in commands.items()}
     results: dict[str, list[dict[str, Any]]] = {name: [] for name in commands}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.background)]
     try:
         names = list(commands)
         for round_ in range(args.rounds):
             for name in names if round_ % 2 == 0 else names[::-1]:
                 _load(ports[name], args.clients, min(args.seconds / 10, 3.0), seed=99)  # warm-up, not recorded
-                results[name].append(_load(ports[name], args.clients, args.seconds, seed=round_))
+                results[name].append(_load(ports[name], args.clients, args.seconds, round_, processes[name].pid))
     finally:
-        for process in processes.values():
+        for process in [*busy, *processes.values()]:
             process.terminate()
             process.wait(timeout=60)
-    report = {"clients": args.clients, "seconds": args.seconds, "results": results}
+    report = {"clients": args.clients, "seconds": args.seconds, "background": args.background, "results": results}
     print(json.dumps(report, indent=2))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
@@ -209,7 +228,10 @@ def main() -> None:
 
 
 # The load table's header; every column after the server's holds numbers (right-aligned).
-TABLE_HEADER = ("server", "round", "requests", "req/s", "texts/s", "p50 ms", "p95 ms", "p99 ms", "non-200", "no answer")
+TABLE_HEADER = (
+    *("server", "round", "requests", "req/s", "texts/s", "server CPU s", "texts per CPU s"),
+    *("p50 ms", "p95 ms", "p99 ms", "non-200", "no answer"),
+)
 
 
 def _markdown(report: dict[str, Any]) -> str:
@@ -217,9 +239,12 @@ def _markdown(report: dict[str, Any]) -> str:
     for name, rounds in report["results"].items():
         for index, row in enumerate(rounds):
             other = sum(count for status, count in row["statuses"].items() if status != "200")
-            measured = [row[key] for key in ("requests", "requests_per_s", "texts_per_s", "p50_ms", "p95_ms", "p99_ms")]
+            keys = ("requests", "requests_per_s", "texts_per_s", "server_cpu_s", "texts_per_cpu_s")
+            measured = [row[key] for key in (*keys, "p50_ms", "p95_ms", "p99_ms")]
             rows.append([name, index, *measured, other, row["unanswered"]])
     title = f"{report['clients']} clients, {report['seconds']:.0f} s per server and round, requests of 1-8 MiniLM texts"
+    if report.get("background"):
+        title += f", {report['background']} busy processes beside the servers"
     return "\n".join([title, "", *("| " + " | ".join(map(str, cells)) + " |" for cells in rows)]) + "\n"
 
 
