@@ -161,6 +161,27 @@ def test_metadata_comes_back_as_python_values(tmp_path: Path, values: np.ndarray
     assert info.tensors["w"].dtype == "F32" and info.tensors["w"].shape == (ROWS, COLS)
 
 
+
+def test_metadata_values_are_decoded_on_first_access_and_an_arrays_length_without_decoding(
+    tmp_path: Path, values: np.ndarray
+) -> None:
+    """A load reads a few numbers; the vocabulary is decoded only when asked for. What is read is the same either
+    way: the mapping holds every key, in the file's order, and equals the dict of its values."""
+    path = tmp_path / "lazy.gguf"
+    meta = {"llama.block_count": 3, "tokenizer.ggml.tokens": ["a", "b c", "<s>", ""]}
+    write_gguf(path, {"w": ("F32", values)}, meta)
+    file = packrt_io.open_gguf(path)
+    assert file.metadata.length("tokenizer.ggml.tokens") == 4
+    assert file.metadata.length("llama.block_count") is None
+    assert "tokenizer.ggml.tokens" not in file.metadata._values  # counted, not decoded
+    assert "tokenizer.ggml.tokens" in file.metadata and "absent.key" not in file.metadata
+    assert file.metadata.get("absent.key") is None
+    assert list(file.metadata)[-2:] == ["llama.block_count", "tokenizer.ggml.tokens"]
+    assert dict(file.metadata) == {**{k: file.metadata[k] for k in file.metadata}, **meta}
+    assert file.metadata["tokenizer.ggml.tokens"] is file.metadata["tokenizer.ggml.tokens"]  # decoded once
+    with pytest.raises(KeyError, match="absent.key"):
+        file.metadata["absent.key"]
+
 _ITEM_TYPES = {
     "uint8": gguf.GGUFValueType.UINT8,
     "int8": gguf.GGUFValueType.INT8,

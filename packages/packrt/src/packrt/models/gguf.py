@@ -138,9 +138,9 @@ def gguf_config(file: packrt_io.GGUFFile) -> HFConfig:
         if f"tokenizer.ggml.{key}" in meta:
             values[field] = meta[f"tokenizer.ggml.{key}"]
     if "vocab_size" not in values:
-        tokens = meta.get("tokenizer.ggml.tokens")
+        tokens = meta.length("tokenizer.ggml.tokens") if "tokenizer.ggml.tokens" in meta else None
         embed = file.tensors.get("token_embd.weight")
-        values["vocab_size"] = len(tokens) if isinstance(tokens, list) else embed.shape[0] if embed else None
+        values["vocab_size"] = tokens if tokens is not None else embed.shape[0] if embed else None
     heads, hidden = values.get("num_attention_heads"), values.get("hidden_size")
     if isinstance(heads, int) and isinstance(hidden, int) and heads > 0:
         head_dim = values.get("head_dim", hidden // heads)
