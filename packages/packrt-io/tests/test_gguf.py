@@ -179,7 +179,7 @@ def test_metadata_values_are_decoded_on_first_access_and_an_arrays_length_withou
     assert list(file.metadata)[-2:] == ["llama.block_count", "tokenizer.ggml.tokens"]
     assert dict(file.metadata) == {**{k: file.metadata[k] for k in file.metadata}, **meta}
     assert file.metadata["tokenizer.ggml.tokens"] is file.metadata["tokenizer.ggml.tokens"]  # decoded once
-    with pytest.raises(KeyError, match="absent.key"):
+    with pytest.raises(KeyError, match=r"absent\.key"):
         file.metadata["absent.key"]
 
 _ITEM_TYPES = {
