@@ -40,8 +40,8 @@ def _load_mutants(name: str) -> Any:
 
 #: The first mutants (mutants.py), one per sentence a hidden adapter broke unseen (mutants_sentences.py), those
 #: taken off the backlog (mutants_backlog.py), one per signature sentence and the revision-1 twins
-#: (mutants_families.py).
-MUTANT_FILES = ("mutants", "mutants_sentences", "mutants_backlog", "mutants_families")
+#: (mutants_families.py), and those of the concurrency clauses (mutants_threads.py).
+MUTANT_FILES = ("mutants", "mutants_sentences", "mutants_backlog", "mutants_families", "mutants_threads")
 MUTANTS = tuple(m for name in MUTANT_FILES for m in _load_mutants(name).MUTANTS)
 
 

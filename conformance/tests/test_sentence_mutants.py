@@ -15,13 +15,20 @@ import mutants
 import mutants_backlog
 import mutants_families
 import mutants_sentences
+import mutants_threads
 import pytest
 
 from packrt_conformance.clauses import load_registry
 
 BACKLOG = Path(__file__).resolve().parent.parent / "mutation" / "sentences_without_mutant.txt"
 PAGES = (1, 2)
-ALL_MUTANTS = (*mutants.MUTANTS, *mutants_sentences.MUTANTS, *mutants_backlog.MUTANTS, *mutants_families.MUTANTS)
+ALL_MUTANTS = (
+    *mutants.MUTANTS,
+    *mutants_sentences.MUTANTS,
+    *mutants_backlog.MUTANTS,
+    *mutants_families.MUTANTS,
+    *mutants_threads.MUTANTS,
+)
 
 
 def _backlog() -> list[tuple[int, str]]:

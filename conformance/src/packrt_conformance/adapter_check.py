@@ -365,6 +365,37 @@ def _probe_free_memory_control(impl: Adapter) -> None:
             raise AssertionError("inside short_free_memory() a weight_residency='auto' layer still packed")
 
 
+def _probe_threads(impl: Adapter) -> None:
+    """A Linear loaded on one worker thread and called on another must serve the loaded values there."""
+    import threading
+
+    import numpy as np
+
+    layer = impl.linear(2, 1)
+    out: list[Any] = []
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], Any]) -> None:
+        def body() -> None:
+            try:
+                out.append(step())
+            except BaseException as err:  # handed back to the probe's thread
+                errors.append(err)
+
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        thread.join(10.0)
+        if thread.is_alive():
+            raise AssertionError("a load or a call on a worker thread did not finish within 10 s")
+        if errors:
+            raise errors[0]
+
+    run(lambda: layer.load_state_dict({"weight": impl.tensor([[2.0, 3.0]]), "bias": impl.tensor([1.0])}))
+    run(lambda: impl.to_numpy(layer(impl.tensor([[1.0, 1.0]]))))
+    if not np.allclose(out[-1], [[6.0]]):
+        raise AssertionError(f"a call on a worker thread returned {out[-1].tolist()}, not the loaded layer's [[6.0]]")
+
+
 #: capability -> the probe that calls what it promises (raises when the promise is not kept).
 PROBES: dict[str, Callable[[Adapter], None]] = {
     "packing": _probe_packing,
@@ -380,6 +411,7 @@ PROBES: dict[str, Callable[[Adapter], None]] = {
     "quantized-layers": _probe_quantized_layers,
     "transactional-load": _probe_transactional_load,
     "free-memory-control": _probe_free_memory_control,
+    "threads": _probe_threads,
 }
 
 

@@ -44,6 +44,7 @@ class PackrtAdapter:
             "quantized-layers",
             "transactional-load",
             "free-memory-control",
+            "threads",
         }
         if packrt.cuda.is_available():
             caps.add("cuda")

@@ -2,7 +2,8 @@
 
 torch is imported when the adapter is built, never at import time, so the suite installs and
 collects without it. Capabilities list only what torch really has: no packing, no residency, no
-dtype names in ``to()``, no storage-free ``to_empty``.
+dtype names in ``to()``, no storage-free ``to_empty``, and no 'threads' (its load copies tensor by tensor
+while calls on other threads go on, so such a call can compute from two versions of the weights).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ CAPABILITIES: Mapping[str, str] = {
     "quantized-layers": "a quantized linear layer that refuses a dtype change",
     "transactional-load": "a load that raises leaves the module unchanged",
     "free-memory-control": "short_free_memory(): a block in which weight_residency='auto' finds no room for a pack",
+    "threads": "a load that commits while module calls run on other threads reaches them as one change",
 }
 
 _ID = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[a-z0-9][a-z0-9-]*)+$")
