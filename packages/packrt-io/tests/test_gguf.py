@@ -161,7 +161,6 @@ def test_metadata_comes_back_as_python_values(tmp_path: Path, values: np.ndarray
     assert info.tensors["w"].dtype == "F32" and info.tensors["w"].shape == (ROWS, COLS)
 
 
-
 def test_metadata_values_are_decoded_on_first_access_and_an_arrays_length_without_decoding(
     tmp_path: Path, values: np.ndarray
 ) -> None:
@@ -181,6 +180,7 @@ def test_metadata_values_are_decoded_on_first_access_and_an_arrays_length_withou
     assert file.metadata["tokenizer.ggml.tokens"] is file.metadata["tokenizer.ggml.tokens"]  # decoded once
     with pytest.raises(KeyError, match=r"absent\.key"):
         file.metadata["absent.key"]
+
 
 _ITEM_TYPES = {
     "uint8": gguf.GGUFValueType.UINT8,
