@@ -25,6 +25,7 @@ Control tokens are kept whole as special tokens, user-defined ones as plain adde
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -79,14 +80,14 @@ def _spelled(tokens: list[str]) -> list[str]:
     return [t if set(t) <= alphabet else "".join(table[b] for b in t.encode("utf-8")) for t in tokens]
 
 
-def _list(meta: dict[str, Any], key: str, where: str) -> list[Any]:
+def _list(meta: Mapping[str, Any], key: str, where: str) -> list[Any]:
     value = meta.get(key)
     if not isinstance(value, list):
         raise CheckpointError(f"GGUF file {where!r} has no {key} list; its tokenizer cannot be built from it")
     return value
 
 
-def _byte_level(meta: dict[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
+def _byte_level(meta: Mapping[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
     """The byte-level BPE of ``model`` ``gpt2`` and its tokens as the vocabulary spells them."""
     pre = meta.get("tokenizer.ggml.pre", "default")
     if pre not in SPLITS:
@@ -130,7 +131,7 @@ def _ranked_merges(tokens: list[str], scores: list[float]) -> list[tuple[str, st
     return [(left, right) for *_, left, right in ranked]
 
 
-def _sentencepiece(meta: dict[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
+def _sentencepiece(meta: Mapping[str, Any], where: str, fix: str) -> tuple[Tokenizer, list[str]]:
     """The SentencePiece BPE of ``model`` ``llama`` and its tokens as the vocabulary spells them."""
     # A token of spaces only is stored with real spaces (Gemma): a user-defined one is matched in the raw text
     # as it is spelled, any other must match text whose spaces are already ▁.
