@@ -158,7 +158,7 @@ def _value(field: Any) -> Any:
 class GGUFMetadata(Mapping[str, Any]):
     """A GGUF file's metadata, key -> value (str, int, float, bool, or a list of them), each value decoded from
     the file on first access and kept. A load reads a few dozen numbers; the vocabulary (151,936 strings for
-    Qwen2.5) is decoded only when a tokenizer asks for it, which made it half of a 0.5B file's load time.
+    Qwen2.5) is decoded only when a tokenizer asks for it (it was a third of a 0.5B file's load time).
     :meth:`length` gives an array's item count without decoding it."""
 
     def __init__(self, fields: Mapping[str, Any]) -> None:

@@ -46,13 +46,14 @@ def default_residency(described: models.ModelDescription) -> str:
     the pack fits the free memory, else served from the mapped checkpoint), but ``packed`` for a GGUF file: its
     embedding (and any tensor not served as quantized blocks) is dequantized at load, so there is no mapped copy
     of it to borrow, and an F16 file's borrowed weights would be widened on every call (18x slower decode on the
-    float road, issue 47's measurement; a file's quantized blocks serve as fast either way).
+    float road, issue 47's measurement), and its quantized blocks borrowed were slower too (a Q4_K_M 0.5B file: decode
+    0.92x and prefill 0.84x llama.cpp's borrowed, 1.09x and 1.36x packed).
 
     Not ``borrowed``: a borrowed float weight is multiplied as it lies by numpy's BLAS, which packrt keeps to one
     thread while its own pool runs the packed products, so a borrowed server's products run on one core. MiniLM,
-    48 short texts on two cores: 190-217 ms borrowed, 97-108 ms packed; under 16 clients 220-241 texts/s
-    borrowed, 250-368 auto (issue 39's measurement). ``--weight-residency borrowed`` keeps the mapped file as the
-    one copy for several server processes."""
+    48 short texts on two cores: 190-217 ms borrowed, 97-108 ms packed; 16 clients beside other jobs: 220-241
+    texts/s borrowed against 251-368 auto (quiet, auto: 431-490) (issue 39's measurement).
+    ``--weight-residency borrowed`` keeps the mapped file as the one copy for several server processes."""
     return "packed" if described.format == "gguf" else "auto"
 
 
