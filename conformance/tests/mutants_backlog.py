@@ -616,6 +616,119 @@ class AutoPacksWithoutRoom(Mutant):
         return contextlib.nullcontext()  # the fault: auto finds room for every pack
 
 
+# -- handles, pack=True, per_call, to_empty (issue 45, after the concurrency clauses) ---------------------
+
+
+class _SpentHandle:
+    """A handle whose remove() does nothing."""
+
+    def remove(self) -> None:
+        return None  # the fault: the hook stays registered
+
+
+@mutant(
+    "hook-handle-remove-noop",
+    {
+        "register_forward_hook.handle-remove",
+        "register_forward_hook.remove-keeps-the-rest",
+        "register_forward_hook.remove-own-only",
+        "register_forward_hook.same-function-twice",
+    },
+    "test_hooks",
+)
+class HookHandleRemoveNoop:
+    """register_forward_hook registers the hook but hands back a handle whose remove() does nothing."""
+
+    def register_forward_hook(self, hook: Any, **kwargs: Any) -> Any:
+        super().register_forward_hook(hook, **kwargs)  # type: ignore[misc]
+        return _SpentHandle()
+
+
+@mutant(
+    "pre-hook-handle-remove-noop",
+    {
+        "register_forward_pre_hook.handle-remove",
+        "register_forward_pre_hook.remove-keeps-the-rest",
+        "register_forward_pre_hook.remove-own-only",
+    },
+    "test_hooks",
+)
+class PreHookHandleRemoveNoop:
+    """register_forward_pre_hook registers the hook but hands back a handle whose remove() does nothing."""
+
+    def register_forward_pre_hook(self, hook: Any, **kwargs: Any) -> Any:
+        super().register_forward_pre_hook(hook, **kwargs)  # type: ignore[misc]
+        return _SpentHandle()
+
+
+@mutant(
+    "pack-true-ignored",
+    {
+        "load_state_dict.pack.eager",
+        "load_state_dict.pack.assign-half",
+        "load_state_dict.pack.copy-converts-dtype",
+        "load_state_dict.pack.whole-tree-strict-false",
+    },
+    "test_packing",
+    "test_load",
+)
+class PackTrueIgnored:
+    """load_state_dict drops pack=True: the layers pack on their first forward, as without it."""
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False, **kwargs: Any) -> Any:
+        kwargs.pop("pack", None)  # the fault
+        return super().load_state_dict(state_dict, strict, assign, **kwargs)  # type: ignore[misc]
+
+
+@mutant(
+    "per-call-packs",
+    {
+        "load_state_dict.residency.per-call",
+        "load_state_dict.pack.nothing-to-pack-refuses-nothing",
+        "load_state_dict.residency.only-bound-layers",
+        "load_state_dict.residency.partial-reload-restores-raw",
+        "load_state_dict.residency.reload-drops-pack",
+    },
+    "test_packing",
+    "test_load",
+)
+class PerCallPacks:
+    """weight_residency='per_call' loads as 'packed': the layer keeps a serving form between calls."""
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False, **kwargs: Any) -> Any:
+        if kwargs.get("weight_residency") == "per_call":
+            kwargs["weight_residency"] = "packed"  # the fault
+        return super().load_state_dict(state_dict, strict, assign, **kwargs)  # type: ignore[misc]
+
+
+@mutant(
+    "to-empty-none-keeps-storage",
+    {"to_empty.fresh-storage", "to_empty.device-none-keeps", "to_empty.keyword-matrix"},
+    "test_placement",
+    "test_edges",
+)
+class ToEmptyNoneKeepsStorage:
+    """to_empty(device=None) does nothing: every tensor keeps its old storage (and values)."""
+
+    def to_empty(self, *, device: Any, recurse: bool = True) -> Any:
+        if device is None:
+            return self  # the fault
+        return super().to_empty(device=device, recurse=recurse)  # type: ignore[misc]
+
+
+@mutant(
+    "to-empty-none-to-meta",
+    {"to_empty.fresh-storage", "to_empty.device-none-keeps", "to_empty.keyword-matrix", "to_empty.recurse-false"},
+    "test_placement",
+    "test_edges",
+)
+class ToEmptyNoneToMeta:
+    """to_empty(device=None) moves every tensor to the storage-free meta device instead of keeping its own."""
+
+    def to_empty(self, *, device: Any, recurse: bool = True) -> Any:
+        return super().to_empty(device="meta" if device is None else device, recurse=recurse)  # type: ignore[misc]
+
+
 MUTANTS: tuple[type[Mutant], ...] = (
     ApplyReturnsNone,
     ApplyParentFirst,
@@ -662,5 +775,11 @@ MUTANTS: tuple[type[Mutant], ...] = (
     NonStrictLoadHidesUnexpected,
     LoadSkipsSetExtraState,
     HalfReplacesParameters,
+    HookHandleRemoveNoop,
+    PreHookHandleRemoveNoop,
+    PackTrueIgnored,
+    PerCallPacks,
+    ToEmptyNoneKeepsStorage,
+    ToEmptyNoneToMeta,
 )
 """The backlog's mutants, in the order the suite's own tests run them."""

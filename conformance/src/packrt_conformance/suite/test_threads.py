@@ -16,7 +16,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -24,10 +24,23 @@ import pytest
 
 from packrt_conformance.adapter import Adapter
 
-WAIT = 10.0  # seconds an event or a thread may take before the test calls it a hang
+WAIT = 10.0  # seconds of running time an event or a thread may take before the test calls it a hang
 LAND = 0.25  # seconds a load that ignores the call in flight is given to land (the result is what is checked)
 X = np.array([[1.0, -2.0]])
 KEYS = ("0.weight", "0.bias", "2.weight", "2.bias")
+
+
+def _within_wait(step: Callable[[float], bool]) -> bool:
+    """Call ``step(slice)`` (a wait of at most ``slice`` seconds that says whether it is done) until it is
+    done or ``WAIT`` seconds of running time have passed. A slice that took far longer than asked (the
+    process was stopped meanwhile, as a suspended job is) counts as asked, so a pause never reads as a hang."""
+    spent = 0.0
+    while spent < WAIT:
+        start = time.monotonic()
+        if step(0.05):
+            return True
+        spent += min(time.monotonic() - start, 0.1)
+    return False
 
 
 def _version(seed: int) -> dict[str, np.ndarray]:
@@ -64,7 +77,7 @@ class _Hold:
             return
         self.armed = False
         self.arrived.set()
-        if not self.go.wait(WAIT):
+        if not _within_wait(self.go.wait):
             raise AssertionError("a call held between the two layers was never let go")
 
 
@@ -103,12 +116,15 @@ class _Thread:
         except BaseException as err:  # handed to the test's thread by result()
             self._err.append(err)
 
+    def _finished(self, timeout: float) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
     def result(self) -> Any:
-        self._thread.join(WAIT)
-        if self._thread.is_alive():
+        if not _within_wait(self._finished):
             raise AssertionError(f"a thread did not finish within {WAIT} s (a hang)")
         if self._err:
             raise self._err[0]
@@ -147,7 +163,7 @@ def _call_held_across(impl: Adapter, model: Any, hold: _Hold, load: Callable[[],
     is given ``LAND`` to commit; the call is let go. Returns the call's result (the load is finished)."""
     hold.arm()
     call = _Thread(lambda: impl.to_numpy(model(impl.tensor(X))))
-    if not hold.arrived.wait(WAIT):
+    if not _within_wait(hold.arrived.wait):
         call.result()  # raises what the call raised, or says it hung
         raise AssertionError("the call never reached the module between the layers")
     loader = _Thread(load)
@@ -245,7 +261,7 @@ def test_two_loads_from_two_threads_leave_every_weight_of_one_checkpoint(impl: A
     # One load is caught reading its checkpoint (after its first value) while another load runs whole.
     held = _HeldCheckpoint(_checkpoint(impl, 2))
     first = _Thread(lambda: model.load_state_dict(held))
-    if not held.reading.wait(WAIT):
+    if not _within_wait(held.reading.wait):
         first.result()
         raise AssertionError("the load never read a second value of its checkpoint")
     second = _Thread(lambda: model.load_state_dict(_checkpoint(impl, 3), assign=True))
@@ -260,7 +276,7 @@ def test_two_loads_from_two_threads_leave_every_weight_of_one_checkpoint(impl: A
         seeds = (4, 5) if round_ % 2 else (5, 4)
 
         def load(seed: int, start: threading.Barrier = start) -> None:
-            start.wait(WAIT)
+            start.wait()
             model.load_state_dict(_checkpoint(impl, seed), assign=seed == 5)
 
         loads = [_Thread(functools.partial(load, seed)) for seed in seeds]
@@ -275,7 +291,10 @@ def test_a_call_on_another_thread_after_a_load_returned_computes_from_the_new_we
     with ThreadPoolExecutor(max_workers=1) as worker:  # one thread that calls the model before and after
 
         def call() -> np.ndarray:
-            out: np.ndarray = worker.submit(lambda: impl.to_numpy(model(impl.tensor(X)))).result(WAIT)
+            future = worker.submit(lambda: impl.to_numpy(model(impl.tensor(X))))
+            if not _within_wait(lambda timeout: bool(wait([future], timeout).done)):
+                raise AssertionError(f"a call on the worker thread did not finish within {WAIT} s (a hang)")
+            out: np.ndarray = future.result()
             return out
 
         np.testing.assert_allclose(call(), _result(_version(1)), rtol=1e-6)
@@ -299,13 +318,15 @@ def test_calls_racing_many_loads_each_compute_from_one_version(impl: Adapter) ->
         return seen
 
     callers = [_Thread(functools.partial(keep_calling, me)) for me in range(2)]
-    loads, give_up = 0, time.monotonic() + WAIT  # at least 100 loads and 200 calls, unless that takes WAIT
+    loads, spent = 0, 0.0  # at least 100 loads and 200 calls, unless that takes WAIT seconds of running time
     try:
-        while (loads < 100 or sum(calls) < 200) and time.monotonic() < give_up:
+        while (loads < 100 or sum(calls) < 200) and spent < WAIT:
+            start = time.monotonic()
             checkpoint = _YieldingCheckpoint(_checkpoint(impl, 1 + loads % 2))
             model.load_state_dict(checkpoint, assign=loads % 4 >= 2)  # versions 1, 2 by copy, then by assign
             loads += 1
             time.sleep(0)  # lets the callers in between loads
+            spent += min(time.monotonic() - start, 0.1)  # a stopped process's pause does not count
     finally:
         stop.set()
     results = [out for caller in callers for out in caller.result()]
